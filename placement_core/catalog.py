@@ -1,0 +1,91 @@
+"""Built-in networks and device presets, and loading either from a name or a file.
+
+Files may be in our formats or in Exprimo's; the loader tells them apart by
+their keys ("format" for ours, "layers" / "comm_channels" for Exprimo's).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from . import exprimo
+from .devices import DeviceGraph, devices_from_dict
+from .errors import InputError
+from .graph import Graph
+from .jsonio import parse_json, read_json
+from .netformat import network_from_dict
+
+
+def assets_dir() -> Path:
+    """``assets/`` of the checkout, or the copy installed inside the package."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "assets", here / "_assets"):
+        if (candidate / "networks").is_dir():
+            return candidate
+    raise InputError("the built-in assets are missing", fix="Reinstall placement_core from its checkout")
+
+
+def builtin_networks() -> list[str]:
+    return sorted(p.stem for p in (assets_dir() / "networks").glob("*.json"))
+
+
+def builtin_devices() -> list[str]:
+    return sorted(p.stem for p in (assets_dir() / "devices").glob("*.json"))
+
+
+@lru_cache(maxsize=32)
+def _builtin_network(name: str) -> Graph:
+    path = assets_dir() / "networks" / f"{name}.json"
+    return network_from_dict(read_json(path), source=name)
+
+
+@lru_cache(maxsize=32)
+def _builtin_devices(name: str) -> DeviceGraph:
+    return devices_from_dict(read_json(assets_dir() / "devices" / f"{name}.json"), source=name)
+
+
+def network_from_data(data: Any, source: str | None = None, batch_size: int | None = None) -> Graph:
+    """A network from parsed JSON in either format."""
+    if exprimo.is_exprimo_network(data):
+        return exprimo.network_from_exprimo(data, source=source, batch_size=batch_size)
+    graph = network_from_dict(data, source=source)
+    return graph if batch_size is None else graph.with_batch_size(batch_size)
+
+
+def devices_from_data(data: Any, source: str | None = None) -> DeviceGraph:
+    if exprimo.is_exprimo_devices(data):
+        return exprimo.devices_from_exprimo(data, source=source)
+    return devices_from_dict(data, source=source)
+
+
+def load_network(spec: str, batch_size: int | None = None) -> Graph:
+    """A built-in name (``resnet50``) or a path to a network file."""
+    if spec in builtin_networks():
+        graph = _builtin_network(spec)
+        return graph if batch_size is None else graph.with_batch_size(batch_size)
+    path = Path(spec)
+    if not path.exists():
+        raise InputError(f"{spec!r} is neither a built-in network nor a file", field="network",
+                         fix="Use one of: " + ", ".join(builtin_networks()) + ", or a path to a JSON file")
+    return network_from_data(read_json(path), source=str(path), batch_size=batch_size)
+
+
+def load_devices(spec: str) -> DeviceGraph:
+    """A preset name (``malvik``) or a path to a device-graph file."""
+    if spec in builtin_devices():
+        return _builtin_devices(spec)
+    path = Path(spec)
+    if not path.exists():
+        raise InputError(f"{spec!r} is neither a device preset nor a file", field="devices",
+                         fix="Use one of: " + ", ".join(builtin_devices()) + ", or a path to a JSON file")
+    return devices_from_data(read_json(path), source=str(path))
+
+
+def network_from_upload(content: bytes, filename: str, batch_size: int | None = None) -> Graph:
+    return network_from_data(parse_json(content, filename), source=filename, batch_size=batch_size)
+
+
+def devices_from_upload(content: bytes, filename: str) -> DeviceGraph:
+    return devices_from_data(parse_json(content, filename), source=filename)

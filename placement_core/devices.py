@@ -1,0 +1,201 @@
+"""The device graph: devices, channels and the directed routes that use them.
+
+A transfer from device A to device B queues on the channel that carries the
+route (A, B). One channel may carry several routes, which then contend (the
+thesis' Malvik server shares one PCIe link between CPU->GPU and GPU->GPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import (InputError, check_fields, require_list, require_mapping, require_name,
+                     require_number)
+
+FORMAT = "placement-devices/1"
+KINDS = ("cpu", "gpu")
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    kind: str
+    peak_flops: float
+    memory_bytes: float
+    mem_bandwidth: float
+    model: str = ""
+    # Only the exprimo-2020 profile uses the clock (every cost term lasts at
+    # least one cycle in the thesis' implementation).
+    clock_hz: float | None = None
+
+
+@dataclass(frozen=True)
+class Channel:
+    name: str
+    bandwidth: float  # bytes/s, theoretical
+    latency: float  # s
+    routes: tuple[tuple[str, str], ...]
+
+
+class DeviceGraph:
+    def __init__(self, name: str, devices: list[Device], channels: list[Channel], *,
+                 source: str | None = None):
+        self.name = name
+        self.devices = tuple(devices)
+        self.channels = tuple(channels)
+        self.source = source
+        _validate(self)
+        self.index = {d.name: i for i, d in enumerate(self.devices)}
+        self.route: dict[tuple[int, int], int] = {}
+        for c, ch in enumerate(self.channels):
+            for src, dst in ch.routes:
+                self.route[(self.index[src], self.index[dst])] = c
+
+    def __len__(self) -> int:
+        return len(self.devices)
+
+    def __repr__(self) -> str:
+        return f"DeviceGraph({self.name!r}, {len(self.devices)} devices, {len(self.channels)} channels)"
+
+    @property
+    def names(self) -> list[str]:
+        return [d.name for d in self.devices]
+
+    def channel_for(self, src: int, dst: int) -> Channel:
+        return self.channels[self.route[(src, dst)]]
+
+    def with_memory(self, memory_bytes: dict[str, float]) -> "DeviceGraph":
+        """A copy with some devices' memory replaced (E3's limited variants)."""
+        from dataclasses import replace
+        devs = [replace(d, memory_bytes=memory_bytes.get(d.name, d.memory_bytes)) for d in self.devices]
+        return DeviceGraph(self.name, devs, list(self.channels), source=self.source)
+
+
+def _validate(g: DeviceGraph) -> None:
+    src = g.source
+    if not g.devices:
+        raise InputError("the device graph has no devices", source=src, field="devices",
+                         fix="Add at least one device")
+    names: dict[str, int] = {}
+    for i, d in enumerate(g.devices):
+        if d.name in names:
+            raise InputError(f"duplicate device name {d.name!r} (devices[{names[d.name]}] and devices[{i}])",
+                             source=src, field=f"devices[{i}].name", fix="Give every device a unique name")
+        names[d.name] = i
+        if d.kind not in KINDS:
+            raise InputError(f"kind must be 'cpu' or 'gpu', got {d.kind!r}", source=src,
+                             field=f"devices[{i}].kind", fix='Use "cpu" or "gpu"')
+        for attr in ("peak_flops", "memory_bytes", "mem_bandwidth"):
+            require_number(getattr(d, attr), source=src, field=f"devices[{i}].{attr}", positive=True)
+        if d.clock_hz is not None:
+            require_number(d.clock_hz, source=src, field=f"devices[{i}].clock_hz", positive=True)
+    ch_names: dict[str, int] = {}
+    owner: dict[tuple[str, str], str] = {}
+    for c, ch in enumerate(g.channels):
+        at = f"channels[{c}]"
+        if ch.name in ch_names:
+            raise InputError(f"duplicate channel name {ch.name!r}", source=src, field=f"{at}.name",
+                             fix="Give every channel a unique name")
+        if ch.name in names:
+            raise InputError(f"channel name {ch.name!r} is also a device name", source=src,
+                             field=f"{at}.name", fix="Channels and devices need distinct names")
+        ch_names[ch.name] = c
+        require_number(ch.bandwidth, source=src, field=f"{at}.bandwidth", positive=True)
+        require_number(ch.latency, source=src, field=f"{at}.latency")
+        for r, (a, b) in enumerate(ch.routes):
+            for end in (a, b):
+                if end not in names:
+                    raise InputError(f"route names device {end!r}, which is not in this graph", source=src,
+                                     field=f"{at}.routes[{r}]", fix="Use one of: " + ", ".join(names))
+            if a == b:
+                raise InputError(f"route from {a!r} to itself", source=src, field=f"{at}.routes[{r}]",
+                                 fix="A device needs no route to itself; remove it")
+            if (a, b) in owner:
+                raise InputError(f"route {a} -> {b} is on two channels ({owner[(a, b)]!r} and {ch.name!r})",
+                                 source=src, field=f"{at}.routes[{r}]",
+                                 fix="Each ordered device pair needs exactly one route")
+            owner[(a, b)] = ch.name
+    missing = [(a.name, b.name) for a in g.devices for b in g.devices
+               if a.name != b.name and (a.name, b.name) not in owner]
+    if missing:
+        shown = ", ".join(f"{a} -> {b}" for a, b in missing[:6])
+        more = f" and {len(missing) - 6} more" if len(missing) > 6 else ""
+        raise InputError(f"no route for {shown}{more}; any two devices may have to exchange a tensor",
+                         source=src, field="channels",
+                         fix="Add each missing [SRC, DST] pair to the routes of the channel that carries it")
+
+
+_DEVICE_FIELDS = {"name", "kind", "peak_flops", "memory_bytes", "mem_bandwidth", "model", "clock_hz"}
+_CHANNEL_FIELDS = {"name", "bandwidth", "latency", "routes"}
+
+
+def devices_from_dict(data: Any, source: str | None = None) -> DeviceGraph:
+    data = require_mapping(data, source=source, field=None, what="a device graph")
+    if data.get("format") != FORMAT:
+        raise InputError(f"unknown format {data.get('format')!r}", source=source, field="format",
+                         fix=f'Set "format": "{FORMAT}" (or load an Exprimo device file, which has "comm_channels")')
+    name = require_name(data.get("name", "devices"), source=source, field="name")
+    devices = []
+    for i, raw in enumerate(require_list(data.get("devices"), source=source, field="devices",
+                                         what="a list of devices")):
+        at = f"devices[{i}]"
+        raw = require_mapping(raw, source=source, field=at, what="a device")
+        check_fields(raw, _DEVICE_FIELDS, source=source, at=at)
+        kind = raw.get("kind")
+        if kind not in KINDS:
+            raise InputError(f"kind must be 'cpu' or 'gpu', got {kind!r}", source=source, field=f"{at}.kind",
+                             fix='Use "cpu" or "gpu"')
+        model = raw.get("model", "")
+        if not isinstance(model, str):
+            raise InputError("model must be a string", source=source, field=f"{at}.model")
+        clock = raw.get("clock_hz")
+        devices.append(Device(
+            name=require_name(raw.get("name"), source=source, field=f"{at}.name"),
+            kind=kind,
+            peak_flops=require_number(raw.get("peak_flops"), source=source, field=f"{at}.peak_flops",
+                                      positive=True),
+            memory_bytes=require_number(raw.get("memory_bytes"), source=source, field=f"{at}.memory_bytes",
+                                        positive=True),
+            mem_bandwidth=require_number(raw.get("mem_bandwidth"), source=source,
+                                         field=f"{at}.mem_bandwidth", positive=True),
+            model=model,
+            clock_hz=None if clock is None else require_number(clock, source=source, field=f"{at}.clock_hz",
+                                                               positive=True),
+        ))
+    channels = []
+    for c, raw in enumerate(require_list(data.get("channels", []), source=source, field="channels",
+                                         what="a list of channels")):
+        at = f"channels[{c}]"
+        raw = require_mapping(raw, source=source, field=at, what="a channel")
+        check_fields(raw, _CHANNEL_FIELDS, source=source, at=at)
+        routes = []
+        for r, route in enumerate(require_list(raw.get("routes"), source=source, field=f"{at}.routes",
+                                               what="a list of [SRC, DST] pairs")):
+            if (not isinstance(route, list) or len(route) != 2
+                    or not all(isinstance(x, str) for x in route)):
+                raise InputError(f"expected [SRC, DST] device names, got {route!r}", source=source,
+                                 field=f"{at}.routes[{r}]", fix='Write e.g. ["cpu0", "gpu0"]')
+            routes.append((route[0], route[1]))
+        channels.append(Channel(
+            name=require_name(raw.get("name"), source=source, field=f"{at}.name"),
+            bandwidth=require_number(raw.get("bandwidth"), source=source, field=f"{at}.bandwidth",
+                                     positive=True),
+            latency=require_number(raw.get("latency", 0.0), source=source, field=f"{at}.latency",
+                                   maximum=1e3),
+            routes=tuple(routes),
+        ))
+    return DeviceGraph(name, devices, channels, source=source)
+
+
+def devices_to_dict(g: DeviceGraph) -> dict:
+    devs = []
+    for d in g.devices:
+        item = {"name": d.name, "kind": d.kind, "peak_flops": d.peak_flops, "memory_bytes": d.memory_bytes,
+                "mem_bandwidth": d.mem_bandwidth, "model": d.model}
+        if d.clock_hz is not None:
+            item["clock_hz"] = d.clock_hz
+        devs.append(item)
+    chans = [{"name": c.name, "bandwidth": c.bandwidth, "latency": c.latency,
+              "routes": [list(r) for r in c.routes]} for c in g.channels]
+    return {"format": FORMAT, "name": g.name, "devices": devs, "channels": chans}

@@ -1,0 +1,158 @@
+"""What the simulator takes (compiled arrays, settings) and what it gives back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..cost import CostArrays
+from ..devices import DeviceGraph
+from ..errors import InputError
+from ..graph import Graph
+
+FWD, BWD, UPD = 0, 1, 2
+PHASES = ("fwd", "bwd", "update")
+
+ADMIT_THESIS = 0  # a new batch when every device holding an input op is idle (thesis §3.1.1)
+ADMIT_EAGER = 1  # a new batch whenever fewer than in_flight are running
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    """How the step is run. ``batches`` units run, at most ``in_flight`` at a time."""
+
+    batches: int = 1
+    in_flight: int = 1
+    forward_only: bool = False
+    admission: int = ADMIT_THESIS
+    update_per_step: bool = False  # one weight update after all units (micro-batching)
+    # Ready-queue priority per (unit, phase, op); lower runs first, FIFO among equals.
+    priority: np.ndarray | None = None
+    # Per device: at most this many units with work open on it (0 = no limit).
+    device_cap: np.ndarray | None = None
+
+    def validate(self) -> "SimSettings":
+        for key in ("batches", "in_flight"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise InputError(f"{key.replace('_', '-')} must be a positive integer, got {v!r}",
+                                 field=key, fix="Use 1 or more")
+            if v > 100_000:
+                raise InputError(f"{key.replace('_', '-')} is too large ({v})", field=key,
+                                 fix="Use at most 100000")
+        return self
+
+
+@dataclass
+class Compiled:
+    """The problem as flat arrays: built once, read by every evaluation."""
+
+    n_ops: int
+    n_dev: int
+    n_ch: int
+    par_ptr: np.ndarray
+    par_idx: np.ndarray
+    par_bytes: np.ndarray
+    par_grad: np.ndarray  # gradient bytes sent back along each parent edge
+    ch_ptr: np.ndarray
+    ch_idx: np.ndarray
+    ch_bytes: np.ndarray
+    ch_grad: np.ndarray
+    fwd: np.ndarray  # [ops * devices]
+    bwd: np.ndarray
+    upd: np.ndarray
+    has_update: np.ndarray  # uint8 [ops]
+    out_bytes: np.ndarray
+    static_mem: np.ndarray  # resident weight bytes per op
+    route: np.ndarray  # [devices * devices] channel index, -1 on the diagonal
+    ch_latency: np.ndarray
+    ch_inv_rate: np.ndarray
+    min_transfer: np.ndarray
+    input_ops: np.ndarray
+    op_names: tuple[str, ...] = ()
+    dev_names: tuple[str, ...] = ()
+    ch_names: tuple[str, ...] = ()
+
+
+def compile_problem(graph: Graph, devices: DeviceGraph, costs: CostArrays) -> Compiled:
+    n, d = len(graph), len(devices)
+    par_ptr = np.zeros(n + 1, dtype=np.int32)
+    ch_ptr = np.zeros(n + 1, dtype=np.int32)
+    par_idx, par_bytes, par_grad, ch_idx, ch_bytes, ch_grad = [], [], [], [], [], []
+
+    def grad(p: int, i: int) -> float:
+        # The network's input needs no gradient (unless the profile reproduces a model that sends one).
+        if not costs.input_gradients and graph.ops[p].kind == "input" and not graph.parents[p]:
+            return 0.0
+        return graph.edge_bytes(p, i)
+
+    for i in range(n):
+        for p in graph.parents[i]:
+            par_idx.append(p)
+            par_bytes.append(graph.edge_bytes(p, i))
+            par_grad.append(grad(p, i))
+        par_ptr[i + 1] = len(par_idx)
+        for c in graph.children[i]:
+            ch_idx.append(c)
+            ch_bytes.append(graph.edge_bytes(i, c))
+            ch_grad.append(grad(i, c))
+        ch_ptr[i + 1] = len(ch_idx)
+    route = np.full(d * d, -1, dtype=np.int32)
+    for (a, b), c in devices.route.items():
+        route[a * d + b] = c
+    params = np.array([o.param_bytes for o in graph.ops], dtype=float)
+    return Compiled(
+        n_ops=n, n_dev=d, n_ch=len(devices.channels),
+        par_ptr=par_ptr, par_idx=np.array(par_idx, dtype=np.int32), par_bytes=np.array(par_bytes, dtype=float),
+        par_grad=np.array(par_grad, dtype=float),
+        ch_ptr=ch_ptr, ch_idx=np.array(ch_idx, dtype=np.int32), ch_bytes=np.array(ch_bytes, dtype=float),
+        ch_grad=np.array(ch_grad, dtype=float),
+        fwd=np.ascontiguousarray(costs.fwd, dtype=float).ravel(),
+        bwd=np.ascontiguousarray(costs.bwd, dtype=float).ravel(),
+        upd=np.ascontiguousarray(costs.update, dtype=float).ravel(),
+        has_update=(costs.update > 0).any(axis=1).astype(np.uint8),
+        out_bytes=np.array([o.output_bytes for o in graph.ops], dtype=float),
+        static_mem=params * costs.weight_copies,
+        route=route,
+        ch_latency=np.asarray(costs.ch_latency, dtype=float),
+        ch_inv_rate=np.asarray(costs.ch_inv_rate, dtype=float),
+        min_transfer=np.asarray(costs.min_transfer, dtype=float),
+        input_ops=np.array(graph.sources, dtype=np.int32),
+        op_names=tuple(o.name for o in graph.ops),
+        dev_names=tuple(devices.names),
+        ch_names=tuple(c.name for c in devices.channels),
+    )
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    kind: str  # "op" | "transfer"
+    op: str  # the op that ran, or whose output (fwd) / input gradients (bwd) were sent
+    batch: int
+    phase: str  # "fwd" | "bwd" | "update"
+    resource: str  # device (op) or channel (transfer)
+    start: float
+    end: float
+    src: str | None = None
+    dst: str | None = None
+    bytes: float = 0.0
+
+
+@dataclass
+class SimResult:
+    makespan: float
+    batches: int
+    busy: np.ndarray  # [devices] seconds
+    peak_memory: np.ndarray  # [devices] bytes
+    channel_bytes: np.ndarray  # [channels]
+    channel_busy: np.ndarray  # [channels] seconds
+    transfers: int = 0
+    trace: list[TraceEvent] | None = None
+    # (time, device index, bytes in use) after every event that changed it
+    memory_timeline: list[tuple[float, int, float]] | None = None
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def batch_time(self) -> float:
+        return self.makespan / self.batches

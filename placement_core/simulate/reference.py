@@ -1,0 +1,335 @@
+"""The event simulator in plain Python: the readable reference, and the one that traces.
+
+Semantics (DESIGN §4, thesis §3.1 Algorithms 4-7, Placeto A.5):
+
+* Tasks are (unit, phase, op): the forward of an op, its backward, its weight
+  update. A unit is a batch (or a micro-batch under a pipeline schedule).
+* An op's forward is ready when every input tensor is on its device; its
+  backward when its own forward is done and the gradient from every consumer
+  has arrived; its update when its backward is done (or, with
+  ``update_per_step``, when the backwards of all units are done).
+* A finished forward sends its output once to each other device that has a
+  consumer (the largest edge tensor to that device). A finished backward sends
+  one message per other device holding its inputs, carrying the sum of those
+  inputs' gradients.
+* Each device runs one task at a time from a ready queue, each channel carries
+  one transfer at a time; both ordered by (priority, arrival), i.e. FIFO by
+  default. All events at one instant are handled (in creation order) before
+  idle resources pick their next item, so equal-time arrivals compete fairly.
+* Memory: resident weights from time 0; an activation from its forward until
+  the last local consumer's backward and every send of it are done; a
+  received copy until its consumers' backwards; gradients from production to
+  the backward that consumes them. Peak = maximum after each event.
+
+The compiled kernel (``_kernel.c``) implements exactly this; tests compare them.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from .model import (ADMIT_THESIS, BWD, FWD, PHASES, UPD, Compiled, SimResult, SimSettings,
+                    TraceEvent)
+
+_TASK, _XFER = 0, 1
+
+
+def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = False) -> SimResult:
+    n, nd, U = c.n_ops, c.n_dev, s.batches
+    place = [int(x) for x in placement]
+    # Per op: [(parent, activation bytes, gradient bytes)], [(child, bytes, gradient bytes)].
+    par = [list(zip(c.par_idx[c.par_ptr[i]:c.par_ptr[i + 1]].tolist(),
+                    c.par_bytes[c.par_ptr[i]:c.par_ptr[i + 1]].tolist(),
+                    c.par_grad[c.par_ptr[i]:c.par_ptr[i + 1]].tolist())) for i in range(n)]
+    chi = [list(zip(c.ch_idx[c.ch_ptr[i]:c.ch_ptr[i + 1]].tolist(),
+                    c.ch_bytes[c.ch_ptr[i]:c.ch_ptr[i + 1]].tolist(),
+                    c.ch_grad[c.ch_ptr[i]:c.ch_ptr[i + 1]].tolist())) for i in range(n)]
+    has_upd = [bool(x) for x in c.has_update]
+    training = not s.forward_only
+    prio = None if s.priority is None else np.asarray(s.priority, dtype=float).ravel()
+    cap = None if s.device_cap is None else [int(x) for x in s.device_cap]
+
+    def dur(phase: int, op: int) -> float:
+        arr = c.fwd if phase == FWD else c.bwd if phase == BWD else c.upd
+        return float(arr[op * nd + place[op]])
+
+    # Where each op's output goes: {remote device: largest edge bytes}; local consumers.
+    fwd_dest: list[dict[int, float]] = []
+    local_children: list[list[int]] = []
+    for i in range(n):
+        dests: dict[int, float] = {}
+        loc = []
+        for ch, b, _ in chi[i]:
+            if place[ch] == place[i]:
+                loc.append(ch)
+            else:
+                dests[place[ch]] = max(dests.get(place[ch], 0.0), b)
+        fwd_dest.append(dests)
+        local_children.append(loc)
+    # Gradients a backward sends: {remote device: summed bytes}; an all-zero message
+    # (gradients nobody needs) is not sent, its receivers are released at once.
+    bwd_dest: list[dict[int, float]] = []
+    grad_out = [0.0] * n  # all input gradients a backward produces
+    grad_in = [0.0] * n  # all output gradients a backward consumes
+    for i in range(n):
+        dests: dict[int, float] = {}
+        for p, _, g in par[i]:
+            grad_out[i] += g
+            if place[p] != place[i]:
+                dests[place[p]] = dests.get(place[p], 0.0) + g
+        bwd_dest.append(dests)
+        grad_in[i] = sum(g for _, _, g in chi[i])
+    ops_on = [0] * nd
+    for i in range(n):
+        ops_on[place[i]] += 1
+
+    def tid(u: int, phase: int, op: int) -> int:
+        return (u * 3 + phase) * n + op
+
+    dep = [0] * (U * 3 * n)
+    unit_left = [0] * U
+    for u in range(U):
+        for i in range(n):
+            dep[tid(u, FWD, i)] = len(par[i])
+            dep[tid(u, BWD, i)] = 1 + len(chi[i])
+            dep[tid(u, UPD, i)] = U if s.update_per_step else 1
+        unit_left[u] = n + (n + (0 if s.update_per_step else sum(has_upd)) if training else 0)
+    step_updates_left = sum(has_upd) if (training and s.update_per_step) else 0
+
+    # Resources.
+    running = [-1] * nd
+    dev_q: list[list] = [[] for _ in range(nd)]
+    chan_busy_now = [False] * c.n_ch
+    chan_q: list[list] = [[] for _ in range(c.n_ch)]
+    seq = 0
+    events: list = []
+    xfers: list[tuple] = []  # (unit, direction, op, src, dst, bytes, prio)
+
+    # Results.
+    busy = np.zeros(nd)
+    ch_bytes = np.zeros(c.n_ch)
+    ch_busy = np.zeros(c.n_ch)
+    mem = np.zeros(nd)
+    for i in range(n):
+        mem[place[i]] += c.static_mem[i]
+    peak = mem.copy()
+    act_refs = [0] * (U * n)
+    recv: dict[tuple[int, int, int], list] = {}  # (u, op, dev) -> [refs, bytes]
+    open_units = [0] * nd
+    is_open = set()
+    bwd_done_on = [[0] * nd for _ in range(U)]
+    fwd_done_on = [[0] * nd for _ in range(U)]
+    trace_events: list[TraceEvent] | None = [] if trace else None
+    timeline: list | None = [] if trace else None
+
+    def note_memory(t: float, devs) -> None:
+        for d in devs:
+            if mem[d] > peak[d]:
+                peak[d] = mem[d]
+            if timeline is not None:
+                timeline.append((t, d, float(mem[d])))
+
+    def task_prio(task: int) -> float:
+        return 0.0 if prio is None else float(prio[task])
+
+    def make_ready(task: int) -> None:
+        nonlocal seq
+        op = task % n
+        heapq.heappush(dev_q[place[op]], (task_prio(task), seq, task))
+        seq += 1
+
+    def satisfy(task: int) -> None:
+        dep[task] -= 1
+        if dep[task] == 0:
+            make_ready(task)
+
+    def send(u: int, direction: int, op: int, src: int, dst: int, nbytes: float, p: float) -> None:
+        nonlocal seq
+        xfers.append((u, direction, op, src, dst, nbytes))
+        ch = int(c.route[src * nd + dst])
+        heapq.heappush(chan_q[ch], (p, seq, len(xfers) - 1))
+        seq += 1
+
+    def close_if_done(u: int, d: int) -> None:
+        if cap is not None and (u, d) in is_open:
+            is_open.discard((u, d))
+            open_units[d] -= 1
+
+    def task_done(task: int, t: float) -> None:
+        u, rest = divmod(task, 3 * n)
+        phase, op = divmod(rest, n)
+        d = place[op]
+        running[d] = -1
+        p = task_prio(task)
+        if phase == FWD:
+            refs = len(local_children[op]) + len(fwd_dest[op])
+            act_refs[u * n + op] = refs
+            if refs:
+                mem[d] += c.out_bytes[op]
+            if not training:
+                _release_inputs(u, op, d)
+            for ch in local_children[op]:
+                satisfy(tid(u, FWD, ch))
+            for dst, b in fwd_dest[op].items():
+                send(u, FWD, op, d, dst, b, p)
+            if training:
+                satisfy(tid(u, BWD, op))
+            fwd_done_on[u][d] += 1
+            if not training and fwd_done_on[u][d] == ops_on[d]:
+                close_if_done(u, d)
+        elif phase == BWD:
+            mem[d] += grad_out[op] - grad_in[op]
+            _release_inputs(u, op, d)
+            for pp, _, _ in par[op]:
+                if place[pp] == d or bwd_dest[op][place[pp]] == 0.0:
+                    satisfy(tid(u, BWD, pp))
+            for dst, b in bwd_dest[op].items():
+                if b > 0.0:
+                    send(u, BWD, op, d, dst, b, p)
+            if has_upd[op]:
+                satisfy(tid(0, UPD, op) if s.update_per_step else tid(u, UPD, op))
+            bwd_done_on[u][d] += 1
+            if bwd_done_on[u][d] == ops_on[d]:
+                close_if_done(u, d)
+        else:
+            if s.update_per_step:
+                nonlocal_step[0] -= 1
+                note_memory(t, (d,))
+                return
+        unit_left[u] -= 1
+        if unit_left[u] == 0:
+            state[0] -= 1  # in flight
+        note_memory(t, (d,))
+
+    def _release_inputs(u: int, op: int, d: int) -> None:
+        for pp, _, _ in par[op]:
+            if place[pp] == d:
+                k = u * n + pp
+                act_refs[k] -= 1
+                if act_refs[k] == 0:
+                    mem[d] -= c.out_bytes[pp]
+            else:
+                entry = recv[(u, pp, d)]
+                entry[0] -= 1
+                if entry[0] == 0:
+                    mem[d] -= entry[1]
+
+    def xfer_done(x: int, t: float) -> None:
+        u, direction, op, src, dst, nbytes = xfers[x]
+        chan_busy_now[int(c.route[src * nd + dst])] = False
+        mem[src] -= 0.0 if direction == FWD else nbytes
+        if direction == FWD:
+            k = u * n + op
+            act_refs[k] -= 1
+            if act_refs[k] == 0:
+                mem[src] -= c.out_bytes[op]
+            consumers = [ch for ch, _, _ in chi[op] if place[ch] == dst]
+            recv[(u, op, dst)] = [len(consumers), nbytes]
+            mem[dst] += nbytes
+            for ch in consumers:
+                satisfy(tid(u, FWD, ch))
+        else:
+            mem[dst] += nbytes
+            for pp, _, _ in par[op]:
+                if place[pp] == dst:
+                    satisfy(tid(u, BWD, pp))
+        note_memory(t, (src, dst))
+
+    def idle(d: int) -> bool:
+        return running[d] < 0 and not dev_q[d]
+
+    input_devs = sorted({place[i] for i in c.input_ops.tolist()})
+    state = [0]  # units in flight
+    nonlocal_step = [step_updates_left]
+    admitted = 0
+
+    def admit(t: float) -> None:
+        nonlocal admitted
+        while admitted < U and state[0] < s.in_flight:
+            if s.admission == ADMIT_THESIS and admitted > 0 and not all(idle(d) for d in input_devs):
+                break
+            for i in c.input_ops.tolist():
+                make_ready(tid(admitted, FWD, i))
+            admitted += 1
+            state[0] += 1
+
+    def blocked(task: int) -> bool:
+        if cap is None:
+            return False
+        u, rest = divmod(task, 3 * n)
+        phase, op = divmod(rest, n)
+        d = place[op]
+        return phase == FWD and cap[d] > 0 and (u, d) not in is_open and open_units[d] >= cap[d]
+
+    def dispatch(t: float) -> None:
+        nonlocal seq
+        for d in range(nd):
+            if running[d] >= 0 or not dev_q[d]:
+                continue
+            stash = []
+            chosen = None
+            while dev_q[d]:
+                item = heapq.heappop(dev_q[d])
+                if blocked(item[2]):
+                    stash.append(item)
+                    continue
+                chosen = item
+                break
+            for item in stash:
+                heapq.heappush(dev_q[d], item)
+            if chosen is None:
+                continue
+            task = chosen[2]
+            u, rest = divmod(task, 3 * n)
+            phase, op = divmod(rest, n)
+            if cap is not None and phase == FWD and (u, d) not in is_open:
+                is_open.add((u, d))
+                open_units[d] += 1
+            length = dur(phase, op)
+            running[d] = task
+            busy[d] += length
+            heapq.heappush(events, (t + length, seq, _TASK, task))
+            seq += 1
+            if trace_events is not None:
+                trace_events.append(TraceEvent("op", c.op_names[op], u, PHASES[phase], c.dev_names[d],
+                                               t, t + length))
+        for ch in range(c.n_ch):
+            if chan_busy_now[ch] or not chan_q[ch]:
+                continue
+            _, _, x = heapq.heappop(chan_q[ch])
+            u, direction, op, src, dst, nbytes = xfers[x]
+            length = max(float(c.ch_latency[ch]) + nbytes * float(c.ch_inv_rate[ch]),
+                         float(c.min_transfer[src]))
+            chan_busy_now[ch] = True
+            ch_busy[ch] += length
+            ch_bytes[ch] += nbytes
+            heapq.heappush(events, (t + length, seq, _XFER, x))
+            seq += 1
+            if trace_events is not None:
+                trace_events.append(TraceEvent("transfer", c.op_names[op], u, PHASES[direction],
+                                               c.ch_names[ch], t, t + length, c.dev_names[src],
+                                               c.dev_names[dst], nbytes))
+
+    now = 0.0
+    if timeline is not None:
+        for d in range(nd):
+            timeline.append((0.0, d, float(mem[d])))
+    admit(now)
+    dispatch(now)
+    while events:
+        now = events[0][0]
+        while events and events[0][0] == now:
+            _, _, kind, ident = heapq.heappop(events)
+            if kind == _TASK:
+                task_done(ident, now)
+            else:
+                xfer_done(ident, now)
+        admit(now)
+        dispatch(now)
+    if admitted < U or any(unit_left) or nonlocal_step[0]:
+        raise RuntimeError("simulation stalled: a task never became ready (this is a bug)")
+    return SimResult(makespan=now, batches=U, busy=busy, peak_memory=peak, channel_bytes=ch_bytes,
+                     channel_busy=ch_busy, transfers=len(xfers), trace=trace_events,
+                     memory_timeline=timeline)
