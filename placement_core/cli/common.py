@@ -1,0 +1,119 @@
+"""Shared CLI plumbing: one-line errors with exit status 2, tables, problem options."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Callable, Sequence
+
+from ..errors import InputError
+
+
+class UsageError(Exception):
+    pass
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one ``error:`` line (exit 2), like every other bad input."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def run_safely(build_parser: Callable[[], Parser], argv: Sequence[str]) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.handler(args) or 0)
+    except (InputError, UsageError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as e:  # noqa: BLE001 - a user never sees a traceback
+        print(f"error: unexpected failure: {type(e).__name__}: {e} (please report this)", file=sys.stderr)
+        return 1
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
+    return value
+
+
+def add_problem_options(p: argparse.ArgumentParser) -> None:
+    """The options that define a Problem, shared by simulate and optimize."""
+    p.add_argument("--network", required=True, help="built-in name (see `placement networks`) or a JSON file "
+                                                     "(placement-network/1 or Exprimo's layer format)")
+    p.add_argument("--devices", required=True, help="preset name (see `placement devices`) or a JSON file "
+                                                    "(placement-devices/1 or Exprimo's device format)")
+    p.add_argument("--batch-size", type=positive_int, help="rescale the network to this batch size")
+    p.add_argument("--batches", type=positive_int, default=1, help="batches simulated in total (default 1)")
+    p.add_argument("--in-flight", type=positive_int, default=1,
+                   help="batches in the system at once (default 1; the thesis' pipelining)")
+    p.add_argument("--profile", default="default", choices=["default", "exprimo-2020"],
+                   help="cost profile (default: roofline; exprimo-2020: the thesis' published model)")
+    p.add_argument("--comp-efficiency", type=fraction, help="fraction of peak FLOPS reached (default 0.9)")
+    p.add_argument("--comm-efficiency", type=fraction,
+                   help="fraction of link bandwidth reached (default 0.25, thesis E1)")
+    p.add_argument("--forward-only", action="store_true", help="inference: no backward pass or weight update")
+    p.add_argument("--penalty", default="thesis", choices=["thesis", "placeto", "infeasible"],
+                   help="memory-overflow penalty in the objective (default thesis: +1 ms per MB)")
+
+
+def build_problem(args):
+    from ..catalog import load_devices, load_network
+    from ..problem import Problem
+    from ..simulate import SimSettings
+
+    graph = load_network(args.network, batch_size=args.batch_size)
+    devices = load_devices(args.devices)
+    settings = SimSettings(batches=args.batches, in_flight=args.in_flight, forward_only=args.forward_only)
+    return Problem(graph, devices, profile=args.profile, settings=settings, penalty=args.penalty,
+                   comp_efficiency=args.comp_efficiency, comm_efficiency=args.comm_efficiency)
+
+
+def print_json(data) -> None:
+    json.dump(data, sys.stdout, indent=2, allow_nan=False)
+    sys.stdout.write("\n")
+
+
+def table(rows: list[list[str]], header: list[str], right: Sequence[int] = ()) -> str:
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+
+    def fmt(row):
+        return "  ".join(str(c).rjust(w) if i in right else str(c).ljust(w)
+                         for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
+
+
+def human_bytes(b: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(b) >= scale:
+            return f"{b / scale:.2f} {unit}"
+    return f"{b:.0f} B"
+
+
+def human_seconds(s: float) -> str:
+    if s >= 1:
+        return f"{s:.3f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.3f} ms"
+    return f"{s * 1e6:.1f} us"

@@ -1,0 +1,121 @@
+"""``placement networks``, ``placement devices`` and ``placement simulate``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..catalog import builtin_devices, builtin_networks, load_devices, load_network
+from ..errors import InputError
+from ..jsonio import write_json
+from ..placement import parse_placement_spec
+from .common import add_problem_options, build_problem, human_bytes, human_seconds, print_json, table
+
+
+def register(sub) -> None:
+    p = sub.add_parser("networks", help="list the built-in networks")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(handler=cmd_networks)
+
+    p = sub.add_parser("devices", help="list the device presets")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(handler=cmd_devices)
+
+    p = sub.add_parser("simulate", help="simulate one placement: makespan, busy time, memory, traffic",
+                       description="Simulate one training step of a placement and report makespan, per-device "
+                                   "busy time and peak memory, and per-channel traffic.")
+    add_problem_options(p)
+    p.add_argument("--placement", required=True,
+                   help="single:DEVICE, random:SEED, or a placement file (placement/1 or Exprimo's)")
+    p.add_argument("--trace", metavar="FILE", help="write the event trace as Chrome trace JSON (Perfetto)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(handler=cmd_simulate)
+
+
+def cmd_networks(args) -> int:
+    rows = []
+    for name in builtin_networks():
+        g = load_network(name)
+        t = g.totals()
+        rows.append({"name": name, "ops": len(g), "batch_size": g.batch_size, "fwd_flops": t["fwd_flops"],
+                     "param_bytes": t["param_bytes"]})
+    if args.json:
+        print_json(rows)
+    else:
+        print(table([[r["name"], r["ops"], r["batch_size"], f"{r['fwd_flops'] / 1e12:.2f}",
+                      human_bytes(r["param_bytes"])] for r in rows],
+                    ["network", "ops", "batch", "fwd TFLOP", "parameters"], right=(1, 2, 3, 4)))
+    return 0
+
+
+def cmd_devices(args) -> int:
+    rows = []
+    for name in builtin_devices():
+        g = load_devices(name)
+        rows.append({"name": name, "devices": g.names, "channels": [c.name for c in g.channels],
+                     "memory_bytes": {d.name: d.memory_bytes for d in g.devices}})
+    if args.json:
+        print_json(rows)
+    else:
+        print(table([[r["name"], len(r["devices"]), len(r["channels"]),
+                      ", ".join(f"{d}" for d in r["devices"])] for r in rows],
+                    ["preset", "devices", "channels", "names"], right=(1, 2)))
+    return 0
+
+
+def simulation_report(problem, placement_spec: str, ev) -> dict:
+    r = ev.result
+    devices = {}
+    for i, d in enumerate(problem.devices.devices):
+        devices[d.name] = {"kind": d.kind, "busy_s": float(r.busy[i]), "idle_s": float(r.makespan - r.busy[i]),
+                           "peak_memory_bytes": float(r.peak_memory[i]), "memory_bytes": float(d.memory_bytes),
+                           "overflow_bytes": float(ev.overflow[i])}
+    channels = {c.name: {"bytes": float(r.channel_bytes[j]), "busy_s": float(r.channel_busy[j])}
+                for j, c in enumerate(problem.devices.channels)}
+    return {"network": problem.graph.name, "ops": len(problem.graph), "batch_size": problem.graph.batch_size,
+            "device_graph": problem.devices.name, "profile": problem.profile.name, "placement": placement_spec,
+            "batches": r.batches, "in_flight": problem.settings.in_flight,
+            "forward_only": problem.settings.forward_only, "makespan_s": r.makespan,
+            "batch_time_s": r.batch_time, "objective_s": ev.objective, "penalty": problem.penalty,
+            "feasible": ev.feasible, "transfers": r.transfers, "devices": devices, "channels": channels}
+
+
+def cmd_simulate(args) -> int:
+    problem = build_problem(args)
+    placement = parse_placement_spec(args.placement, problem.graph, problem.devices)
+    ev = problem.simulate(placement, trace=bool(args.trace))
+    if args.trace:
+        from ..simulate.chrome import chrome_trace
+        path = Path(args.trace)
+        if path.is_dir():
+            raise InputError("is a directory", source=args.trace, field="--trace", fix="Give a file name")
+        write_json(path, chrome_trace(ev.result, problem.devices.names,
+                                      [c.name for c in problem.devices.channels],
+                                      title=f"{problem.graph.name} on {problem.devices.name}"), indent=None)
+    report = simulation_report(problem, args.placement, ev)
+    if args.json:
+        print_json(report)
+        return 0
+    r = ev.result
+    print(f"{report['network']} ({report['ops']} ops, batch {report['batch_size']}) on {report['device_graph']}, "
+          f"profile {report['profile']}, {r.batches} batch(es), {report['in_flight']} in flight"
+          + (", forward only" if report["forward_only"] else ""))
+    print(f"placement {args.placement}: makespan {human_seconds(r.makespan)}, batch time "
+          f"{human_seconds(r.batch_time)}, {r.transfers} transfers, "
+          + ("fits in memory" if ev.feasible else "OVERFLOWS memory") + f", objective {ev.objective:.6g} s")
+    print()
+    rows = []
+    for name, d in report["devices"].items():
+        util = d["busy_s"] / r.makespan if r.makespan > 0 else 0.0
+        rows.append([name, d["kind"], human_seconds(d["busy_s"]), f"{util:.0%}", human_bytes(d["peak_memory_bytes"]),
+                     human_bytes(d["memory_bytes"]), human_bytes(d["overflow_bytes"]) if d["overflow_bytes"] else "-"])
+    print(table(rows, ["device", "kind", "busy", "util", "peak memory", "capacity", "overflow"],
+                right=(2, 3, 4, 5, 6)))
+    if report["channels"]:
+        print()
+        rows = [[name, human_bytes(c["bytes"]), human_seconds(c["busy_s"]),
+                 f"{c['busy_s'] / r.makespan:.0%}" if r.makespan > 0 else "0%"]
+                for name, c in report["channels"].items()]
+        print(table(rows, ["channel", "traffic", "busy", "util"], right=(1, 2, 3)))
+    if args.trace:
+        print(f"\ntrace written to {args.trace} (open it in https://ui.perfetto.dev)")
+    return 0

@@ -1,0 +1,156 @@
+"""The `placement` command: listing, simulate (table, JSON, trace) and one-line errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from placement_core.catalog import builtin_devices, builtin_networks, load_network
+from placement_core.cli import main
+from test_exprimo_and_cost import NET
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_lists(capsys):
+    code, out, _ = run(capsys, "networks", "--json")
+    assert code == 0
+    assert [r["name"] for r in json.loads(out)] == ["alexnet", "inception_v3", "resnet50", "vgg16"]
+    code, out, _ = run(capsys, "devices")
+    assert code == 0 and "malvik-4gpu-limited-resnet50" in out and "nvlink-8gpu" in out
+
+
+@pytest.mark.parametrize("network", builtin_networks())
+@pytest.mark.parametrize("devices", builtin_devices())
+def test_simulate_every_network_on_every_preset(capsys, network, devices):
+    code, out, err = run(capsys, "simulate", "--network", network, "--devices", devices, "--placement", "random:3",
+                         "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["makespan_s"] > 0 and r["batch_time_s"] == r["makespan_s"]
+    assert isinstance(r["feasible"], bool)
+    for d in r["devices"].values():
+        assert set(d) >= {"busy_s", "peak_memory_bytes", "memory_bytes", "overflow_bytes"}
+        assert 0 <= d["busy_s"] <= r["makespan_s"]
+        assert d["overflow_bytes"] == max(0.0, d["peak_memory_bytes"] - d["memory_bytes"])
+    assert r["feasible"] == all(d["overflow_bytes"] == 0 for d in r["devices"].values())
+    for c in r["channels"].values():
+        assert c["bytes"] >= 0 and c["busy_s"] >= 0
+
+
+def test_simulate_table_and_options(capsys):
+    code, out, _ = run(capsys, "simulate", "--network", "resnet50", "--devices", "malvik", "--placement",
+                       "single:gpu0", "--batch-size", "32", "--batches", "4", "--in-flight", "2")
+    assert code == 0
+    assert "resnet50 (176 ops, batch 32) on malvik" in out
+    assert "4 batch(es), 2 in flight" in out
+    assert "gpu0" in out and "peak memory" in out and "fits in memory" in out
+    code, out, _ = run(capsys, "simulate", "--network", "resnet50", "--devices", "malvik", "--placement",
+                       "single:gpu0", "--json", "--forward-only")
+    fwd_only = json.loads(out)
+    code, out, _ = run(capsys, "simulate", "--network", "resnet50", "--devices", "malvik", "--placement",
+                       "single:gpu0", "--json")
+    full = json.loads(out)
+    assert fwd_only["forward_only"] and fwd_only["makespan_s"] < full["makespan_s"] / 2
+
+
+def test_simulate_single_device_equals_sum_of_op_times(capsys):
+    """Default profile, ResNet-50 on one V100: the CLI's makespan is the sum of the roofline times."""
+    from placement_core import Problem, load_devices
+    p = Problem(load_network("resnet50"), load_devices("malvik"))
+    expected = p.costs.fwd[:, 1].sum() + p.costs.bwd[:, 1].sum() + p.costs.update[:, 1].sum()
+    code, out, _ = run(capsys, "simulate", "--network", "resnet50", "--devices", "malvik", "--placement",
+                       "single:gpu0", "--json")
+    assert json.loads(out)["makespan_s"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_trace_file_is_chrome_trace_json(capsys, tmp_path):
+    path = tmp_path / "trace.json"
+    code, _, _ = run(capsys, "simulate", "--network", "alexnet", "--devices", "malvik", "--placement", "random:1",
+                     "--trace", str(path))
+    assert code == 0
+    data = json.loads(path.read_text())
+    events = data["traceEvents"]
+    names = {(e["pid"], e["args"]["name"]) for e in events if e.get("name") == "thread_name"}
+    assert names == {(1, "cpu0"), (1, "gpu0"), (1, "gpu1"), (2, "pcie0"), (2, "pcie1")}
+    spans = [e for e in events if e["ph"] == "X"]
+    ops = [e for e in spans if e["pid"] == 1]
+    graph = load_network("alexnet")
+    n_params = sum(1 for o in graph.ops if o.param_bytes > 0)
+    assert len(ops) == 2 * len(graph) + n_params  # forward, backward, update
+    assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in spans)
+    assert any(e["ph"] == "C" for e in events)  # memory counters
+
+
+def test_exprimo_files_are_detected(capsys, tmp_path):
+    net = tmp_path / "tiny.json"
+    net.write_text(json.dumps(NET))
+    placement = tmp_path / "placement.json"
+    placement.write_text(json.dumps({n: 1 for n in ["data", "conv1", "pool1", "mix/a", "mix/b", "mix/inner/d",
+                                                       "mix/cat", "fc", "softmax"]}))
+    code, out, err = run(capsys, "simulate", "--network", str(net), "--devices", "malvik", "--placement",
+                         str(placement), "--profile", "exprimo-2020", "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["ops"] == 9 and r["batch_size"] == 128  # the thesis' batch override
+    assert r["devices"]["gpu0"]["busy_s"] == pytest.approx(r["makespan_s"])
+
+
+@pytest.mark.parametrize("argv, text", [
+    (["simulate", "--network", "nope", "--devices", "malvik", "--placement", "single:gpu0"],
+     "network: 'nope' is neither a built-in network nor a file"),
+    (["simulate", "--network", "resnet50", "--devices", "nope", "--placement", "single:gpu0"],
+     "devices: 'nope' is neither a device preset nor a file"),
+    (["simulate", "--network", "resnet50", "--devices", "malvik", "--placement", "single:tpu0"],
+     "unknown device 'tpu0'. Use one of: cpu0, gpu0, gpu1"),
+    (["simulate", "--network", "resnet50", "--devices", "malvik", "--placement", "random:x"],
+     "random seed must be a non-negative integer"),
+    (["simulate", "--network", "resnet50", "--devices", "malvik", "--placement", "nofile.json"],
+     "no such placement file"),
+    (["simulate", "--network", "resnet50", "--devices", "malvik", "--placement", "single:gpu0", "--batches", "0"],
+     "argument --batches: expected a positive integer"),
+    (["simulate", "--network", "resnet50", "--devices", "malvik", "--placement", "single:gpu0",
+      "--comm-efficiency", "2"], "expected a number in (0, 1]"),
+    (["simulate", "--network", "resnet50", "--devices", "malvik"], "the following arguments are required: --placement"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+])
+def test_bad_input_is_one_error_line_with_status_2(capsys, argv, text):
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("error: ")
+    assert text in err
+
+
+@pytest.mark.parametrize("content, text", [
+    ("{not json", "is not valid JSON: Expecting property name enclosed in double quotes at line 1, column 2"),
+    ('{"format": "placement-network/1", "name": "x", "ops": [{"name": "a", "fwd_flops": NaN}]}',
+     "contains NaN, which is not a number"),
+    ('{"format": "placement-network/1", "name": "x", "ops": [{"name": "a", "inputs": ["b"]}, {"name": "b", '
+     '"inputs": ["a"]}]}', "the network has a cycle: "),
+    ('[1, 2]', "expected a network (a JSON object), got a list"),
+])
+def test_bad_network_files(capsys, tmp_path, content, text):
+    path = tmp_path / "net.json"
+    path.write_text(content)
+    code, _, err = run(capsys, "simulate", "--network", str(path), "--devices", "malvik", "--placement", "random:1")
+    assert code == 2 and err.startswith(f"error: {path}") and text in err and err.count("\n") == 1
+
+
+def test_console_script_runs_without_traceback(tmp_path):
+    bad = tmp_path / "d.json"
+    bad.write_text(json.dumps({"format": "placement-devices/1", "name": "x", "devices": [
+        {"name": "a", "kind": "gpu", "peak_flops": 1, "memory_bytes": 1, "mem_bandwidth": 1},
+        {"name": "b", "kind": "gpu", "peak_flops": 1, "memory_bytes": 1, "mem_bandwidth": 1}], "channels": []}))
+    proc = subprocess.run([sys.executable, "-m", "placement_core", "simulate", "--network", "alexnet", "--devices",
+                           str(bad), "--placement", "single:a"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == (f"error: {bad}: channels: no route for a -> b, b -> a; any two devices may have "
+                                   "to exchange a tensor. Add each missing [SRC, DST] pair to the routes of the "
+                                   "channel that carries it")

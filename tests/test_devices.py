@@ -1,0 +1,117 @@
+"""Device graphs: the format, validation messages, presets, Exprimo import."""
+
+import pytest
+
+from placement_core.catalog import builtin_devices, load_devices
+from placement_core.devices import devices_from_dict, devices_to_dict
+from placement_core.errors import InputError
+from placement_core.exprimo import devices_from_exprimo
+
+
+def graph(devices=None, channels=None):
+    devices = devices if devices is not None else [
+        {"name": "cpu0", "kind": "cpu", "peak_flops": 1e12, "memory_bytes": 1e11, "mem_bandwidth": 1e11},
+        {"name": "gpu0", "kind": "gpu", "peak_flops": 1e13, "memory_bytes": 1e10, "mem_bandwidth": 9e11},
+    ]
+    channels = channels if channels is not None else [
+        {"name": "pcie", "bandwidth": 16e9, "latency": 1e-5, "routes": [["cpu0", "gpu0"], ["gpu0", "cpu0"]]}]
+    return {"format": "placement-devices/1", "name": "g", "devices": devices, "channels": channels}
+
+
+def test_round_trip_and_routes():
+    g = devices_from_dict(graph())
+    assert g.route == {(0, 1): 0, (1, 0): 0}
+    assert devices_from_dict(devices_to_dict(g)).devices == g.devices
+    assert devices_to_dict(devices_from_dict(devices_to_dict(g))) == devices_to_dict(g)
+
+
+def cpu(name="c", **kw):
+    return {"name": name, "kind": "cpu", "peak_flops": 1e12, "memory_bytes": 1e9, "mem_bandwidth": 1e9, **kw}
+
+
+@pytest.mark.parametrize("data, field, text", [
+    (graph(channels=[]), "channels", "no route for cpu0 -> gpu0, gpu0 -> cpu0"),
+    (graph(channels=[{"name": "p", "bandwidth": 1, "routes": [["cpu0", "gpu0"]]}]), "channels",
+     "no route for gpu0 -> cpu0"),
+    (graph(channels=[{"name": "p", "bandwidth": 0, "routes": []}]), "channels[0].bandwidth", "must be positive"),
+    (graph(channels=[{"name": "p", "bandwidth": -5, "routes": []}]), "channels[0].bandwidth", "must be positive"),
+    (graph(devices=[cpu(peak_flops=0)], channels=[]), "devices[0].peak_flops", "must be positive"),
+    (graph(devices=[cpu(memory_bytes=0)], channels=[]), "devices[0].memory_bytes", "must be positive"),
+    (graph(devices=[cpu(mem_bandwidth=-1)], channels=[]), "devices[0].mem_bandwidth", "must be positive"),
+    (graph(devices=[cpu("x"), cpu("x")], channels=[]), "devices[1].name", "duplicate device name 'x'"),
+    (graph(devices=[cpu(kind="tpu")], channels=[]), "devices[0].kind", "'cpu' or 'gpu'"),
+    (graph(devices=[], channels=[]), "devices", "no devices"),
+    (graph(channels=[{"name": "p", "bandwidth": 1, "routes": [["cpu0", "gpu9"]]}]), "channels[0].routes[0]",
+     "'gpu9', which is not in this graph"),
+    (graph(channels=[{"name": "p", "bandwidth": 1, "routes": [["cpu0", "gpu0"], ["gpu0", "cpu0"]]},
+                     {"name": "q", "bandwidth": 1, "routes": [["cpu0", "gpu0"]]}]),
+     "channels[1].routes[0]", "on two channels"),
+    (graph(channels=[{"name": "p", "bandwidth": 1, "routes": ["cpu0"]}]), "channels[0].routes[0]",
+     "[SRC, DST]"),
+    (graph(channels=[{"name": "p", "bandwidth": 1, "routes": [], "bw": 3}]), "channels[0]", "unknown field 'bw'"),
+    (graph(channels=[{"name": "cpu0", "bandwidth": 1, "routes": [["cpu0", "gpu0"], ["gpu0", "cpu0"]]}]),
+     "channels[0].name", "also a device name"),
+])
+def test_validation_errors(data, field, text):
+    with pytest.raises(InputError) as e:
+        devices_from_dict(data, source="d.json")
+    assert e.value.field == field, str(e.value)
+    assert text in str(e.value)
+    assert str(e.value).startswith("d.json: ")
+
+
+def test_presets():
+    assert set(builtin_devices()) >= {"malvik", "luke01", "malvik-4gpu", "malvik-4gpu-limited-alexnet",
+                                       "malvik-4gpu-limited-resnet50", "malvik-4gpu-limited-inception",
+                                       "nvlink-8gpu"}
+    malvik = load_devices("malvik")
+    assert malvik.names == ["cpu0", "gpu0", "gpu1"]
+    gpu = malvik.devices[1]
+    assert (gpu.peak_flops, gpu.memory_bytes, gpu.mem_bandwidth) == (14000e9, 32e9, 900e9)  # V100, Table 4.1
+    assert malvik.devices[0].peak_flops == 1800e9
+    # each GPU on its own PCIe3 x16 (128 Gbit/s); CPU->GPU and GPU->GPU share the sender's link
+    assert [c.bandwidth for c in malvik.channels] == [16e9, 16e9]
+    assert malvik.channel_for(0, 1).name == malvik.channel_for(1, 2).name == "pcie0"
+    assert malvik.channel_for(2, 1).name == "pcie1"
+    assert load_devices("luke01").devices[1].peak_flops == 9300e9  # P100, Table 4.2
+    assert [d.memory_bytes for d in load_devices("malvik-4gpu-limited-alexnet").devices[1:]] == [200e6] * 4
+    assert [d.memory_bytes for d in load_devices("malvik-4gpu-limited-resnet50").devices[1:]] == [2.5e9] * 4
+    assert [d.memory_bytes for d in load_devices("malvik-4gpu-limited-inception").devices[1:]] == [2.5e9] * 4
+    nv = load_devices("nvlink-8gpu")
+    assert sum(d.kind == "gpu" for d in nv.devices) == 8
+    assert len(nv.route) == 9 * 8
+
+
+EXPRIMO = {
+    "comm_channels": [{"type": "pcie3", "bandwidth": 128}, {"type": "pcie3", "bandwidth": 64}],
+    "devices": [
+        {"model": "Xeon", "clock": 2000, "peak_gflops": 1800, "memory": 395, "mem_bandwidth": 76.8, "type": "cpu",
+         "neighbours": [{"comm_channel": 0, "device": 1}, {"comm_channel": 1, "device": 2}]},
+        {"model": "V100", "clock": 1312, "peak_gflops": 14000, "memory": 32, "mem_bandwidth": 900, "type": "gpu",
+         "neighbours": [{"comm_channel": 0, "device": 0}, {"comm_channel": 0, "device": 2}]},
+        {"model": "V100", "clock": 1312, "peak_gflops": 14000, "memory": 32, "mem_bandwidth": 900, "type": "gpu",
+         "neighbours": [{"comm_channel": 1, "device": 0}, {"comm_channel": 1, "device": 1}]},
+    ],
+}
+
+
+def test_exprimo_device_import():
+    g = devices_from_exprimo(EXPRIMO, source="malvik.json")
+    assert g.names == ["cpu0", "gpu0", "gpu1"]
+    assert g.name == "malvik"
+    cpu, gpu = g.devices[0], g.devices[1]
+    assert (cpu.peak_flops, cpu.memory_bytes, cpu.mem_bandwidth, cpu.clock_hz) == (1800e9, 395e9, 76.8e9, 2000e6)
+    assert gpu.model == "V100" and gpu.kind == "gpu"
+    assert [c.bandwidth for c in g.channels] == [16e9, 8e9]  # Gbit/s -> bytes/s
+    assert [c.latency for c in g.channels] == [0.0, 0.0]
+    # neighbour (c, j) of device i is the route i -> j on channel c
+    assert g.route == {(0, 1): 0, (0, 2): 1, (1, 0): 0, (1, 2): 0, (2, 0): 1, (2, 1): 1}
+
+
+def test_exprimo_device_errors():
+    bad = {**EXPRIMO, "devices": [dict(EXPRIMO["devices"][0], neighbours=[{"comm_channel": 5, "device": 1}])]}
+    with pytest.raises(InputError, match="comm_channel 5 is not a channel index"):
+        devices_from_exprimo(bad)
+    lonely = {**EXPRIMO, "devices": [dict(d, neighbours=[]) for d in EXPRIMO["devices"]]}
+    with pytest.raises(InputError, match="no route for cpu0 -> gpu0"):
+        devices_from_exprimo(lonely)

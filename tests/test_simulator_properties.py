@@ -1,0 +1,126 @@
+"""Invariants of the simulator on random DAGs, random device graphs and random placements."""
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from placement_core.devices import Channel, Device, DeviceGraph
+from placement_core.graph import Graph, Op
+from placement_core.problem import Problem
+from placement_core.simulate import ADMIT_EAGER, SimSettings
+
+
+@st.composite
+def instances(draw):
+    n = draw(st.integers(1, 12))
+    nd = draw(st.integers(1, 4))
+    devs = [Device(f"dev{j}", "cpu", 1e9, 1e12, 1e9) for j in range(nd)]
+    ops = []
+    for i in range(n):
+        parents = draw(st.lists(st.integers(0, i - 1), max_size=3, unique=True)) if i else []
+        times = {f"dev{j}": {"fwd": draw(st.floats(0.0, 5.0)), "bwd": draw(st.floats(0.0, 5.0))}
+                 for j in range(nd)}
+        ops.append(Op(name=f"op{i}", inputs=tuple(f"op{p}" for p in parents),
+                      output_bytes=draw(st.integers(0, 1000)), param_bytes=draw(st.sampled_from([0, 0, 500])),
+                      times=times))
+    # channels: every ordered pair on one of k channels
+    k = draw(st.integers(1, 3))
+    routes = [[] for _ in range(k)]
+    for a in range(nd):
+        for b in range(nd):
+            if a != b:
+                routes[draw(st.integers(0, k - 1))].append((f"dev{a}", f"dev{b}"))
+    chans = [Channel(f"ch{c}", draw(st.floats(10.0, 1000.0)), draw(st.floats(0.0, 0.5)), tuple(r))
+             for c, r in enumerate(routes)]
+    placement = draw(st.lists(st.integers(0, nd - 1), min_size=n, max_size=n))
+    batches = draw(st.integers(1, 3))
+    sim = SimSettings(batches=batches, in_flight=draw(st.integers(1, batches)),
+                      forward_only=draw(st.booleans()),
+                      admission=draw(st.sampled_from([0, ADMIT_EAGER])),
+                      update_per_step=draw(st.booleans()))
+    return Graph("random", ops), DeviceGraph("random", devs, chans), np.array(placement, dtype=np.int32), sim
+
+
+def make(graph, devs, sim):
+    return Problem(graph, devs, settings=sim, comm_efficiency=1.0)
+
+
+common = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@common
+@given(instances())
+def test_kernel_matches_reference(inst):
+    graph, devs, placement, sim = inst
+    p = make(graph, devs, sim)
+    fast = p.simulate(placement).result
+    ref = p.simulate(placement, trace=True).result
+    assert fast.makespan == ref.makespan
+    assert np.array_equal(fast.busy, ref.busy)
+    assert np.array_equal(fast.peak_memory, ref.peak_memory)
+    assert np.array_equal(fast.channel_bytes, ref.channel_bytes)
+    assert np.array_equal(fast.channel_busy, ref.channel_busy)
+    assert fast.transfers == ref.transfers
+
+
+@common
+@given(instances())
+def test_makespan_lower_bounds(inst):
+    graph, devs, placement, sim = inst
+    p = make(graph, devs, sim)
+    r = p.simulate(placement).result
+    fwd_min = p.costs.fwd.min(axis=1)
+    bwd_min = 0 * fwd_min if sim.forward_only else p.costs.bwd.min(axis=1)
+    upd_min = 0 * fwd_min if sim.forward_only else p.costs.update.min(axis=1)
+    # Longest path, each op at its fastest device: forward along the path, backward back along it.
+    longest = np.zeros(len(graph))
+    for i in range(len(graph)):
+        longest[i] = fwd_min[i] + bwd_min[i] + max((longest[q] for q in graph.parents[i]), default=0.0)
+    eps = 1e-9 * max(1.0, r.makespan)
+    assert r.makespan >= longest.max() - eps
+    # Total work spread perfectly over every device.
+    work = sim.batches * (fwd_min.sum() + bwd_min.sum()) + (1 if sim.update_per_step else sim.batches) * upd_min.sum()
+    assert r.makespan >= work / len(devs) - eps
+    # No device is busy longer than the step.
+    assert (r.busy <= r.makespan + eps).all()
+
+
+@common
+@given(instances())
+def test_deterministic_and_independent_of_names(inst):
+    graph, devs, placement, sim = inst
+    p = make(graph, devs, sim)
+    a = p.simulate(placement).result
+    b = p.simulate(placement).result
+    renamed = graph.renamed({op.name: f"zz_{len(graph) - i}_{op.name[::-1]}" for i, op in enumerate(graph.ops)})
+    c = make(renamed, devs, sim).simulate(placement, trace=True).result
+    assert a.makespan == b.makespan == c.makespan
+    assert np.array_equal(a.peak_memory, c.peak_memory)
+
+
+@common
+@given(instances())
+def test_peak_memory_holds_the_weights(inst):
+    graph, devs, placement, sim = inst
+    p = make(graph, devs, sim)
+    r = p.simulate(placement).result
+    copies = p.costs.weight_copies
+    weights = np.zeros(len(devs))
+    for i, o in enumerate(graph.ops):
+        weights[placement[i]] += copies * o.param_bytes
+    assert (r.peak_memory >= weights).all()
+
+
+@common
+@given(instances())
+def test_everything_on_one_device_runs_back_to_back(inst):
+    graph, devs, placement, sim = inst
+    placement = np.zeros(len(graph), dtype=np.int32)
+    p = make(graph, devs, SimSettings(forward_only=sim.forward_only))
+    r = p.simulate(placement).result
+    total = p.costs.fwd[:, 0].sum()
+    if not sim.forward_only:
+        total += p.costs.bwd[:, 0].sum() + p.costs.update[:, 0].sum()
+    assert r.makespan == np.float64(r.busy[0])
+    assert abs(r.makespan - total) <= 1e-9 * max(total, 1)
+    assert r.transfers == 0
