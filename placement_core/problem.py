@@ -61,6 +61,16 @@ class Problem:
         self.simulator = Simulator(self.compiled, self.settings, fast=fast)
         self.capacity = np.array([d.memory_bytes for d in devices.devices], dtype=float)
 
+    # Pickled as its inputs and rebuilt on arrival: worker processes and Dask workers get the
+    # network once and compile their own kernel (the C object itself cannot be pickled).
+    def __getstate__(self) -> dict:
+        return {"graph": self.graph, "devices": self.devices, "profile": self.profile, "settings": self.settings,
+                "penalty": self.penalty}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["graph"], state["devices"], profile=state["profile"], settings=state["settings"],
+                      penalty=state["penalty"])
+
     def __repr__(self) -> str:
         return (f"Problem({self.graph.name!r} on {self.devices.name!r}, profile={self.profile.name!r}, "
                 f"batches={self.settings.batches}, penalty={self.penalty!r})")

@@ -1,0 +1,69 @@
+"""Placement optimizers behind one ask/tell interface, and ``run`` to drive any of them.
+
+    from placement_core.optimize import run
+    result = run(problem, "ga", evaluations=20_000, seed=1)
+"""
+
+from __future__ import annotations
+
+from ..errors import InputError
+from ..problem import Problem
+from .base import OptimizeResult, Optimizer, Param, Progress
+from .cem import CrossEntropy
+from .driver import drive
+from .genetic import GeneticAlgorithm
+from .local import HillClimbing, RandomSearch, SimulatedAnnealing
+from .map_elites import MapElites
+
+ALGORITHMS: dict[str, type[Optimizer]] = {}
+
+
+def register(cls: type[Optimizer]) -> type[Optimizer]:
+    ALGORITHMS[cls.name] = cls
+    return cls
+
+
+for _cls in (GeneticAlgorithm, MapElites, HillClimbing, SimulatedAnnealing, RandomSearch, CrossEntropy):
+    register(_cls)
+
+# HEFT and the baselines register themselves when their modules import cleanly.
+from . import baselines as _baselines  # noqa: E402,F401
+from . import heft as _heft  # noqa: E402,F401
+
+
+def algorithm_class(name: str) -> type[Optimizer]:
+    if name not in ALGORITHMS:
+        raise InputError(f"unknown algorithm {name!r}", field="algorithm", fix="Use one of: " + ", ".join(ALGORITHMS))
+    return ALGORITHMS[name]
+
+
+def make_optimizer(problem: Problem, algorithm: str, *, seed: int = 0, params: dict | None = None,
+                   initial=None, evaluations: int | None = None, **extra) -> Optimizer:
+    cls = algorithm_class(algorithm)
+    params = dict(params or {})
+    # Schedules that span the run (annealing's cooling, CEM's epsilon) default to the budget.
+    if "steps" in cls.PARAMS and "steps" not in params and evaluations:
+        params["steps"] = evaluations
+    return cls(problem, seed=seed, initial=initial, **params, **extra)
+
+
+def run(problem: Problem, algorithm: str, *, evaluations: int | None = None, seconds: float | None = None,
+        seed: int = 0, params: dict | None = None, initial=None, workers: int = 1, dask=None, evaluator=None,
+        progress=None, stop=None, **extra) -> OptimizeResult:
+    """Optimize ``problem`` with ``algorithm`` within the budget; see :func:`.driver.drive`."""
+    from ..parallel import make_evaluator
+
+    optimizer = make_optimizer(problem, algorithm, seed=seed, params=params, initial=initial,
+                               evaluations=evaluations, **extra)
+    own = evaluator is None
+    evaluator = evaluator or make_evaluator(problem, workers=workers, dask=dask)
+    try:
+        return drive(optimizer, evaluations=evaluations, seconds=seconds, evaluator=evaluator, progress=progress,
+                     stop=stop)
+    finally:
+        if own:
+            evaluator.close()
+
+
+__all__ = ["ALGORITHMS", "OptimizeResult", "Optimizer", "Param", "Progress", "algorithm_class", "drive",
+           "make_optimizer", "register", "run"]

@@ -1,0 +1,181 @@
+"""The MAP-Elites archive and the niche descriptors (thesis §3.2.3).
+
+A descriptor maps placements to an integer bin along one dimension; the
+archive keeps, per niche (a tuple of bins), the best placement seen. The
+thesis' three dimensions are the most-used device, the number of devices used
+and the number of cross-device edges (40 bins scaled by the most possible).
+Descriptors are plain objects, so users can plug in their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InputError
+from ..problem import Problem
+
+
+@dataclass
+class Descriptor:
+    """One archive dimension: ``bins(placements) -> int array`` with values in [0, size)."""
+
+    name: str
+    label: str
+    size: int
+
+    def values(self, problem: Problem, placements: np.ndarray) -> np.ndarray:
+        """The raw (unbinned) value, for display."""
+        raise NotImplementedError
+
+    def bins(self, problem: Problem, placements: np.ndarray) -> np.ndarray:
+        return self.values(problem, placements).astype(np.int64)
+
+    def tick_labels(self, problem: Problem) -> list[str]:
+        return [str(i) for i in range(self.size)]
+
+
+class MostUsedDevice(Descriptor):
+    def __init__(self, problem: Problem):
+        super().__init__("most_used_device", "most-used device", problem.n_devices)
+
+    def values(self, problem, placements):
+        counts = np.stack([(placements == d).sum(axis=1) for d in range(problem.n_devices)], axis=1)
+        return counts.argmax(axis=1)  # ties: the lowest device index
+
+    def tick_labels(self, problem):
+        return list(problem.devices.names)
+
+
+class DevicesUsed(Descriptor):
+    def __init__(self, problem: Problem):
+        super().__init__("devices_used", "devices used", problem.n_devices)
+
+    def values(self, problem, placements):
+        used = np.stack([(placements == d).any(axis=1) for d in range(problem.n_devices)], axis=1)
+        return used.sum(axis=1)
+
+    def bins(self, problem, placements):
+        return self.values(problem, placements) - 1
+
+    def tick_labels(self, problem):
+        return [str(i + 1) for i in range(self.size)]
+
+
+class CrossDeviceEdges(Descriptor):
+    def __init__(self, problem: Problem, bins: int = 40):
+        super().__init__("cross_device_edges", "cross-device edges", bins)
+        edges = problem.graph.edges()
+        self._src = np.array([e[0] for e in edges], dtype=np.int64)
+        self._dst = np.array([e[1] for e in edges], dtype=np.int64)
+        self.max_edges = max(len(edges), 1)
+
+    def values(self, problem, placements):
+        if len(self._src) == 0:
+            return np.zeros(len(placements), dtype=np.int64)
+        return (placements[:, self._src] != placements[:, self._dst]).sum(axis=1)
+
+    def bins(self, problem, placements):
+        v = self.values(problem, placements)
+        return np.rint(v / self.max_edges * (self.size - 1)).astype(np.int64)
+
+    def tick_labels(self, problem):
+        return [f"{round(i * self.max_edges / (self.size - 1))}" for i in range(self.size)]
+
+
+DESCRIPTORS = {"most_used_device": MostUsedDevice, "devices_used": DevicesUsed,
+               "cross_device_edges": CrossDeviceEdges}
+THESIS_DESCRIPTORS = ("most_used_device", "devices_used", "cross_device_edges")
+
+
+def make_descriptors(problem: Problem, spec) -> list[Descriptor]:
+    out = []
+    for item in spec:
+        if isinstance(item, Descriptor):
+            out.append(item)
+        elif item in DESCRIPTORS:
+            out.append(DESCRIPTORS[item](problem))
+        else:
+            raise InputError(f"unknown niche descriptor {item!r}", field="descriptors",
+                             fix="Use " + ", ".join(DESCRIPTORS) + " or a Descriptor object")
+    return out
+
+
+@dataclass
+class Elite:
+    niche: tuple[int, ...]
+    placement: np.ndarray
+    objective: float
+    descriptors: tuple[float, ...]  # raw values, one per dimension
+
+
+class Archive:
+    """niche -> elite; inserting keeps the better placement (ties keep the incumbent)."""
+
+    def __init__(self, problem: Problem, descriptors: list[Descriptor]):
+        self.problem = problem
+        self.descriptors = descriptors
+        self.shape = tuple(d.size for d in descriptors)
+        self.elites: dict[tuple[int, ...], Elite] = {}
+
+    def __len__(self) -> int:
+        return len(self.elites)
+
+    @property
+    def names(self) -> list[str]:
+        return [d.name for d in self.descriptors]
+
+    @property
+    def coverage(self) -> float:
+        return len(self.elites) / float(np.prod(self.shape))
+
+    def describe(self, placements: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        bins = np.stack([d.bins(self.problem, placements) for d in self.descriptors], axis=1)
+        raw = np.stack([d.values(self.problem, placements) for d in self.descriptors], axis=1)
+        return bins, raw
+
+    def add(self, placements: np.ndarray, objectives: np.ndarray) -> int:
+        """Insert a batch in order; returns how many niches improved or were filled."""
+        bins, raw = self.describe(placements)
+        improved = 0
+        for x, f, b, r in zip(placements, objectives, bins, raw):
+            niche = tuple(int(v) for v in b)
+            old = self.elites.get(niche)
+            if old is None or f < old.objective:
+                self.elites[niche] = Elite(niche, x.copy(), float(f), tuple(float(v) for v in r))
+                improved += 1
+        return improved
+
+    def best(self) -> Elite:
+        return min(self.elites.values(), key=lambda e: e.objective)
+
+    def ranked(self) -> list[Elite]:
+        return sorted(self.elites.values(), key=lambda e: (e.objective, e.niche))
+
+    def arrays(self) -> tuple[list[tuple[int, ...]], np.ndarray, np.ndarray]:
+        niches = sorted(self.elites)
+        return (niches, np.array([self.elites[k].placement for k in niches], dtype=np.int32).reshape(-1, self.problem.n_ops),
+                np.array([self.elites[k].objective for k in niches]))
+
+    def to_rows(self) -> list[dict]:
+        """One row per elite: niche bins, raw descriptor values, objective, assignment by device name."""
+        names = self.problem.devices.names
+        rows = []
+        for e in self.ranked():
+            row = {f"{d.name}_bin": b for d, b in zip(self.descriptors, e.niche)}
+            row.update({d.name: v for d, v in zip(self.descriptors, e.descriptors)})
+            row["objective_s"] = e.objective
+            row["placement"] = " ".join(names[int(i)] for i in e.placement)
+            rows.append(row)
+        return rows
+
+    def to_dict(self) -> dict:
+        return {"dimensions": [{"name": d.name, "label": d.label, "size": d.size} for d in self.descriptors],
+                "elites": [{"niche": list(e.niche), "objective_s": e.objective, "descriptors": list(e.descriptors),
+                            "placement": e.placement.tolist()} for e in self.ranked()]}
+
+    def load_dict(self, data: dict) -> None:
+        self.elites = {tuple(e["niche"]): Elite(tuple(e["niche"]), np.array(e["placement"], dtype=np.int32),
+                                                float(e["objective_s"]), tuple(e["descriptors"]))
+                       for e in data["elites"]}

@@ -1,0 +1,148 @@
+"""The one interface every placement optimizer implements: ask for candidates, tell their objectives.
+
+The driver (:mod:`.driver`) owns the budget, the evaluation backend, the
+history and the stop flag; an optimizer only proposes placements and learns
+from their objectives, like pyribs' emitters. Placements are int32 arrays over
+the ops in topological order; objectives are seconds per batch plus the
+memory penalty (lower is better).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..errors import InputError
+from ..problem import Evaluation, Problem
+
+
+@dataclass(frozen=True)
+class Param:
+    """A tunable parameter: default, type and a help text the CLI and dashboard show."""
+
+    default: Any
+    help: str
+    type: type = float
+    choices: tuple | None = None
+    low: float | None = None
+    high: float | None = None
+
+    def parse(self, name: str, value: Any) -> Any:
+        if self.type is bool:
+            if isinstance(value, str):
+                if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise InputError(f"{name} must be true or false, got {value!r}", field=name)
+                value = value.lower() in ("true", "1", "yes")
+            return bool(value)
+        try:
+            value = self.type(value)
+        except (TypeError, ValueError):
+            raise InputError(f"{name} must be {self.type.__name__}, got {value!r}", field=name) from None
+        if self.choices is not None and value not in self.choices:
+            raise InputError(f"{name} must be one of {', '.join(map(str, self.choices))}, got {value!r}",
+                             field=name)
+        if self.low is not None and value < self.low or self.high is not None and value > self.high:
+            raise InputError(f"{name} must be in [{self.low}, {self.high}], got {value!r}", field=name)
+        return value
+
+
+class Optimizer:
+    """Base class: subclasses set ``name``, ``PARAMS`` and implement ``ask``/``tell``."""
+
+    name: ClassVar[str] = ""
+    title: ClassVar[str] = ""
+    PARAMS: ClassVar[dict[str, Param]] = {}
+    # Deterministic algorithms (HEFT, baselines) propose a fixed list and then finish.
+    deterministic: ClassVar[bool] = False
+
+    def __init__(self, problem: Problem, *, seed: int = 0, initial: np.ndarray | None = None, **params):
+        self.problem = problem
+        self.n = problem.n_ops
+        self.d = problem.n_devices
+        self.seed = int(seed)
+        self.rng = np.random.default_rng(self.seed)
+        unknown = set(params) - set(self.PARAMS)
+        if unknown:
+            raise InputError(f"unknown parameter(s) for {self.name}: {', '.join(sorted(unknown))}",
+                             field="params", fix="Known: " + (", ".join(self.PARAMS) or "none"))
+        self.params = {k: p.parse(k, params.get(k, p.default)) for k, p in self.PARAMS.items()}
+        self.initial = (np.zeros((0, self.n), dtype=np.int32) if initial is None
+                        else np.ascontiguousarray(np.atleast_2d(initial), dtype=np.int32))
+        if self.initial.shape[1:] != (self.n,):
+            raise InputError(f"initial placements must have {self.n} entries", field="initial")
+        self.finished = False
+        self.current = float("inf")  # the objective an optimizer considers "current" (for history plots)
+
+    # -- the loop -------------------------------------------------------------------------------
+    def ask(self, limit: int) -> np.ndarray:
+        """Up to ``limit`` candidate placements, shape (k, n_ops); k = 0 means nothing left to try."""
+        raise NotImplementedError
+
+    def tell(self, placements: np.ndarray, objectives: np.ndarray) -> None:
+        """Objectives of a prefix of the last ``ask`` (the budget may cut a batch short)."""
+        raise NotImplementedError
+
+    # -- what the UI and the result show --------------------------------------------------------
+    def snapshot(self) -> dict:
+        """Population or archive summary for progress displays (cheap, JSON-able)."""
+        return {}
+
+    def extras(self) -> dict:
+        """Algorithm-specific results (HEFT's planned schedule, the MAP-Elites archive)."""
+        return {}
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"rng": self.rng.bit_generator.state, "finished": self.finished, "current": self.current}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self.finished = state["finished"]
+        self.current = state["current"]
+
+    # -- helpers --------------------------------------------------------------------------------
+    def random_placements(self, k: int) -> np.ndarray:
+        return self.rng.integers(0, self.d, (k, self.n), dtype=np.int32)
+
+
+@dataclass
+class OptimizeResult:
+    algorithm: str
+    params: dict
+    seed: int
+    best_placement: np.ndarray
+    best_objective: float
+    best: Evaluation
+    history: np.ndarray  # rows: evaluations used, best objective so far, current objective
+    evaluations: int
+    wall_s: float
+    stopped: bool = False
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def archive(self):
+        return self.extras.get("archive")
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What a progress callback receives; safe to hand to another thread (no live references)."""
+
+    algorithm: str
+    evaluations: int
+    budget: int | None
+    best: float
+    current: float
+    elapsed_s: float
+    snapshot: dict | None = None
+    done: bool = False
+
+    @property
+    def evals_per_s(self) -> float:
+        return self.evaluations / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def fraction(self) -> float | None:
+        return None if not self.budget else min(1.0, self.evaluations / self.budget)

@@ -1,0 +1,1 @@
+"""Baseline placements (being written)."""

@@ -1,0 +1,124 @@
+"""The ask/tell loop: budget, evaluation backend, history, progress and the stop flag."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+
+from ..errors import InputError
+from ..problem import Problem
+from .base import OptimizeResult, Optimizer, Progress
+
+ProgressCallback = Callable[[Progress], None]
+
+
+def check_budget(evaluations: int | None, seconds: float | None) -> None:
+    if evaluations is None and seconds is None:
+        raise InputError("give a budget in evaluations and/or seconds", field="budget", fix="e.g. --budget 20000")
+    if evaluations is not None and (isinstance(evaluations, bool) or int(evaluations) < 1):
+        raise InputError(f"the evaluation budget must be at least 1, got {evaluations!r}", field="budget")
+    if seconds is not None and not seconds > 0:
+        raise InputError(f"the time budget must be positive, got {seconds!r}", field="seconds")
+
+
+def drive(optimizer: Optimizer, *, evaluations: int | None = None, seconds: float | None = None,
+          evaluator=None, progress: ProgressCallback | None = None, stop=None,
+          snapshot_every_s: float = 0.5, state: dict | None = None,
+          checkpoint: Callable[[dict], None] | None = None, checkpoint_every: int = 1) -> OptimizeResult:
+    """Run ``optimizer`` until the budget is spent, it finishes, or ``stop`` is set.
+
+    ``stop`` is anything with ``is_set()`` (a threading.Event) or a callable; it is checked before
+    every batch, i.e. within one generation or step. ``state`` resumes from a checkpoint made by
+    ``checkpoint`` (called with the loop state every ``checkpoint_every`` batches).
+    """
+    check_budget(evaluations, seconds)
+    problem: Problem = optimizer.problem
+    if evaluator is None:
+        from ..parallel import SerialEvaluator
+        evaluator = SerialEvaluator(problem)
+    stopped_by = _stop_test(stop)
+    best_x = None
+    best_f = float("inf")
+    used = 0
+    history: list[tuple[float, float, float]] = []
+    elapsed_before = 0.0
+    batches = 0
+    if state is not None:
+        optimizer.load_state_dict(state["optimizer"])
+        used = int(state["evaluations"])
+        best_f = float(state["best_objective"])
+        best_x = None if state["best_placement"] is None else np.asarray(state["best_placement"], dtype=np.int32)
+        history = [tuple(row) for row in state["history"]]
+        elapsed_before = float(state.get("elapsed_s", 0.0))
+        batches = int(state.get("batches", 0))
+    start = time.perf_counter() - elapsed_before
+    last_snapshot = -1e9
+    stopped = False
+
+    def emit(done: bool = False) -> None:
+        nonlocal last_snapshot
+        if progress is None:
+            return
+        now = time.perf_counter()
+        snap = None
+        if done or now - last_snapshot >= snapshot_every_s:
+            snap = optimizer.snapshot()
+            last_snapshot = now
+        progress(Progress(optimizer.name, used, evaluations, best_f, optimizer.current, now - start, snap, done))
+
+    while True:
+        if stopped_by():
+            stopped = True
+            break
+        if evaluations is not None and used >= evaluations:
+            break
+        if seconds is not None and time.perf_counter() - start >= seconds:
+            break
+        if optimizer.finished:
+            break
+        limit = evaluations - used if evaluations is not None else 1 << 30
+        xs = optimizer.ask(limit)
+        if len(xs) == 0:
+            optimizer.finished = True
+            break
+        xs = np.ascontiguousarray(xs[:limit], dtype=np.int32)
+        fs = np.asarray(evaluator.evaluate(xs), dtype=float)
+        optimizer.tell(xs, fs)
+        used += len(xs)
+        i = int(np.argmin(fs))
+        if fs[i] < best_f:
+            best_f = float(fs[i])
+            best_x = xs[i].copy()
+        history.append((used, best_f, float(optimizer.current)))
+        batches += 1
+        emit()
+        if checkpoint is not None and batches % checkpoint_every == 0:
+            checkpoint(_loop_state(optimizer, used, best_f, best_x, history, time.perf_counter() - start, batches))
+    wall = time.perf_counter() - start
+    if best_x is None:
+        raise InputError("the optimizer evaluated nothing", field="budget",
+                         fix="Give a budget of at least one evaluation")
+    best = problem.simulate(best_x)
+    emit(done=True)
+    hist = np.array(history, dtype=float).reshape(-1, 3)
+    return OptimizeResult(algorithm=optimizer.name, params=dict(optimizer.params), seed=optimizer.seed,
+                          best_placement=best_x, best_objective=best_f, best=best, history=hist, evaluations=used,
+                          wall_s=wall, stopped=stopped, extras=optimizer.extras())
+
+
+def _loop_state(optimizer, used, best_f, best_x, history, elapsed, batches) -> dict:
+    return {"optimizer": optimizer.state_dict(), "evaluations": used, "best_objective": best_f,
+            "best_placement": None if best_x is None else best_x.tolist(), "history": [list(h) for h in history],
+            "elapsed_s": elapsed, "batches": batches}
+
+
+def _stop_test(stop) -> Callable[[], bool]:
+    if stop is None:
+        return lambda: False
+    if hasattr(stop, "is_set"):
+        return stop.is_set
+    if callable(stop):
+        return stop
+    raise TypeError("stop must be an Event-like object or a callable")

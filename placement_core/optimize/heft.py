@@ -1,0 +1,1 @@
+"""HEFT (being written)."""

@@ -1,0 +1,102 @@
+"""Variation and selection operators on placement arrays (thesis §3.2), shared by the algorithms.
+
+Every function takes the numpy Generator it draws from, so runs are reproducible.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def point_mutation(rng: np.random.Generator, x: np.ndarray, rate: float, n_devices: int) -> np.ndarray:
+    """Each gene gets a random device with probability ``rate``."""
+    y = x.copy()
+    mask = rng.random(len(x)) < rate
+    y[mask] = rng.integers(0, n_devices, int(mask.sum()))
+    return y
+
+
+def zone_mutation(rng: np.random.Generator, x: np.ndarray, n_devices: int, p_length: float = 0.2) -> np.ndarray:
+    """A random run of consecutive genes (geometric length) is set to one random device."""
+    y = x.copy()
+    start = int(rng.integers(0, len(x)))
+    length = min(int(rng.geometric(p_length)), len(x) - start)
+    y[start:start + length] = rng.integers(0, n_devices)
+    return y
+
+
+def copy_mutation(rng: np.random.Generator, x: np.ndarray, rate: float) -> np.ndarray:
+    """Each gene takes its predecessor's device (as it was before this mutation) with probability ``rate``."""
+    y = x.copy()
+    mask = rng.random(len(x)) < rate
+    mask[0] = False
+    idx = np.flatnonzero(mask)
+    y[idx] = x[idx - 1]
+    return y
+
+
+def replace_mutation(rng: np.random.Generator, x: np.ndarray, n_devices: int) -> np.ndarray:
+    """Every gene on device a moves to device b (a among the used devices, b any device)."""
+    used = np.unique(x)
+    a = used[int(rng.integers(0, len(used)))]
+    b = int(rng.integers(0, n_devices))
+    y = x.copy()
+    y[x == a] = b
+    return y
+
+
+def n_point_crossover(rng: np.random.Generator, a: np.ndarray, b: np.ndarray, points: int = 1
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    n = len(a)
+    if n < 2:
+        return a.copy(), b.copy()
+    cuts = np.sort(rng.choice(np.arange(1, n), size=min(points, n - 1), replace=False))
+    segment = np.zeros(n, dtype=bool)
+    for k, c in enumerate(cuts):
+        segment[c:] = (k % 2 == 0)
+    c1 = np.where(segment, b, a)
+    c2 = np.where(segment, a, b)
+    return c1.astype(np.int32), c2.astype(np.int32)
+
+
+def uniform_crossover(rng: np.random.Generator, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    mask = rng.random(len(a)) < 0.5
+    return np.where(mask, a, b).astype(np.int32), np.where(mask, b, a).astype(np.int32)
+
+
+def crossover(rng: np.random.Generator, a: np.ndarray, b: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    if kind == "uniform":
+        return uniform_crossover(rng, a, b)
+    points = 1 if kind in ("single-point", "1-point") else int(kind.split("-")[0])
+    return n_point_crossover(rng, a, b, points)
+
+
+def linear_rank_probabilities(n: int, s: float = 2.0) -> np.ndarray:
+    """Probability of picking each of n ranked individuals (best first); s in [1, 2] is the pressure."""
+    if n == 1:
+        return np.ones(1)
+    i = np.arange(n - 1, -1, -1)  # best gets the highest i
+    p = (2 - s) / n + 2 * i * (s - 1) / (n * (n - 1))
+    return p / p.sum()
+
+
+def exponential_rank_probabilities(n: int) -> np.ndarray:
+    i = np.arange(n - 1, -1, -1)
+    p = 1.0 - np.exp(-i.astype(float))
+    if p.sum() == 0:
+        return np.ones(n) / n
+    return p / p.sum()
+
+
+def stochastic_universal_sampling(rng: np.random.Generator, probabilities: np.ndarray, k: int) -> np.ndarray:
+    """k indices with expected counts k * p, low variance (Baker's SUS)."""
+    cum = np.cumsum(probabilities)
+    cum[-1] = 1.0
+    pointers = (rng.random() + np.arange(k)) / k
+    return np.searchsorted(cum, pointers, side="left").clip(0, len(probabilities) - 1)
+
+
+def tournament(rng: np.random.Generator, objectives: np.ndarray, size: int, k: int) -> np.ndarray:
+    """k winners, each the best of ``size`` indices drawn uniformly."""
+    draws = rng.integers(0, len(objectives), (k, size))
+    return draws[np.arange(k), np.argmin(objectives[draws], axis=1)]
