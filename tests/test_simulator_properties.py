@@ -34,10 +34,15 @@ def instances(draw):
              for c, r in enumerate(routes)]
     placement = draw(st.lists(st.integers(0, nd - 1), min_size=n, max_size=n))
     batches = draw(st.integers(1, 3))
+    priority = None
+    if draw(st.booleans()):
+        priority = np.array(draw(st.lists(st.integers(0, 3), min_size=batches * 3 * n, max_size=batches * 3 * n)),
+                            dtype=float)
     sim = SimSettings(batches=batches, in_flight=draw(st.integers(1, batches)),
                       forward_only=draw(st.booleans()),
                       admission=draw(st.sampled_from([0, ADMIT_EAGER])),
-                      update_per_step=draw(st.booleans()))
+                      update_per_step=draw(st.booleans()), priority=priority,
+                      stage_caps=draw(st.booleans()))
     return Graph("random", ops), DeviceGraph("random", devs, chans), np.array(placement, dtype=np.int32), sim
 
 

@@ -73,6 +73,11 @@ def add_problem_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--comp-efficiency", type=fraction, help="fraction of peak FLOPS reached (default 0.9)")
     p.add_argument("--comm-efficiency", type=fraction,
                    help="fraction of link bandwidth reached (default 0.25, thesis E1)")
+    p.add_argument("--schedule", default="thesis", choices=["thesis", "gpipe", "1f1b"],
+                   help="thesis: whole batches, --in-flight at a time; gpipe / 1f1b: the batch split into "
+                        "--micro-batches, one weight update per batch")
+    p.add_argument("--micro-batches", type=positive_int, default=None,
+                   help="micro-batches per batch for gpipe / 1f1b (default 4)")
     p.add_argument("--forward-only", action="store_true", help="inference: no backward pass or weight update")
     p.add_argument("--penalty", default="thesis", choices=["thesis", "placeto", "infeasible"],
                    help="memory-overflow penalty in the objective (default thesis: +1 ms per MB)")
@@ -80,14 +85,20 @@ def add_problem_options(p: argparse.ArgumentParser) -> None:
 
 def build_problem(args):
     from ..catalog import load_devices, load_network
-    from ..problem import Problem
-    from ..simulate import SimSettings
+    from ..simulate.schedules import pipeline_problem
 
     graph = load_network(args.network, batch_size=args.batch_size)
     devices = load_devices(args.devices)
-    settings = SimSettings(batches=args.batches, in_flight=args.in_flight, forward_only=args.forward_only)
-    return Problem(graph, devices, profile=args.profile, settings=settings, penalty=args.penalty,
-                   comp_efficiency=args.comp_efficiency, comm_efficiency=args.comm_efficiency)
+    micro = args.micro_batches
+    if args.schedule == "thesis":
+        if micro not in (None, 1):
+            raise InputError("--micro-batches needs --schedule gpipe or 1f1b", field="--micro-batches")
+        micro = 1
+    elif micro is None:
+        micro = 4
+    return pipeline_problem(graph, devices, args.schedule, micro, batches=args.batches, in_flight=args.in_flight,
+                            forward_only=args.forward_only, profile=args.profile, penalty=args.penalty,
+                            comp_efficiency=args.comp_efficiency, comm_efficiency=args.comm_efficiency)
 
 
 def print_json(data) -> None:

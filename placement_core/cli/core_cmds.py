@@ -71,9 +71,13 @@ def simulation_report(problem, placement_spec: str, ev) -> dict:
                            "overflow_bytes": float(ev.overflow[i])}
     channels = {c.name: {"bytes": float(r.channel_bytes[j]), "busy_s": float(r.channel_busy[j])}
                 for j, c in enumerate(problem.devices.channels)}
+    used = r.busy > 0
+    bubble = float(r.idle_fraction()[used].mean()) if used.any() else 0.0
     return {"network": problem.graph.name, "ops": len(problem.graph), "batch_size": problem.graph.batch_size,
             "device_graph": problem.devices.name, "profile": problem.profile.name, "placement": placement_spec,
             "batches": r.batches, "in_flight": problem.settings.in_flight,
+            "schedule": problem.settings.schedule, "micro_batches": problem.settings.micro_batches,
+            "bubble_fraction": bubble,
             "forward_only": problem.settings.forward_only, "makespan_s": r.makespan,
             "batch_time_s": r.batch_time, "objective_s": ev.objective, "penalty": problem.penalty,
             "feasible": ev.feasible, "transfers": r.transfers, "devices": devices, "channels": channels}
@@ -96,12 +100,17 @@ def cmd_simulate(args) -> int:
         print_json(report)
         return 0
     r = ev.result
-    print(f"{report['network']} ({report['ops']} ops, batch {report['batch_size']}) on {report['device_graph']}, "
-          f"profile {report['profile']}, {r.batches} batch(es), {report['in_flight']} in flight"
+    if report["schedule"] == "thesis":
+        how = f"{r.batches} batch(es), {report['in_flight']} in flight"
+    else:
+        how = f"{report['schedule']} schedule, {report['micro_batches']} micro-batches of {report['batch_size']}"
+    print(f"{report['network']} ({report['ops']} ops, batch {report['batch_size'] * report['micro_batches']}) on "
+          f"{report['device_graph']}, profile {report['profile']}, {how}"
           + (", forward only" if report["forward_only"] else ""))
     print(f"placement {args.placement}: makespan {human_seconds(r.makespan)}, batch time "
           f"{human_seconds(r.batch_time)}, {r.transfers} transfers, "
-          + ("fits in memory" if ev.feasible else "OVERFLOWS memory") + f", objective {ev.objective:.6g} s")
+          + ("fits in memory" if ev.feasible else "OVERFLOWS memory") + f", objective {ev.objective:.6g} s, "
+          f"bubble {report['bubble_fraction']:.1%} (mean idle share of the devices used)")
     print()
     rows = []
     for name, d in report["devices"].items():

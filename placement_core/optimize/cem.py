@@ -23,6 +23,8 @@ class CrossEntropy(Optimizer):
         "elite_fraction": Param(0.1, "fraction of each sample kept as elites", float, low=0.001, high=1),
         "epsilon": Param(0.1, "initial weight of the uniform distribution mixed in", float, low=0, high=1),
         "steps": Param(20000, "evaluations over which epsilon decays to 0 (the budget, usually)", int, low=1),
+        "smoothing": Param(1.0, "weight of the new frequencies against the old distribution (1 = Post's "
+                                "closed-form update)", float, low=0.01, high=1),
     }
 
     def __init__(self, problem, **kw):
@@ -55,7 +57,8 @@ class CrossEntropy(Optimizer):
         np.add.at(freq, (np.repeat(np.arange(self.n)[None, :], len(elites), axis=0), elites), 1.0)
         freq /= len(elites)
         eps = self.epsilon()
-        self.probs = (1 - eps) * freq + eps / self.d
+        a = self.params["smoothing"]
+        self.probs = (1 - eps) * (a * freq + (1 - a) * self.probs) + eps / self.d
         self.updates += 1
 
     def snapshot(self) -> dict:

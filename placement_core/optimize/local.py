@@ -75,7 +75,7 @@ class SimulatedAnnealing(_LocalSearch):
     name = "annealing"
     title = "Simulated annealing"
     PARAMS = {
-        "t_start": Param(0.05, "initial temperature, as a fraction of the first placement's objective", float,
+        "t_start": Param(0.1, "initial temperature, as a fraction of the first placement's objective", float,
                          low=0),
         "t_end": Param(1e-4, "final temperature, as a fraction of the first placement's objective", float, low=0),
         "steps": Param(20000, "steps over which the temperature cools (the budget, usually)", int, low=1),

@@ -41,7 +41,7 @@ class Simulator:
                 c.ch_bytes, c.ch_grad, c.fwd, c.bwd, c.upd, c.has_update, c.out_bytes, c.static_mem, c.route,
                 c.ch_latency, c.ch_inv_rate, c.min_transfer, c.input_ops,
                 int(settings.batches), int(settings.in_flight), int(settings.forward_only),
-                int(settings.admission), int(settings.update_per_step), prio, cap)
+                int(settings.admission), int(settings.update_per_step), int(settings.stage_caps), prio, cap)
         elif fast:
             warnings.warn("the compiled simulator is not built; using the slow Python reference "
                           "(reinstall with `pip install -e .` and a C compiler)", RuntimeWarning, stacklevel=2)
@@ -71,7 +71,7 @@ class Simulator:
 
     def _unpack(self, out: np.ndarray) -> SimResult:
         nd, nc = self.compiled.n_dev, self.compiled.n_ch
-        return SimResult(makespan=float(out[0]), batches=self.settings.batches,
+        return SimResult(makespan=float(out[0]), batches=self.settings.batches // self.settings.micro_batches,
                          busy=out[2:2 + nd].copy(), peak_memory=out[2 + nd:2 + 2 * nd].copy(),
                          channel_bytes=out[2 + 2 * nd:2 + 2 * nd + nc].copy(),
                          channel_busy=out[2 + 2 * nd + nc:].copy(), transfers=int(out[1]))

@@ -79,7 +79,7 @@ typedef struct {
     const double *par_bytes, *par_grad, *ch_bytes, *ch_grad;
     const double *fwd, *bwd, *upd, *out_bytes, *static_mem, *ch_lat, *ch_inv, *min_xfer, *prio;
     const unsigned char *has_update;
-    int U, K, fwd_only, admission, upd_step;
+    int U, K, fwd_only, admission, upd_step, stage_caps;
 } KernelObject;
 
 typedef struct { int u, dir, op, src, dst, entry; double bytes; } Xfer;
@@ -110,7 +110,7 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
     ADD(int, U); ADD(int, UND); ADD(int, UND); ADD(char, UND);            /* units, open tracking */
     ADD(Heap, nd); ADD(Heap, 1); ADD(Item, UN * 3 + nd); ADD(Item, nd + nc + 2);
     ADD(double, nd); ADD(double, nd); ADD(double, nd);
-    ADD(int, nd); ADD(int, nd); ADD(int, nd); ADD(Item, UN * 3 + 1);
+    ADD(int, nd); ADD(int, nd); ADD(int, nd); ADD(Item, UN * 3 + 1); ADD(int, nd);
 #undef ADD
 
     Arena ar = {NULL, 0, 0};
@@ -182,7 +182,8 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
     double *busy = TAKE(&ar, double, nd), *mem = TAKE(&ar, double, nd), *peak = TAKE(&ar, double, nd);
     int *running = TAKE(&ar, int, nd), *open_count = TAKE(&ar, int, nd), *input_dev = TAKE(&ar, int, nd);
     Item *stash = TAKE(&ar, Item, UN * 3 + 1);
-    if (!stash) { free(ar.base); free(ops_on); free(ch_msgs); return -2; }
+    int *cap_buf = TAKE(&ar, int, nd);
+    if (!stash || !cap_buf) { free(ar.base); free(ops_on); free(ch_msgs); return -2; }
 
     /* channel queues + transfer records (own allocation: sizes known only now) */
     size_t need2 = sizeof(Heap) * (size_t)(nc + 1) + sizeof(Item) * (size_t)(total_msgs + nc + 1)
@@ -228,10 +229,18 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
     for (j = 0; j < k->n_inputs; j++) input_dev[place[k->input_ops[j]]] = 1;
 
     long long seq = 0;
-    int n_xf = 0, admitted = 0, in_flight = 0;
+    int n_xf = 0, admitted = 0, in_flight = 0, oldest = 0;
     double now = 0.0;
     const double *prio = k->prio;
     const int *cap = k->cap;
+    if (k->stage_caps) {
+        /* 1F1B limits: used devices ordered by their first op are stages 0..p-1; stage s holds p - s */
+        int p_used = 0;
+        for (d = 0; d < nd; d++) { cap_buf[d] = 0; open_count[d] = -1; }
+        for (i = 0; i < n; i++) if (open_count[place[i]] < 0) open_count[place[i]] = p_used++;
+        for (d = 0; d < nd; d++) { if (open_count[d] >= 0) cap_buf[d] = p_used - open_count[d]; open_count[d] = 0; }
+        cap = cap_buf;
+    }
 
 #define TID(u_, ph_, op_) (((u_) * 3 + (ph_)) * n + (op_))
 #define PRIO(t_) (prio ? prio[(t_)] : 0.0)
@@ -241,6 +250,9 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
 #define NOTE(d_) do { if (mem[(d_)] > peak[(d_)]) peak[(d_)] = mem[(d_)]; } while (0)
 
     int status = 0;
+    /* With a priority order, zero-duration work at an instant is settled first (instant_only
+     * passes) so that everything ready at that instant competes by priority; see reference.py. */
+    int instant_only = prio ? 1 : 0, started;
     for (;;) {
         /* admission */
         while (admitted < U && in_flight < k->K) {
@@ -254,15 +266,20 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
             admitted++;
             in_flight++;
         }
-        /* dispatch devices */
+        /* dispatch devices; the oldest unfinished unit is never blocked by a cap (progress) */
+        while (oldest < U && unit_left[oldest] == 0) oldest++;
+        started = 0;
         for (d = 0; d < nd; d++) {
             if (running[d] >= 0 || dev_q[d].n == 0) continue;
             int n_stash = 0, chosen = -1;
             while (dev_q[d].n > 0) {
                 Item it = heap_pop(&dev_q[d]);
-                if (cap && cap[d] > 0) {
-                    int t = it.id, uu = t / (3 * n), ph = (t / n) % 3;
-                    if (ph == FWD && !is_open[uu * nd + d] && open_count[d] >= cap[d]) {
+                {
+                    int t = it.id, uu = t / (3 * n), ph = (t / n) % 3, o = t % n;
+                    int capped = cap && cap[d] > 0 && ph == FWD && !is_open[uu * nd + d] && open_count[d] >= cap[d]
+                                 && uu != oldest;
+                    double len0 = ph == FWD ? dF[o] : ph == BWD ? dB[o] : dU[o];
+                    if (capped || (instant_only && len0 > 0.0)) {
                         stash[n_stash++] = it;
                         continue;
                     }
@@ -279,22 +296,30 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
             busy[d] += len;
             Item ev = {now + len, seq++, chosen};
             heap_push(events_h, ev);
+            started++;
         }
         /* dispatch channels */
         for (j = 0; j < nc; j++) {
             if (chan_running[j] || chan_q[j].n == 0) continue;
-            Item it = heap_pop(&chan_q[j]);
-            const Xfer *x = &xf[it.id];
+            const Xfer *x = &xf[chan_q[j].a[0].id];
             double len = k->ch_lat[j] + x->bytes * k->ch_inv[j];
             if (len < k->min_xfer[x->src]) len = k->min_xfer[x->src];
+            if (instant_only && len > 0.0) continue;
+            Item it = heap_pop(&chan_q[j]);
+            started++;
             chan_running[j] = 1;
             ch_busy_out[j] += len;
             ch_bytes_out[j] += x->bytes;
             Item ev = {now + len, seq++, -(it.id + 1)};
             heap_push(events_h, ev);
         }
-        if (events_h->n == 0) break;
-        now = events_h->a[0].key;
+        if (instant_only) {
+            if (!started) { instant_only = 0; continue; }  /* settled: now the full dispatch */
+        } else {
+            if (events_h->n == 0) break;
+            now = events_h->a[0].key;
+        }
+        if (prio) instant_only = 1;
         while (events_h->n > 0 && events_h->a[0].key == now) {
             Item ev = heap_pop(events_h);
             if (ev.id >= 0) {
@@ -454,11 +479,11 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
     PyObject *o[NBUF];
     (void)kwds;
     if (self->nviews) { PyErr_SetString(PyExc_RuntimeError, "Kernel is already initialised"); return -1; }
-    if (!PyArg_ParseTuple(args, "iiiOOOOOOOOOOOOOOOOOOOiiiiiOO", &self->n, &self->nd, &self->nc,
+    if (!PyArg_ParseTuple(args, "iiiOOOOOOOOOOOOOOOOOOOiiiiiiOO", &self->n, &self->nd, &self->nc,
                           &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10], &o[11],
                           &o[12], &o[13], &o[14], &o[15], &o[16], &o[17], &o[18],
                           &self->U, &self->K, &self->fwd_only, &self->admission, &self->upd_step,
-                          &o[19], &o[20]))
+                          &self->stage_caps, &o[19], &o[20]))
         return -1;
     const int n = self->n, nd = self->nd, nc = self->nc;
     if (n < 1 || nd < 1 || nc < 0 || self->U < 1 || self->K < 1) {

@@ -31,6 +31,12 @@ class SimSettings:
     priority: np.ndarray | None = None
     # Per device: at most this many units with work open on it (0 = no limit).
     device_cap: np.ndarray | None = None
+    # Derive the caps from each placement: devices ordered by their first op form stages
+    # 0..p-1 and stage s may hold p - s units (PipeDream-flush / 1F1B).
+    stage_caps: bool = False
+    # Units that make up one batch (micro-batches); the reported batch time is per batch.
+    micro_batches: int = 1
+    schedule: str = "thesis"
 
     def validate(self) -> "SimSettings":
         for key in ("batches", "in_flight"):
@@ -41,6 +47,9 @@ class SimSettings:
             if v > 100_000:
                 raise InputError(f"{key.replace('_', '-')} is too large ({v})", field=key,
                                  fix="Use at most 100000")
+        if self.micro_batches < 1 or self.batches % self.micro_batches:
+            raise InputError(f"{self.batches} units do not make whole batches of {self.micro_batches} micro-batches",
+                             field="micro_batches")
         return self
 
 
@@ -156,3 +165,7 @@ class SimResult:
     @property
     def batch_time(self) -> float:
         return self.makespan / self.batches
+
+    def idle_fraction(self) -> np.ndarray:
+        """Per device: share of the step it sits idle (1 for an unused device)."""
+        return 1.0 - self.busy / self.makespan if self.makespan > 0 else np.ones_like(self.busy)

@@ -15,7 +15,9 @@ Semantics (DESIGN §4, thesis §3.1 Algorithms 4-7, Placeto A.5):
 * Each device runs one task at a time from a ready queue, each channel carries
   one transfer at a time; both ordered by (priority, arrival), i.e. FIFO by
   default. All events at one instant are handled (in creation order) before
-  idle resources pick their next item, so equal-time arrivals compete fairly.
+  idle resources pick their next item. With a priority order, zero-duration
+  work started at that instant is also completed first ("settling"), so that
+  everything ready at the instant competes by priority.
 * Memory: resident weights from time 0; an activation from its forward until
   the last local consumer's backward and every send of it are done; a
   received copy until its consumers' backwards; gradients from production to
@@ -36,6 +38,18 @@ from .model import (ADMIT_THESIS, BWD, FWD, PHASES, UPD, Compiled, SimResult, Si
 _TASK, _XFER = 0, 1
 
 
+def stage_caps(place: list[int], n_devices: int) -> list[int]:
+    """1F1B in-flight limits: used devices in order of their first op are stages 0..p-1; stage s holds p - s."""
+    first: dict[int, int] = {}
+    for i, d in enumerate(place):
+        first.setdefault(d, i)
+    order = sorted(first, key=first.get)
+    caps = [0] * n_devices
+    for s, d in enumerate(order):
+        caps[d] = len(order) - s
+    return caps
+
+
 def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = False) -> SimResult:
     n, nd, U = c.n_ops, c.n_dev, s.batches
     place = [int(x) for x in placement]
@@ -50,6 +64,8 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
     training = not s.forward_only
     prio = None if s.priority is None else np.asarray(s.priority, dtype=float).ravel()
     cap = None if s.device_cap is None else [int(x) for x in s.device_cap]
+    if s.stage_caps:
+        cap = stage_caps(place, nd)
 
     def dur(phase: int, op: int) -> float:
         arr = c.fwd if phase == FWD else c.bwd if phase == BWD else c.upd
@@ -256,15 +272,28 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
             state[0] += 1
 
     def blocked(task: int) -> bool:
+        """A forward may not open another unit on a full device, unless it is the oldest unfinished
+        unit (which guarantees progress on any placement)."""
         if cap is None:
             return False
         u, rest = divmod(task, 3 * n)
         phase, op = divmod(rest, n)
         d = place[op]
-        return phase == FWD and cap[d] > 0 and (u, d) not in is_open and open_units[d] >= cap[d]
+        if phase != FWD or cap[d] <= 0 or (u, d) in is_open or open_units[d] < cap[d]:
+            return False
+        oldest = next((v for v in range(U) if unit_left[v] > 0), U)
+        return u != oldest
 
-    def dispatch(t: float) -> None:
+    def xfer_length(ch: int, x: int) -> float:
+        _, _, _, src, _, nbytes = xfers[x]
+        return max(float(c.ch_latency[ch]) + nbytes * float(c.ch_inv_rate[ch]), float(c.min_transfer[src]))
+
+    def dispatch(t: float, instant_only: bool = False) -> int:
+        """Start the best ready item on every idle device and channel; returns how many started.
+
+        ``instant_only`` starts only zero-duration items (see ``settle``)."""
         nonlocal seq
+        started = 0
         for d in range(nd):
             if running[d] >= 0 or not dev_q[d]:
                 continue
@@ -272,7 +301,8 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
             chosen = None
             while dev_q[d]:
                 item = heapq.heappop(dev_q[d])
-                if blocked(item[2]):
+                u, rest = divmod(item[2], 3 * n)
+                if blocked(item[2]) or (instant_only and dur(*divmod(rest, n)) > 0):
                     stash.append(item)
                     continue
                 chosen = item
@@ -292,44 +322,61 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
             busy[d] += length
             heapq.heappush(events, (t + length, seq, _TASK, task))
             seq += 1
+            started += 1
             if trace_events is not None:
                 trace_events.append(TraceEvent("op", c.op_names[op], u, PHASES[phase], c.dev_names[d],
                                                t, t + length))
         for ch in range(c.n_ch):
             if chan_busy_now[ch] or not chan_q[ch]:
                 continue
+            if instant_only and xfer_length(ch, chan_q[ch][0][2]) > 0:
+                continue
             _, _, x = heapq.heappop(chan_q[ch])
             u, direction, op, src, dst, nbytes = xfers[x]
-            length = max(float(c.ch_latency[ch]) + nbytes * float(c.ch_inv_rate[ch]),
-                         float(c.min_transfer[src]))
+            length = xfer_length(ch, x)
             chan_busy_now[ch] = True
             ch_busy[ch] += length
             ch_bytes[ch] += nbytes
             heapq.heappush(events, (t + length, seq, _XFER, x))
             seq += 1
+            started += 1
             if trace_events is not None:
                 trace_events.append(TraceEvent("transfer", c.op_names[op], u, PHASES[direction],
                                                c.ch_names[ch], t, t + length, c.dev_names[src],
                                                c.dev_names[dst], nbytes))
+        return started
+
+    def handle_events(t: float) -> None:
+        while events and events[0][0] == t:
+            _, _, kind, ident = heapq.heappop(events)
+            if kind == _TASK:
+                task_done(ident, t)
+            else:
+                xfer_done(ident, t)
+        admit(t)
+
+    def settle(t: float) -> None:
+        """With priorities, let zero-duration work (views, empty messages) finish first so that
+        everything that becomes ready at instant t competes by priority, not by event order."""
+        if prio is None:
+            return
+        while dispatch(t, instant_only=True):
+            handle_events(t)
 
     now = 0.0
     if timeline is not None:
         for d in range(nd):
             timeline.append((0.0, d, float(mem[d])))
     admit(now)
+    settle(now)
     dispatch(now)
     while events:
         now = events[0][0]
-        while events and events[0][0] == now:
-            _, _, kind, ident = heapq.heappop(events)
-            if kind == _TASK:
-                task_done(ident, now)
-            else:
-                xfer_done(ident, now)
-        admit(now)
+        handle_events(now)
+        settle(now)
         dispatch(now)
     if admitted < U or any(unit_left) or nonlocal_step[0]:
         raise RuntimeError("simulation stalled: a task never became ready (this is a bug)")
-    return SimResult(makespan=now, batches=U, busy=busy, peak_memory=peak, channel_bytes=ch_bytes,
+    return SimResult(makespan=now, batches=U // s.micro_batches, busy=busy, peak_memory=peak, channel_bytes=ch_bytes,
                      channel_busy=ch_busy, transfers=len(xfers), trace=trace_events,
                      memory_timeline=timeline)

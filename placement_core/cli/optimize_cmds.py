@@ -1,0 +1,154 @@
+"""``placement optimize``: run any algorithm on a problem, with a progress bar, JSON and a result file."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from ..errors import InputError
+from ..jsonio import write_json
+from ..placement import placement_to_dict
+from .common import add_problem_options, build_problem, human_seconds, positive_int, print_json
+
+
+def register(sub) -> None:
+    from ..optimize import ALGORITHMS
+
+    p = sub.add_parser("optimize", help="search for a good placement with one algorithm",
+                       description="Search for a placement with one algorithm against the simulator.")
+    add_problem_options(p)
+    p.add_argument("--algorithm", required=True, choices=list(ALGORITHMS), metavar="NAME",
+                   help="one of: " + ", ".join(ALGORITHMS))
+    p.add_argument("--budget", type=positive_int, help="evaluations (default 20000)")
+    p.add_argument("--seconds", type=float, help="wall-clock budget; with --budget, whichever ends first")
+    p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same result; default 0)")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="algorithm parameter, repeatable (see `placement algorithms`)")
+    par = p.add_mutually_exclusive_group()
+    par.add_argument("--workers", type=positive_int, default=1, help="local worker processes (default 1)")
+    par.add_argument("--dask", metavar="ADDRESS", help="evaluate on a Dask cluster (tcp://host:8786)")
+    p.add_argument("--out", metavar="FILE", help="write the result: placement/1 + history (+ archive, plan)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(handler=cmd_optimize)
+
+    p = sub.add_parser("algorithms", help="list the algorithms and their parameters (thesis defaults)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_algorithms)
+
+
+def parse_params(items: list[str]) -> dict:
+    params = {}
+    for item in items:
+        if "=" not in item:
+            raise InputError(f"expected KEY=VALUE, got {item!r}", field="--param", fix="Write e.g. --param population=100")
+        k, v = item.split("=", 1)
+        params[k.strip().replace("-", "_")] = v.strip()
+    return params
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr, redrawn at most ten times a second."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.last = 0.0
+
+    def __call__(self, pr) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not pr.done and now - self.last < 0.1:
+            return
+        self.last = now
+        frac = pr.fraction
+        bar = "" if frac is None else "[" + "#" * int(frac * 30) + "." * (30 - int(frac * 30)) + "] "
+        budget = f"/{pr.budget}" if pr.budget else ""
+        sys.stderr.write(f"\r{pr.algorithm}: {bar}{pr.evaluations}{budget} evals, best {pr.best:.6g} s, "
+                         f"{pr.evals_per_s:,.0f} evals/s ")
+        if pr.done:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def result_to_dict(result, problem) -> dict:
+    out = {
+        "format": "placement-result/1",
+        "algorithm": result.algorithm,
+        "params": result.params,
+        "seed": result.seed,
+        "problem": {"network": problem.graph.name, "devices": problem.devices.name, "profile": problem.profile.name,
+                    "batch_size": problem.graph.batch_size, "batches": problem.settings.batches,
+                    "in_flight": problem.settings.in_flight, "forward_only": problem.settings.forward_only,
+                    "penalty": problem.penalty},
+        "best_objective_s": result.best_objective,
+        "batch_time_s": result.best.result.batch_time,
+        "feasible": result.best.feasible,
+        "evaluations": result.evaluations,
+        "wall_s": result.wall_s,
+        "stopped": result.stopped,
+        "best_assignment": placement_to_dict(result.best_placement, problem.graph, problem.devices)["assignment"],
+        "placement": placement_to_dict(result.best_placement, problem.graph, problem.devices),
+        "history": [[int(e), b, c] for e, b, c in result.history.tolist()],
+    }
+    extras = result.extras
+    if "planned_makespan_s" in extras:
+        out["planned_makespan_s"] = extras["planned_makespan_s"]
+        out["plan"] = extras.get("plan", [])
+    if extras.get("archive") is not None:
+        archive = extras["archive"]
+        out["archive"] = archive.to_dict()
+        names = problem.devices.names
+        for elite in out["archive"]["elites"]:
+            elite["assignment"] = {op.name: names[d] for op, d in zip(problem.graph.ops, elite.pop("placement"))}
+    return out
+
+
+def cmd_optimize(args) -> int:
+    from ..optimize import run
+
+    problem = build_problem(args)
+    evaluations = args.budget if args.budget or args.seconds else 20000
+    if args.seconds is not None and not args.seconds > 0:
+        raise InputError(f"--seconds must be positive, got {args.seconds}", field="--seconds")
+    bar = ProgressBar(enabled=not args.quiet and sys.stderr.isatty())
+    result = run(problem, args.algorithm, evaluations=evaluations, seconds=args.seconds, seed=args.seed,
+                 params=parse_params(args.param), workers=args.workers, dask=args.dask, progress=bar)
+    data = result_to_dict(result, problem)
+    if args.out:
+        write_json(args.out, data)
+    if args.json:
+        print_json(data)
+        return 0
+    print(f"{result.algorithm} on {problem.graph.name} / {problem.devices.name}: best objective "
+          f"{result.best_objective:.6g} s (batch time {human_seconds(data['batch_time_s'])}, "
+          + ("fits in memory" if data["feasible"] else "overflows memory")
+          + f") after {result.evaluations} evaluations in {result.wall_s:.1f} s")
+    if "planned_makespan_s" in data:
+        print(f"HEFT planned makespan {human_seconds(data['planned_makespan_s'])}")
+    if "archive" in data:
+        arch = result.extras["archive"]
+        print(f"archive: {len(arch)} niches filled ({arch.coverage:.1%} of {'x'.join(map(str, arch.shape))})")
+    used = {}
+    for dev in data["best_assignment"].values():
+        used[dev] = used.get(dev, 0) + 1
+    print("ops per device: " + ", ".join(f"{d} {n}" for d, n in sorted(used.items())))
+    if args.out:
+        print(f"result written to {args.out}")
+    return 0
+
+
+def cmd_algorithms(args) -> int:
+    from ..optimize import ALGORITHMS
+
+    data = {name: {"title": cls.title, "deterministic": cls.deterministic,
+                   "params": {k: {"default": p.default, "help": p.help} for k, p in cls.PARAMS.items()}}
+            for name, cls in ALGORITHMS.items()}
+    if args.json:
+        print_json(data)
+        return 0
+    for name, info in data.items():
+        print(f"{name}: {info['title']}")
+        for k, p in info["params"].items():
+            print(f"    {k} = {p['default']}    {p['help']}")
+    return 0
