@@ -31,7 +31,8 @@ def drive(optimizer: Optimizer, *, evaluations: int | None = None, seconds: floa
 
     ``stop`` is anything with ``is_set()`` (a threading.Event) or a callable; it is checked before
     every batch, i.e. within one generation or step. ``state`` resumes from a checkpoint made by
-    ``checkpoint`` (called with the loop state every ``checkpoint_every`` batches).
+    ``checkpoint``, which is called with the loop state at the first batch boundary after every
+    ``checkpoint_every`` evaluations (1 = after every batch).
     """
     check_budget(evaluations, seconds)
     problem: Problem = optimizer.problem
@@ -55,6 +56,7 @@ def drive(optimizer: Optimizer, *, evaluations: int | None = None, seconds: floa
         batches = int(state.get("batches", 0))
     start = time.perf_counter() - elapsed_before
     last_snapshot = -1e9
+    last_checkpoint = used
     stopped = False
 
     def emit(done: bool = False) -> None:
@@ -94,7 +96,8 @@ def drive(optimizer: Optimizer, *, evaluations: int | None = None, seconds: floa
         history.append((used, best_f, float(optimizer.current)))
         batches += 1
         emit()
-        if checkpoint is not None and batches % checkpoint_every == 0:
+        if checkpoint is not None and used - last_checkpoint >= checkpoint_every:
+            last_checkpoint = used
             checkpoint(_loop_state(optimizer, used, best_f, best_x, history, time.perf_counter() - start, batches))
     wall = time.perf_counter() - start
     if best_x is None:
