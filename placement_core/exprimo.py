@@ -188,10 +188,15 @@ def _conv_backprop_data(inp, filt, out, strides, pad_h, pad_w):
     return _conv_gemm(d_in, d_filt, d_out, ph, pw, holes_in_inputs=holes)
 
 
-def _ints(value: Any, n: int, where: str) -> list[int]:
-    if (not isinstance(value, list) or len(value) != n
-            or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
-        raise InputError(f"expected a list of {n} integers, got {value!r}", field=where)
+def _ints(value: Any, n: int | None, where: str, minimum: int | None = 1, allow: tuple = ()) -> list[int]:
+    """A list of ``n`` integers (any length >= 1 when n is None), each >= minimum or in ``allow``."""
+    ok = (isinstance(value, list) and (len(value) == n if n is not None else 1 <= len(value) <= 8)
+          and all(isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2**31 for v in value))
+    if not ok:
+        what = f"a list of {n} integers" if n is not None else "a list of 1 to 8 integers"
+        raise InputError(f"expected {what}, got {value!r}", field=where)
+    if minimum is not None and any(v < minimum and v not in allow for v in value):
+        raise InputError(f"sizes must be at least {minimum}, got {value!r}", field=where)
     return list(value)
 
 
@@ -219,15 +224,12 @@ def _layer_op(name: str, spec: dict, parents: list[str], ins: list[list[int]], p
         return shape
 
     if t == "Input":
-        tensor = _ints(spec.get("tensor"), len(spec.get("tensor") or []), f"{at}.tensor")
-        if not tensor or any(v <= 0 for v in tensor):
-            raise InputError(f"tensor must be a non-empty list of positive sizes, got {spec.get('tensor')!r}",
-                             field=f"{at}.tensor", fix="Write e.g. [128, 224, 224, 3]")
+        tensor = _ints(spec.get("tensor"), None, f"{at}.tensor")
         out = [batch] + tensor[1:]
         kind, traffic, bwd_mult = "input", 0.0, 0.0
     elif t in ("Convolution", "Deconvolution"):
         x = nhwc(one_input())
-        filt = _ints(spec.get("filter"), 4, f"{at}.filter")
+        filt = _ints(spec.get("filter"), 4, f"{at}.filter", allow=(-1,))
         strides = _ints(spec.get("strides", [1, 1, 1, 1]), 4, f"{at}.strides")
         if t == "Convolution":
             if filt[2] == -1:
@@ -247,6 +249,8 @@ def _layer_op(name: str, spec: dict, parents: list[str], ins: list[list[int]], p
             fwd = 2.0 * filt[0] * filt[1] * filt[2] * filt[3] * oh * ow * x[0]
         else:
             out = _ints(spec.get("output_shape"), 4, f"{at}.output_shape")
+            if filt[2] == -1 or filt[3] == -1:
+                raise InputError("a Deconvolution filter needs explicit channels", field=f"{at}.filter")
             out[0] = x[0]
             # Paleo costs a deconvolution through the convolution it transposes.
             oh, ow, ph, pw = _same_valid(out[1], out[2], filt[0], filt[1], strides[1], strides[2],
@@ -291,7 +295,7 @@ def _layer_op(name: str, spec: dict, parents: list[str], ins: list[list[int]], p
         if not ins:
             raise InputError("a Concatenate layer needs parents", field=f"{at}.parents")
         dim = spec.get("dim", 3)
-        if not isinstance(dim, int) or not all(len(s) == len(ins[0]) for s in ins) or not -len(ins[0]) <= dim < len(ins[0]):
+        if isinstance(dim, bool) or not isinstance(dim, int) or not all(len(s) == len(ins[0]) for s in ins) or not -len(ins[0]) <= dim < len(ins[0]):
             raise InputError(f"cannot concatenate shapes {ins} along dim {dim!r}", field=f"{at}.dim")
         out = list(ins[0])
         out[dim] = sum(s[dim] for s in ins)
@@ -303,7 +307,7 @@ def _layer_op(name: str, spec: dict, parents: list[str], ins: list[list[int]], p
         kind, traffic, bwd_mult = "concat", 2 * _prod(out) * F, 1.0
     elif t == "Reshape":
         x = one_input()
-        shape = _ints(spec.get("output_shape"), len(spec.get("output_shape") or []), f"{at}.output_shape")
+        shape = _ints(spec.get("output_shape"), None, f"{at}.output_shape", allow=(-1,))
         shape = [x[0]] + shape[1:] if shape else shape
         if shape.count(-1) == 1:
             rest = _prod([v for v in shape if v != -1])
@@ -325,7 +329,10 @@ def _layer_op(name: str, spec: dict, parents: list[str], ins: list[list[int]], p
         x = one_input()
         if t == "Softmax":
             classes = spec.get("num_classes") or x[-1]
-            out = [x[0], int(classes)]
+            if isinstance(classes, bool) or not isinstance(classes, int) or not 0 < classes < 2**31:
+                raise InputError(f"num_classes must be a positive integer, got {classes!r}",
+                                 field=f"{at}.num_classes")
+            out = [x[0], classes]
         else:
             out = list(x)
         fwd = float(5 * _prod(out))

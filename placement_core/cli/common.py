@@ -58,11 +58,11 @@ def fraction(text: str) -> float:
     return value
 
 
-def add_problem_options(p: argparse.ArgumentParser) -> None:
+def add_problem_options(p: argparse.ArgumentParser, required: bool = True) -> None:
     """The options that define a Problem, shared by simulate and optimize."""
-    p.add_argument("--network", required=True, help="built-in name (see `placement networks`) or a JSON file "
+    p.add_argument("--network", required=required, help="built-in name (see `placement networks`) or a JSON file "
                                                      "(placement-network/1 or Exprimo's layer format)")
-    p.add_argument("--devices", required=True, help="preset name (see `placement devices`) or a JSON file "
+    p.add_argument("--devices", required=required, help="preset name (see `placement devices`) or a JSON file "
                                                     "(placement-devices/1 or Exprimo's device format)")
     p.add_argument("--batch-size", type=positive_int, help="rescale the network to this batch size")
     p.add_argument("--batches", type=positive_int, default=1, help="batches simulated in total (default 1)")

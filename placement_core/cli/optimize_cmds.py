@@ -16,8 +16,8 @@ def register(sub) -> None:
 
     p = sub.add_parser("optimize", help="search for a good placement with one algorithm",
                        description="Search for a placement with one algorithm against the simulator.")
-    add_problem_options(p)
-    p.add_argument("--algorithm", required=True, choices=list(ALGORITHMS), metavar="NAME",
+    add_problem_options(p, required=False)  # not needed with --resume
+    p.add_argument("--algorithm", choices=list(ALGORITHMS), metavar="NAME",
                    help="one of: " + ", ".join(ALGORITHMS))
     p.add_argument("--budget", type=positive_int, help="evaluations (default 20000)")
     p.add_argument("--seconds", type=float, help="wall-clock budget; with --budget, whichever ends first")
@@ -28,6 +28,12 @@ def register(sub) -> None:
     par.add_argument("--workers", type=positive_int, default=1, help="local worker processes (default 1)")
     par.add_argument("--dask", metavar="ADDRESS", help="evaluate on a Dask cluster (tcp://host:8786)")
     p.add_argument("--out", metavar="FILE", help="write the result: placement/1 + history (+ archive, plan)")
+    p.add_argument("--resume", type=int, metavar="RUN_ID",
+                   help="continue a stopped or interrupted stored run from its last checkpoint (the problem, "
+                        "algorithm and budget are the run's own)")
+    p.add_argument("--no-store", action="store_true", help="do not record the run in the run store")
+    p.add_argument("--label", help="a note stored with the run")
+    p.add_argument("--home", metavar="DIR", help="data directory (default $PLACEMENT_HOME or ~/.placement)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler=cmd_optimize)
@@ -106,15 +112,38 @@ def result_to_dict(result, problem) -> dict:
 
 def cmd_optimize(args) -> int:
     from ..optimize import run
+    from ..runs import resume_run, start_run
+    from ..store import RunStore
 
-    problem = build_problem(args)
-    evaluations = args.budget if args.budget or args.seconds else 20000
-    if args.seconds is not None and not args.seconds > 0:
-        raise InputError(f"--seconds must be positive, got {args.seconds}", field="--seconds")
     bar = ProgressBar(enabled=not args.quiet and sys.stderr.isatty())
-    result = run(problem, args.algorithm, evaluations=evaluations, seconds=args.seconds, seed=args.seed,
-                 params=parse_params(args.param), workers=args.workers, dask=args.dask, progress=bar)
+    run_id = None
+    if args.resume is not None:
+        with RunStore(home=args.home) as store:
+            problem = store.problem(args.resume)
+            run_id = args.resume
+            result = resume_run(store, args.resume, workers=args.workers, dask=args.dask, progress=bar)
+    else:
+        missing = [f"--{k}" for k in ("network", "devices", "algorithm") if getattr(args, k) is None]
+        if missing:
+            from .common import UsageError
+            raise UsageError(f"the following arguments are required: {', '.join(missing)} "
+                             "(see `placement optimize --help`)")
+        problem = build_problem(args)
+        evaluations = args.budget if args.budget or args.seconds else 20000
+        if args.seconds is not None and not args.seconds > 0:
+            raise InputError(f"--seconds must be positive, got {args.seconds}", field="--seconds")
+        params = parse_params(args.param)
+        if args.no_store:
+            result = run(problem, args.algorithm, evaluations=evaluations, seconds=args.seconds, seed=args.seed,
+                         params=params, workers=args.workers, dask=args.dask, progress=bar)
+        else:
+            with RunStore(home=args.home) as store:
+                run_id, result = start_run(store, problem, args.algorithm, evaluations=evaluations,
+                                           seconds=args.seconds, seed=args.seed, params=params, label=args.label,
+                                           workers=args.workers, dask=args.dask, progress=bar)
     data = result_to_dict(result, problem)
+    if run_id is not None:
+        data["run_id"] = run_id
     if args.out:
         write_json(args.out, data)
     if args.json:
@@ -135,6 +164,8 @@ def cmd_optimize(args) -> int:
     print("ops per device: " + ", ".join(f"{d} {n}" for d, n in sorted(used.items())))
     if args.out:
         print(f"result written to {args.out}")
+    if run_id is not None:
+        print(f"stored as run {run_id} (see `placement runs show {run_id}`)")
     return 0
 
 

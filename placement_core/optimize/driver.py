@@ -100,6 +100,8 @@ def drive(optimizer: Optimizer, *, evaluations: int | None = None, seconds: floa
             last_checkpoint = used
             checkpoint(_loop_state(optimizer, used, best_f, best_x, history, time.perf_counter() - start, batches))
     wall = time.perf_counter() - start
+    if stopped and checkpoint is not None and used > last_checkpoint:
+        checkpoint(_loop_state(optimizer, used, best_f, best_x, history, wall, batches))  # resume exactly here
     if best_x is None:
         raise InputError("the optimizer evaluated nothing", field="budget",
                          fix="Give a budget of at least one evaluation")

@@ -1,0 +1,164 @@
+"""``placement runs list|show|export|delete``: the run store from the command line."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ..errors import InputError
+from ..jsonio import write_json
+from .common import human_seconds, print_json, table
+
+FORMATS = {"placement": ("json",), "torch": ("json",), "snippet": ("py",), "archive": ("csv", "parquet"),
+           "history": ("csv",), "trace": ("json",), "benchmarks": ("csv",)}
+EXPORTS = tuple(FORMATS)
+
+
+def add_home(p) -> None:
+    p.add_argument("--home", metavar="DIR", help="data directory with runs.sqlite (default $PLACEMENT_HOME or "
+                                                 "~/.placement)")
+
+
+def register(sub) -> None:
+    runs = sub.add_parser("runs", help="list, show, export or delete stored runs")
+    rsub = runs.add_subparsers(dest="runs_command", metavar="ACTION", parser_class=type(runs))
+    rsub.required = True
+    p = rsub.add_parser("list", help="all runs, newest first")
+    add_home(p)
+    p.add_argument("--status", choices=["running", "done", "stopped", "failed"])
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_list)
+    p = rsub.add_parser("show", help="one run: problem, parameters, result, history")
+    add_home(p)
+    p.add_argument("run", type=int)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_show)
+    p = rsub.add_parser("export", help="export a run's placement, archive, history, trace or benchmarks")
+    add_home(p)
+    p.add_argument("run", type=int)
+    p.add_argument("--what", choices=EXPORTS, default="placement",
+                   help="placement (placement/1 JSON), torch (device map JSON), snippet (Python), archive "
+                        "(CSV/Parquet), history (CSV), trace (Chrome JSON), benchmarks (CSV)")
+    p.add_argument("--format", choices=["json", "csv", "parquet", "py"], help="default: the natural one")
+    p.add_argument("--out", required=True, metavar="FILE")
+    p.set_defaults(handler=cmd_export)
+    p = rsub.add_parser("delete", help="delete a run and everything stored with it")
+    add_home(p)
+    p.add_argument("run", type=int)
+    p.set_defaults(handler=cmd_delete)
+
+
+def open_store(args):
+    from ..store import RunStore
+    return RunStore(home=args.home)
+
+
+def cmd_list(args) -> int:
+    with open_store(args) as store:
+        runs = store.runs(status=args.status)
+        rows = [{"id": r.id, "status": r.display_status, "algorithm": r.algorithm, "network": r.network_name,
+                 "devices": r.devices_name, "evaluations": r.evaluations, "budget": r.budget_evaluations,
+                 "best_objective_s": r.best_objective, "created": time.strftime("%Y-%m-%d %H:%M",
+                                                                                time.localtime(r.created)),
+                 "label": r.label} for r in runs]
+    if args.json:
+        print_json(rows)
+    elif not rows:
+        print(f"no runs stored yet in {store.path}")
+    else:
+        print(table([[r["id"], r["status"], r["algorithm"], r["network"], r["devices"],
+                      f"{r['evaluations']}/{r['budget'] or '-'}",
+                      "-" if r["best_objective_s"] is None else f"{r['best_objective_s']:.6g}", r["created"]]
+                     for r in rows], ["id", "status", "algorithm", "network", "devices", "evaluations", "best (s)",
+                                      "created"], right=(0, 5, 6)))
+    return 0
+
+
+def cmd_show(args) -> int:
+    with open_store(args) as store:
+        r = store.get(args.run)
+        history = store.history(r.id)
+        n_archive = len(store.archive_rows(r.id))
+        data = {"id": r.id, "status": r.display_status, "label": r.label, "network": r.network_name,
+                "devices": r.devices_name, "problem": r.problem, "algorithm": r.algorithm, "params": r.params,
+                "seed": r.seed, "budget_evaluations": r.budget_evaluations, "budget_seconds": r.budget_seconds,
+                "evaluations": r.evaluations, "best_objective_s": r.best_objective, "wall_s": r.wall_s,
+                "error": r.error, "archive_size": n_archive, "history_points": len(history),
+                "extras": {k: v for k, v in r.extras.items() if k != "plan"}}
+    if args.json:
+        print_json(data)
+        return 0
+    print(f"run {r.id} [{data['status']}]: {r.algorithm} on {r.network_name} / {r.devices_name}"
+          + (f" ({r.label})" if r.label else ""))
+    print(f"  problem: {r.problem}")
+    print(f"  params: {r.params}, seed {r.seed}")
+    best = "-" if r.best_objective is None else f"{r.best_objective:.6g} s"
+    print(f"  {r.evaluations}/{r.budget_evaluations or '-'} evaluations, best objective {best}"
+          + (f", wall {human_seconds(r.wall_s)}" if r.wall_s else ""))
+    if n_archive:
+        print(f"  archive: {n_archive} elites")
+    if r.error:
+        print(f"  error: {r.error}")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from .. import exports
+    from ..placement import placement_to_dict
+    with open_store(args) as store:
+        r = store.get(args.run)
+        out = Path(args.out)
+        if out.is_dir():
+            raise InputError("is a directory", source=str(out), field="--out", fix="Give a file name")
+        what, fmt = args.what, args.format
+        allowed = FORMATS[what]
+        if fmt is not None and fmt not in allowed:
+            raise InputError(f"{what} exports as {' or '.join(allowed)}, not {fmt}", field="--format")
+        needs_best = what in ("placement", "torch", "snippet", "trace")
+        if needs_best and r.best_placement is None:
+            raise InputError(f"run {r.id} has no placement yet", field="run", fix="Wait for its first checkpoint")
+        problem = store.problem(r.id) if what in ("placement", "torch", "snippet", "trace", "archive") else None
+        if what == "placement":
+            write_json(out, placement_to_dict(r.best_placement, problem.graph, problem.devices))
+        elif what == "torch":
+            write_json(out, exports.torch_device_map(r.best_placement, problem.graph, problem.devices))
+        elif what == "snippet":
+            out.write_text(exports.torch_snippet(r.best_placement, problem.graph, problem.devices))
+        elif what == "trace":
+            from ..simulate.chrome import chrome_trace
+            ev = problem.simulate(r.best_placement, trace=True)
+            write_json(out, chrome_trace(ev.result, problem.devices.names, [c.name for c in problem.devices.channels],
+                                         title=f"run {r.id}: {r.network_name} on {r.devices_name}"), indent=None)
+        elif what == "archive":
+            elites = store.archive_rows(r.id)
+            if not elites:
+                raise InputError(f"run {r.id} ({r.algorithm}) has no archive", field="--what",
+                                 fix="Archives come from map-elites runs")
+            dims = [d["name"] for d in r.extras.get("archive_dimensions", [])] or \
+                [f"dim{i}" for i in range(len(elites[0]["niche"]))]
+            rows = exports.archive_rows(elites, problem.graph, problem.devices, dims)
+            if (fmt or "csv") == "parquet":
+                exports.rows_to_parquet(rows, out)
+            else:
+                exports.rows_to_csv(rows, out)
+        elif what == "history":
+            exports.rows_to_csv([{"evaluations": int(e), "best_s": b, "current_s": c}
+                                 for e, b, c in store.history(r.id).tolist()], out)
+        elif what == "benchmarks":
+            rows = [{"benchmark": b["id"], "runner": b["runner"], "devices": b["devices_spec"],
+                     "simulated_s": b["simulated_s"], "measured_median_s": b["measured_median_s"],
+                     "host": b["machine"].get("host")} for b in store.benchmarks()
+                    if b["run_id"] == r.id]
+            if not rows:
+                raise InputError(f"run {r.id} has no benchmarks", field="--what",
+                                 fix="Benchmark its placement from the dashboard or `placement benchmark`")
+            exports.rows_to_csv(rows, out)
+    print(f"wrote {out}")
+    return 0
+
+
+def cmd_delete(args) -> int:
+    with open_store(args) as store:
+        store.delete(args.run)
+    print(f"deleted run {args.run}")
+    return 0

@@ -1,0 +1,71 @@
+"""Optimization runs recorded in the store: start one, checkpoint it as it goes, resume it after a crash.
+
+With the serial backend a resumed run reaches exactly the result of an
+uninterrupted one: the checkpoint holds the optimizer's whole state (including
+its random generator) and the loop's counters and history.
+"""
+
+from __future__ import annotations
+
+from .optimize import make_optimizer
+from .optimize.driver import check_budget, drive
+from .parallel import make_evaluator
+from .problem import Problem
+from .store import RunStore
+
+CHECKPOINT_EVERY = 500  # evaluations between checkpoints (at the next generation / step boundary)
+
+
+def start_run(store: RunStore, problem: Problem, algorithm: str, *, evaluations: int | None = None,
+              seconds: float | None = None, seed: int = 0, params: dict | None = None, label: str | None = None,
+              workers: int = 1, dask=None, evaluator=None, progress=None, stop=None,
+              checkpoint_every: int = CHECKPOINT_EVERY, on_created=None):
+    """Create the run, then optimize; returns (run id, OptimizeResult). Bad input writes nothing."""
+    check_budget(evaluations, seconds)
+    optimizer = make_optimizer(problem, algorithm, seed=seed, params=params, evaluations=evaluations)
+    run_id = store.create_run(problem, algorithm, optimizer.params, seed, evaluations=evaluations, seconds=seconds,
+                              label=label)
+    if on_created is not None:
+        on_created(run_id)
+    return run_id, _drive(store, run_id, optimizer, evaluations, seconds, None, workers, dask, evaluator, progress,
+                          stop, checkpoint_every)
+
+
+def resume_run(store: RunStore, run_id: int, *, workers: int = 1, dask=None, evaluator=None, progress=None,
+               stop=None, checkpoint_every: int = CHECKPOINT_EVERY):
+    """Continue a stopped or interrupted run from its last checkpoint (from the start if it has none)."""
+    rec = store.get(run_id)
+    from .errors import InputError
+    if rec.status == "done":
+        raise InputError(f"run {run_id} has already finished", field="--resume",
+                         fix="Start a new run, or resume one that was stopped or interrupted")
+    problem = store.problem(run_id)
+    optimizer = make_optimizer(problem, rec.algorithm, seed=rec.seed, params=rec.params,
+                               evaluations=rec.budget_evaluations)
+    state = store.load_checkpoint(run_id)
+    store.claim(run_id)
+    return _drive(store, run_id, optimizer, rec.budget_evaluations, rec.budget_seconds, state, workers, dask,
+                  evaluator, progress, stop, checkpoint_every)
+
+
+def _drive(store, run_id, optimizer, evaluations, seconds, state, workers, dask, evaluator, progress, stop,
+           checkpoint_every):
+    own = evaluator is None
+    try:
+        evaluator = evaluator or make_evaluator(optimizer.problem, workers=workers, dask=dask)
+        try:
+            result = drive(optimizer, evaluations=evaluations, seconds=seconds, evaluator=evaluator,
+                           progress=progress, stop=stop, state=state,
+                           checkpoint=lambda s: store.checkpoint(run_id, s), checkpoint_every=checkpoint_every)
+        finally:
+            if own:
+                evaluator.close()
+    except BaseException as e:
+        from .errors import InputError
+        if isinstance(e, KeyboardInterrupt):
+            store.stop(run_id)
+        else:
+            store.fail(run_id, str(e) if isinstance(e, InputError) else f"{type(e).__name__}: {e}")
+        raise
+    store.finish(run_id, result, status="stopped" if result.stopped else "done")
+    return result

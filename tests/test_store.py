@@ -1,0 +1,248 @@
+"""The run store: recording, reopening, exporting, resuming after SIGKILL, concurrent writers."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from placement_core import Problem, load_devices, load_network
+from placement_core.cli import main
+from placement_core.errors import InputError
+from placement_core.optimize import run
+from placement_core.runs import resume_run, start_run
+from placement_core.simulate.schedules import pipeline_problem
+from placement_core.store import RunStore
+
+
+@pytest.fixture
+def store(tmp_path):
+    with RunStore(home=tmp_path) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return Problem(load_network("alexnet"), load_devices("malvik-4gpu-limited-alexnet"))
+
+
+def test_a_run_is_recorded_and_reopened(store, problem):
+    run_id, result = start_run(store, problem, "map-elites", evaluations=1000, seed=3, label="first")
+    rec = store.get(run_id)
+    assert rec.status == "done" and rec.label == "first" and rec.algorithm == "map-elites" and rec.seed == 3
+    assert rec.evaluations == 1000 and rec.best_objective == pytest.approx(result.best_objective)
+    assert np.array_equal(rec.best_placement, result.best_placement)
+    assert np.array_equal(store.history(run_id), result.history)
+    elites = store.archive_rows(run_id)
+    assert len(elites) == len(result.archive)
+    assert elites[0]["objective"] == pytest.approx(result.best_objective)
+    assert rec.extras["archive_dimensions"][2]["name"] == "cross_device_edges"
+    # the stored problem is the same problem
+    again = store.problem(run_id)
+    assert again.evaluate(result.best_placement) == pytest.approx(result.best_objective)
+    assert store.load_checkpoint(run_id) is None  # finished runs drop their checkpoint
+    assert store._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_pipeline_problems_round_trip(store):
+    p = pipeline_problem(load_network("resnet50"), load_devices("malvik-4gpu"), "1f1b", 8, penalty="placeto",
+                         comm_efficiency=0.5)
+    run_id, result = start_run(store, p, "random", evaluations=50, seed=1)
+    q = store.problem(run_id)
+    assert q.settings.schedule == "1f1b" and q.settings.micro_batches == 8 and q.penalty == "placeto"
+    assert q.profile.comm_efficiency == 0.5
+    assert q.evaluate(result.best_placement) == pytest.approx(result.best_objective)
+
+
+def test_bad_input_writes_nothing(store, problem):
+    for kwargs in ({"params": {"population": 1}}, {"params": {"nope": 1}}, {}):
+        with pytest.raises(InputError):
+            start_run(store, problem, "ga", seed=0, evaluations=None if not kwargs else 10, **kwargs)
+    with pytest.raises(InputError):
+        start_run(store, problem, "gradient-descent", evaluations=10)
+    assert store.runs() == []
+
+
+def test_checkpoints_and_resume_in_process(store, problem):
+    full = run(problem, "ga", evaluations=2000, seed=11)
+    stop = threading.Event()
+
+    def progress(pr):
+        if pr.evaluations >= 900:
+            stop.set()
+
+    run_id, partial = start_run(store, problem, "ga", evaluations=2000, seed=11, progress=progress, stop=stop,
+                                checkpoint_every=100)
+    assert partial.stopped and store.get(run_id).status == "stopped"
+    assert store.load_checkpoint(run_id)["evaluations"] >= 900
+    resumed = resume_run(store, run_id)
+    assert np.array_equal(resumed.best_placement, full.best_placement)
+    assert np.array_equal(resumed.history, full.history)
+    assert store.get(run_id).status == "done"
+    with pytest.raises(InputError, match="already finished"):
+        resume_run(store, run_id)
+
+
+def _store_rows(path):
+    with sqlite3.connect(path) as c:
+        return c.execute("SELECT r.id, r.status, c.evaluations FROM runs r LEFT JOIN checkpoints c "
+                         "ON c.run_id = r.id").fetchall()
+
+
+def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path):
+    home = tmp_path / "home"
+    env = {**os.environ, "PLACEMENT_HOME": str(home)}
+    argv = ["--network", "inception_v3", "--devices", "malvik-4gpu-limited-inception", "--algorithm", "ga",
+            "--budget", "12000", "--seed", "5", "--quiet"]
+    proc = subprocess.Popen([sys.executable, "-m", "placement_core", "optimize", *argv], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    db = home / "runs.sqlite"
+    deadline = time.time() + 120
+    rows = []
+    while time.time() < deadline:
+        if db.exists():
+            try:
+                rows = _store_rows(db)
+            except sqlite3.OperationalError:
+                rows = []
+            if rows and rows[0][2] is not None and rows[0][2] >= 2000:
+                break
+        if proc.poll() is not None:
+            pytest.fail(f"the run finished before it could be killed: {proc.stderr.read().decode()}")
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    # the store is readable and the run is visibly interrupted
+    with RunStore(home=home) as store:
+        rec = store.get(1)
+        assert rec.status == "running" and rec.display_status == "interrupted"
+        ckpt = store.load_checkpoint(1)
+        assert 2000 <= ckpt["evaluations"] < 12000
+        assert rec.evaluations == ckpt["evaluations"]  # nothing but the last interval is lost
+    code = subprocess.run([sys.executable, "-m", "placement_core", "optimize", "--resume", "1", "--quiet",
+                           "--json"], env=env, capture_output=True, text=True)
+    assert code.returncode == 0, code.stderr
+    resumed = json.loads(code.stdout)
+    reference = run(Problem(load_network("inception_v3"), load_devices("malvik-4gpu-limited-inception")), "ga",
+                    evaluations=12000, seed=5)
+    assert resumed["evaluations"] == 12000
+    assert resumed["best_objective_s"] == reference.best_objective
+    assert resumed["history"] == [[int(e), b, c] for e, b, c in reference.history.tolist()]
+    with RunStore(home=home) as store:
+        assert store.get(1).status == "done"
+        assert np.array_equal(store.get(1).best_placement, reference.best_placement)
+
+
+def test_two_writers_at_once(tmp_path, problem):
+    errors = []
+
+    def worker(seed):
+        try:
+            with RunStore(home=tmp_path) as s:
+                start_run(s, problem, "random", evaluations=2000, seed=seed, checkpoint_every=50)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    with RunStore(home=tmp_path) as s:
+        assert sorted(r.seed for r in s.runs()) == [1, 2]
+        assert all(r.status == "done" for r in s.runs())
+
+
+def test_corrupt_store_is_a_clear_error(tmp_path):
+    (tmp_path / "runs.sqlite").write_bytes(b"this is not a database" * 100)
+    with pytest.raises(InputError, match="cannot open the run store"):
+        RunStore(home=tmp_path)
+
+
+def cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_runs_and_exports(capsys, tmp_path):
+    home = str(tmp_path / "h")
+    code, out, err = cli(capsys, "optimize", "--network", "alexnet", "--devices", "malvik-4gpu-limited-alexnet",
+                         "--algorithm", "map-elites", "--budget", "800", "--home", home, "--label", "demo")
+    assert code == 0 and "stored as run 1" in out, err
+    code, out, _ = cli(capsys, "runs", "list", "--home", home, "--json")
+    [row] = json.loads(out)
+    assert row["id"] == 1 and row["status"] == "done" and row["label"] == "demo" and row["evaluations"] == 800
+    code, out, _ = cli(capsys, "runs", "show", "1", "--home", home, "--json")
+    shown = json.loads(out)
+    assert shown["archive_size"] > 5 and shown["history_points"] > 1
+
+    placement = tmp_path / "p.json"
+    assert cli(capsys, "runs", "export", "1", "--home", home, "--out", str(placement))[0] == 0
+    doc = json.loads(placement.read_text())
+    assert doc["format"] == "placement/1" and len(doc["assignment"]) == 23
+    code, out, _ = cli(capsys, "simulate", "--network", "alexnet", "--devices", "malvik-4gpu-limited-alexnet",
+                       "--placement", str(placement), "--json")
+    assert json.loads(out)["objective_s"] == pytest.approx(row["best_objective_s"])
+
+    devmap = tmp_path / "map.json"
+    cli(capsys, "runs", "export", "1", "--home", home, "--what", "torch", "--out", str(devmap))
+    mapping = json.loads(devmap.read_text())
+    assert set(mapping) >= {"features.0", "classifier.6"}
+    assert set(mapping.values()) <= {"cpu", "cuda:0", "cuda:1", "cuda:2", "cuda:3"}
+    snippet = tmp_path / "place.py"
+    cli(capsys, "runs", "export", "1", "--home", home, "--what", "snippet", "--out", str(snippet))
+    ns = {}
+    exec(snippet.read_text(), ns)  # valid Python defining DEVICE_MAP and place()
+    # modules only: the input and torch.flatten are functions, not modules
+    assert ns["DEVICE_MAP"] == {k: v for k, v in mapping.items() if k not in ("x", "flatten")}
+
+    csv_path = tmp_path / "a.csv"
+    cli(capsys, "runs", "export", "1", "--home", home, "--what", "archive", "--out", str(csv_path))
+    lines = csv_path.read_text().splitlines()
+    assert lines[0].startswith("most_used_device_bin,devices_used_bin,cross_device_edges_bin,most_used_device")
+    assert len(lines) - 1 == shown["archive_size"]
+    pq = pytest.importorskip("pyarrow.parquet")
+    parquet = tmp_path / "a.parquet"
+    cli(capsys, "runs", "export", "1", "--home", home, "--what", "archive", "--format", "parquet", "--out",
+        str(parquet))
+    table = pq.read_table(parquet)
+    assert table.num_rows == shown["archive_size"] and "objective_s" in table.column_names
+
+    trace = tmp_path / "t.json"
+    cli(capsys, "runs", "export", "1", "--home", home, "--what", "trace", "--out", str(trace))
+    assert any(e.get("ph") == "X" for e in json.loads(trace.read_text())["traceEvents"])
+    hist = tmp_path / "h.csv"
+    cli(capsys, "runs", "export", "1", "--home", home, "--what", "history", "--out", str(hist))
+    assert hist.read_text().splitlines()[0] == "evaluations,best_s,current_s"
+
+    assert cli(capsys, "runs", "delete", "1", "--home", home)[0] == 0
+    code, _, err = cli(capsys, "runs", "show", "1", "--home", home)
+    assert code == 2 and "there is no run 1" in err
+
+
+@pytest.mark.parametrize("argv, text", [
+    (["runs", "show", "7"], "there is no run 7"),
+    (["runs", "export", "7", "--out", "x.json"], "there is no run 7"),
+    (["optimize", "--resume", "7"], "there is no run 7"),
+    (["optimize", "--network", "alexnet"], "the following arguments are required: --devices, --algorithm"),
+    (["runs", "export", "1", "--what", "archive", "--format", "json", "--out", "x"], "archive exports as csv or"),
+])
+def test_cli_run_errors(capsys, tmp_path, argv, text):
+    home = str(tmp_path)
+    if argv[:3] == ["runs", "export", "1"]:
+        cli(capsys, "optimize", "--network", "alexnet", "--devices", "malvik", "--algorithm", "random", "--budget",
+            "10", "--home", home)
+    if argv[0] == "runs":
+        argv = argv[:2] + ["--home", home] + argv[2:]
+    else:
+        argv = argv + ["--home", home]
+    code, out, err = cli(capsys, *argv)
+    assert code == 2 and err.startswith("error: ") and text in err and err.count("\n") == 1
