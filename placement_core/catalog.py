@@ -2,10 +2,14 @@
 
 Files may be in our formats or in Exprimo's; the loader tells them apart by
 their keys ("format" for ours, "layers" / "comm_channels" for Exprimo's).
+Device presets also come from the user's data folder (``$PLACEMENT_HOME``,
+default ``~/.placement``): ``placement calibrate`` saves the measured machine
+there as ``devices/local.json``, so ``local`` works like a built-in name.
 """
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -31,8 +35,24 @@ def builtin_networks() -> list[str]:
     return sorted(p.stem for p in (assets_dir() / "networks").glob("*.json"))
 
 
-def builtin_devices() -> list[str]:
+def user_dir() -> Path:
+    """Where calibrations are kept: ``$PLACEMENT_HOME``, default ``~/.placement``."""
+    return Path(os.environ.get("PLACEMENT_HOME") or Path.home() / ".placement")
+
+
+def _shipped_devices() -> list[str]:
     return sorted(p.stem for p in (assets_dir() / "devices").glob("*.json"))
+
+
+def user_devices() -> list[str]:
+    """Presets in the user's data folder (a shipped preset of the same name wins)."""
+    shipped = set(_shipped_devices())
+    return sorted(p.stem for p in (user_dir() / "devices").glob("*.json") if p.stem not in shipped)
+
+
+def builtin_devices() -> list[str]:
+    """Every preset name: the shipped ones and the user's (``local`` after a calibration)."""
+    return sorted(_shipped_devices() + user_devices())
 
 
 @lru_cache(maxsize=32)
@@ -73,9 +93,16 @@ def load_network(spec: str, batch_size: int | None = None) -> Graph:
 
 
 def load_devices(spec: str) -> DeviceGraph:
-    """A preset name (``malvik``) or a path to a device-graph file."""
-    if spec in builtin_devices():
+    """A preset name (``malvik``, or ``local`` once calibrated) or a path to a device-graph file."""
+    if spec in _shipped_devices():
         return _builtin_devices(spec)
+    if spec in user_devices():  # not cached: a new calibration replaces it
+        path = user_dir() / "devices" / f"{spec}.json"
+        return devices_from_data(read_json(path), source=str(path))
+    if spec == "local":
+        raise InputError("there is no calibrated 'local' preset yet", field="devices",
+                         fix="Run `placement calibrate --model ... --devices cpu:2` first (it saves it in "
+                             f"{user_dir() / 'devices'})")
     path = Path(spec)
     if not path.exists():
         raise InputError(f"{spec!r} is neither a device preset nor a file", field="devices",

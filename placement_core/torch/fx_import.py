@@ -6,6 +6,10 @@ functions between them. FLOPs follow DESIGN §3: ``torch.utils.flop_counter``
 for matmul/convolution/attention (2 FLOPs per multiply-add), the pooling
 formula kh*kw*C*Hout*Wout*N, and element counts for memory-bound ops, whose
 cost the roofline profile takes from their memory traffic instead.
+
+:func:`trace_model` also returns which fx node belongs to which op, which is
+what applying, benchmarking and calibrating a placement need; when torch.fx
+cannot trace a model, it falls back to torch.export (:mod:`.export_import`).
 """
 
 from __future__ import annotations
@@ -64,8 +68,38 @@ def module_kind(mod: nn.Module) -> str:
     return "other"
 
 
+# Kinds of ATen operators, which is what a torch.export graph is made of.
+_ATEN_KINDS = {
+    "conv": ("conv1d", "conv2d", "conv3d", "convolution", "_convolution", "mkldnn_convolution"),
+    "deconv": ("conv_transpose1d", "conv_transpose2d", "conv_transpose3d"),
+    "linear": ("linear", "addmm"),
+    "matmul": ("mm", "bmm", "matmul", "baddbmm"),
+    "pool": ("max_pool1d", "max_pool2d", "max_pool3d", "max_pool2d_with_indices", "avg_pool1d", "avg_pool2d",
+             "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
+             "adaptive_max_pool2d", "_adaptive_avg_pool2d"),
+    "norm": ("batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
+             "_native_batch_norm_legit_no_training", "native_batch_norm", "layer_norm", "native_layer_norm",
+             "group_norm", "native_group_norm", "instance_norm"),
+    "activation": ("relu", "relu_", "gelu", "silu", "silu_", "sigmoid", "tanh", "hardtanh", "hardtanh_",
+                   "hardswish", "hardswish_", "hardsigmoid", "leaky_relu", "elu", "mish"),
+    "elementwise": ("add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_"),
+    "reshape": ("view", "_unsafe_view", "reshape", "flatten", "permute", "transpose", "t", "expand", "squeeze",
+                "unsqueeze", "contiguous", "alias", "clone", "slice", "select", "detach"),
+    "concat": ("cat", "stack"),
+    "softmax": ("softmax", "_softmax", "log_softmax", "_log_softmax"),
+    "dropout": ("dropout", "native_dropout"),
+    "attention": ("scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
+                  "_scaled_dot_product_efficient_attention"),
+    "embedding": ("embedding",),
+    "upsample": ("upsample_nearest2d", "upsample_bilinear2d"),
+}
+_ATEN_KIND = {name: kind for kind, names in _ATEN_KINDS.items() for name in names}
+
+
 def function_kind(node: torch.fx.Node) -> str:
     t = node.target
+    if isinstance(t, torch._ops.OpOverload):
+        return _ATEN_KIND.get(t.overloadpacket.__name__, "other")
     if node.op == "call_method":
         if t in _VIEW_METHODS:
             return "reshape"
@@ -132,8 +166,10 @@ class _Record:
 class _Recorder(torch.fx.Interpreter):
     """Runs the traced graph once, recording every tensor-producing node."""
 
-    def __init__(self, gm: torch.fx.GraphModule):
+    def __init__(self, gm: torch.fx.GraphModule, count_buffers: bool = True):
         super().__init__(gm)
+        # torch.export reads buffers (BatchNorm statistics) through get_attr; they are not parameters.
+        self.count_buffers = count_buffers
         self.records: dict[str, _Record] = {}
         self.alias: dict[str, tuple[str, float]] = {}  # node -> (producing op, bytes): getitem on tuples
         self.param_of: dict[str, float] = {}
@@ -155,7 +191,8 @@ class _Recorder(torch.fx.Interpreter):
         with flops:
             result = super().run_node(node)
         if node.op == "get_attr":
-            self.param_of[node.name] = float(_nbytes(result))
+            counted = self.count_buffers or isinstance(result, nn.Parameter)
+            self.param_of[node.name] = float(_nbytes(result)) if counted else 0.0
             return result
         producers: list[tuple[str, float]] = []
         extra_params = 0.0
@@ -254,33 +291,67 @@ def _backward_flops(rec: _Record) -> float:
     return rec.fwd_flops
 
 
+def _reason(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
+class TraceFailure(InputError):
+    """torch.fx could not trace the model; ``reason`` says why (the export fallback quotes it)."""
+
+    def __init__(self, model: nn.Module, e: BaseException):
+        self.reason = _reason(e)
+        super().__init__(f"torch.fx cannot trace {type(model).__name__}: {self.reason}", field="model",
+                         fix="Models with data-dependent control flow need torch.export or a wrapper that "
+                             "fixes the branch; see docs/torch.md")
+
+
 def trace(model: nn.Module) -> torch.fx.GraphModule:
     try:
         return torch.fx.symbolic_trace(model)
     except Exception as e:  # noqa: BLE001 - any tracing failure becomes one clear message
-        raise InputError(f"torch.fx cannot trace {type(model).__name__}: {type(e).__name__}: "
-                         f"{str(e).splitlines()[0] if str(e) else ''}".rstrip(": "), field="model",
-                         fix="Models with data-dependent control flow need torch.export or a wrapper that "
-                             "fixes the branch; see docs/torch.md") from None
+        raise TraceFailure(model, e) from None
 
 
-def import_module(model: nn.Module, input_shape: tuple[int, ...], *, name: str | None = None,
-                  batch_size: int | None = None, gm: torch.fx.GraphModule | None = None) -> Graph:
-    """The model's training step as a Graph at ``batch_size`` (default: the input's first dim)."""
+@dataclass
+class Traced:
+    """A traced model: the fx graph that runs it, the op graph, and which node belongs to which op.
+
+    ``node_op`` maps every fx node whose value holds tensors (ops, and ``getitem``
+    on a multi-output op) to its op; parameters read through ``get_attr`` and
+    Python values (sizes) are not ops. ``graph`` is at the traced batch size.
+    """
+
+    gm: torch.fx.GraphModule
+    graph: Graph
+    node_op: dict[str, str]
+    method: str  # "fx" or "export"
+
+
+def _check_shape(input_shape) -> tuple[int, ...]:
     if not input_shape or any(int(s) <= 0 for s in input_shape):
         raise InputError(f"input shape must be positive sizes, got {input_shape!r}", field="input_shape",
                          fix="Write e.g. 1,3,224,224")
-    model = model.train()
-    gm = gm if gm is not None else trace(model)
-    recorder = _Recorder(gm)
+    return tuple(int(s) for s in input_shape)
+
+
+def record(gm: torch.fx.GraphModule, model: nn.Module, input_shape: tuple[int, ...],
+           count_buffers: bool = True) -> _Recorder:
+    """Run ``gm`` once on a random input, recording every node (no gradients)."""
+    recorder = _Recorder(gm, count_buffers=count_buffers)
     example = torch.randn(*input_shape)
     try:
         with torch.no_grad():
             recorder.run(example)
     except Exception as e:  # noqa: BLE001
         raise InputError(f"running {type(model).__name__} on an input of shape {tuple(input_shape)} failed: "
-                         f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", field="input_shape",
-                         fix="Check the input shape the model expects") from None
+                         f"{_reason(e)}", field="input_shape",
+                         fix="Check the input shape the model expects (BatchNorm in training mode needs a "
+                             "batch of at least 2 when the spatial size shrinks to 1x1)") from None
+    return recorder
+
+
+def recorded_ops(recorder: _Recorder) -> list[Op]:
     ops = []
     for r in recorder.records.values():
         ops.append(Op(name=r.name, kind=r.kind, inputs=tuple(p for p, _ in r.inputs),
@@ -288,5 +359,44 @@ def import_module(model: nn.Module, input_shape: tuple[int, ...], *, name: str |
                                    if b != recorder.records[p].output_bytes},
                       fwd_flops=r.fwd_flops, bwd_flops=_backward_flops(r), output_bytes=r.output_bytes,
                       param_bytes=r.param_bytes, mem_bytes=_memory_traffic(r), shape=r.shape, module=r.module))
-    graph = Graph(name or type(model).__name__.lower(), ops, int(input_shape[0]))
+    return ops
+
+
+def node_ops(recorder: _Recorder) -> dict[str, str]:
+    mapping = dict(recorder._names)
+    mapping.update({node: op for node, (op, _) in recorder.alias.items()})
+    return mapping
+
+
+def trace_model(model: nn.Module, input_shape: tuple[int, ...], *, name: str | None = None,
+                gm: torch.fx.GraphModule | None = None) -> Traced:
+    """Trace with torch.fx, or with torch.export when fx cannot (data-dependent Python control flow)."""
+    input_shape = _check_shape(input_shape)
+    model = model.train()
+    name = name or type(model).__name__.lower()
+    if gm is None:
+        try:
+            gm = trace(model)
+        except TraceFailure as failure:
+            from .export_import import trace_exported
+            return trace_exported(model, input_shape, name=name, fx_reason=failure.reason)
+    recorder = record(gm, model, input_shape)
+    graph = Graph(name, recorded_ops(recorder), int(input_shape[0]))
+    return Traced(gm, graph, node_ops(recorder), "fx")
+
+
+def trace_for_batch(model: nn.Module, input_shape: tuple[int, ...], batch_size: int, *,
+                    name: str | None = None) -> Traced:
+    """A trace that runs at ``batch_size``: torch.export specialises to the example's batch, so
+    an exported model is traced again at the batch it will run with (op names stay the same)."""
+    traced = trace_model(model, input_shape, name=name)
+    if traced.method == "export" and int(input_shape[0]) != int(batch_size):
+        traced = trace_model(model, (int(batch_size), *input_shape[1:]), name=name)
+    return traced
+
+
+def import_module(model: nn.Module, input_shape: tuple[int, ...], *, name: str | None = None,
+                  batch_size: int | None = None, gm: torch.fx.GraphModule | None = None) -> Graph:
+    """The model's training step as a Graph at ``batch_size`` (default: the input's first dim)."""
+    graph = trace_model(model, input_shape, name=name, gm=gm).graph
     return graph if batch_size is None else graph.with_batch_size(batch_size)

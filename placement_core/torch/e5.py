@@ -1,0 +1,331 @@
+"""Experiment E5 (thesis §4.3.5) on this machine: how well does the simulator predict real step times?
+
+1. Calibrate the local devices on the model (:mod:`.calibrate`), or reuse a calibration.
+2. Collect a varied set of placements: the best placement of a genetic
+   algorithm run against the calibrated simulator every few generations (the
+   thesis' method), uniformly random ones, random contiguous zones (between
+   the two in how much they communicate), contiguous two-way splits at several
+   cut points, and every single-device placement.
+3. Benchmark each for real (:mod:`.benchmark`, ``ranks`` runner), rounds interleaved.
+4. Simulate each with the calibrated profile (measured op times + fitted
+   links) and with the uncalibrated default (roofline formulas on the same
+   devices), and compare: Pearson r, Kendall τ (τ-b) and mean absolute
+   percentage error of simulated against measured median step time.
+
+Writes ``results.csv``, ``scatter.png`` (simulated against measured, y = x and
+the least-squares line), ``placements.json`` and ``report.md`` to the output folder.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..errors import InputError
+from ..jsonio import write_json
+from ..problem import Problem
+
+
+@dataclass(frozen=True)
+class E5Settings:
+    generations: int = 30  # GA generations against the calibrated simulator
+    checkpoint_every: int = 2  # keep the GA's best placement every this many generations
+    random: int = 8  # uniformly random placements
+    zones: int = 8  # random contiguous-zone placements
+    splits: int = 5  # contiguous two-way splits at evenly spaced cut points
+    steps: int = 4  # timed steps per round
+    warmup: int = 1
+    rounds: int = 4
+    seed: int = 0
+    timeout: float = 600.0
+
+
+@dataclass
+class Candidate:
+    label: str
+    kind: str  # ga | random | zones | split | single
+    placement: np.ndarray
+
+
+@dataclass
+class E5Result:
+    rows: list[dict]
+    metrics: dict  # profile -> statistic -> {"pearson_r", "kendall_tau", "mape_pct", "n"}
+    files: dict = field(default_factory=dict)
+
+
+# -- statistics -----------------------------------------------------------------------------------
+
+def pearson(x, y) -> float:
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if len(x) < 2 or x.std() == 0 or y.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(x, y)[0, 1])
+
+
+def kendall_tau(x, y) -> float:
+    """Kendall's τ-b (ties in either variable accounted for), O(n^2)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    n = len(x)
+    if n < 2:
+        return float("nan")
+    dx = np.sign(x[:, None] - x[None, :])
+    dy = np.sign(y[:, None] - y[None, :])
+    iu = np.triu_indices(n, 1)
+    s = float((dx * dy)[iu].sum())
+    tx = float((dx[iu] != 0).sum())
+    ty = float((dy[iu] != 0).sum())
+    return s / math.sqrt(tx * ty) if tx and ty else float("nan")
+
+
+def mape(predicted, measured) -> float:
+    p, m = np.asarray(predicted, float), np.asarray(measured, float)
+    return float(np.mean(np.abs(p - m) / m) * 100.0)
+
+
+def metrics(predicted, measured) -> dict:
+    return {"pearson_r": pearson(predicted, measured), "kendall_tau": kendall_tau(predicted, measured),
+            "mape_pct": mape(predicted, measured), "n": len(measured)}
+
+
+# -- placements -------------------------------------------------------------------------------------
+
+def collect_placements(problem: Problem, settings: E5Settings,
+                       progress: Callable[[str], None] | None = None) -> list[Candidate]:
+    """GA checkpoints, random, random zones, contiguous splits, single devices; duplicates dropped."""
+    from ..optimize import make_optimizer
+
+    n, d = problem.n_ops, problem.n_devices
+    rng = np.random.default_rng(settings.seed)
+    out: list[Candidate] = [Candidate(f"single:{name}", "single", np.full(n, i, dtype=np.int32))
+                            for i, name in enumerate(problem.devices.names)]
+    if d > 1:
+        work = (problem.costs.fwd + problem.costs.bwd + problem.costs.update)[:, 0]
+        cum = np.cumsum(work) / max(float(work.sum()), 1e-300)
+        for f in np.linspace(0, 1, settings.splits + 2)[1:-1]:
+            cut = int(np.searchsorted(cum, f)) + 1
+            x = np.where(np.arange(n) < cut, 0, 1).astype(np.int32)
+            out.append(Candidate(f"split {f:.0%} of compute on {problem.devices.names[0]}", "split", x))
+        for k in range(settings.random):
+            out.append(Candidate(f"random #{k}", "random", rng.integers(0, d, n).astype(np.int32)))
+        for k in range(settings.zones):
+            zones = int(rng.integers(2, max(3, min(n, 12))))
+            cuts = np.sort(rng.choice(np.arange(1, n), size=min(zones - 1, n - 1), replace=False))
+            x = np.zeros(n, dtype=np.int32)
+            dev = int(rng.integers(0, d))
+            start = 0
+            for c in list(cuts) + [n]:
+                x[start:c] = dev
+                dev = (dev + 1 + int(rng.integers(0, d - 1))) % d if d > 2 else 1 - dev
+                start = c
+            out.append(Candidate(f"{zones} zones #{k}", "zones", x))
+        if settings.generations > 0:
+            # the GA's best placement every few generations, as the thesis collected them (ask/tell by hand,
+            # so that a checkpoint is exactly a generation)
+            ga = make_optimizer(problem, "ga", seed=settings.seed)
+            best_f, best_x, kept = float("inf"), None, 0
+            for gen in range(1, settings.generations + 1):
+                xs = ga.ask(1 << 30)
+                fs = problem.evaluate_many(xs)
+                ga.tell(xs, fs)
+                i = int(np.argmin(fs))
+                if fs[i] < best_f:
+                    best_f, best_x = float(fs[i]), xs[i].copy()
+                if gen % max(1, settings.checkpoint_every) == 0 or gen == 1:
+                    out.append(Candidate(f"GA generation {gen}", "ga", best_x.copy()))
+                    kept += 1
+            if progress:
+                progress(f"GA: {kept} checkpoints over {settings.generations} generations")
+    unique, seen = [], set()
+    for c in out:
+        if c.placement.tobytes() not in seen:
+            seen.add(c.placement.tobytes())
+            unique.append(c)
+    return unique
+
+
+# -- the experiment -----------------------------------------------------------------------------------
+
+def run_e5(source: str, input_shape, devices: str, *, batch_size: int | None, out_dir: str | Path,
+           settings: E5Settings | None = None, calibration_dir: str | Path | None = None,
+           progress: Callable[[str], None] | None = None, command: str = "") -> E5Result:
+    from ..catalog import load_devices
+    from .benchmark import BenchmarkSettings, benchmark
+    from .calibrate import CalibrationSettings, calibrate, save_calibration
+    from .devspec import parse_devices
+    from .fx_import import trace_model
+    from .sources import load_model, parse_shape, parse_source
+    from .timings import read_timings, timing_table
+
+    settings = settings or E5Settings()
+    say = progress or (lambda _: None)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    shape = parse_shape(input_shape)
+    batch = int(batch_size or shape[0])
+    devs = parse_devices(devices)
+    if len(devs) < 2:
+        raise InputError("E5 compares placements over several devices; give at least two", field="--devices",
+                         fix="Use e.g. --devices cpu:2")
+    src = parse_source(source)
+    graph = trace_model(load_model(src, seed=settings.seed), shape, name=src.default_name).graph.with_batch_size(batch)
+    if calibration_dir is not None:
+        cal_dir = Path(calibration_dir)
+        device_graph = load_devices(str(cal_dir / "devices.json"))
+        timings_doc = read_timings(cal_dir / "timings.json")
+        say(f"using the calibration in {cal_dir}")
+    else:
+        say(f"calibrating {graph.name} on {devices} ...")
+        cal = calibrate(source, shape, devs, batch_size=batch, name=graph.name,
+                        settings=CalibrationSettings(seed=settings.seed), progress=say)
+        save_calibration(cal, out / "calibration", preset=None)  # an experiment leaves the user's preset alone
+        device_graph, timings_doc = cal.devices, cal.timings
+    names = [d.name for d in devs]
+    if device_graph.names != names:
+        raise InputError(f"the calibration is for devices {device_graph.names}, not {names}", field="--calibration",
+                         fix="Calibrate with the same --devices")
+    calibrated = Problem(graph, device_graph, timings=timing_table(timings_doc, graph))
+    default = Problem(graph, device_graph)
+    candidates = collect_placements(calibrated, settings, say)
+    say(f"benchmarking {len(candidates)} placements x {settings.rounds} rounds x {settings.steps} steps ...")
+    assignments = [{op.name: names[int(i)] for op, i in zip(graph.ops, c.placement)} for c in candidates]
+    results = benchmark(source, shape, assignments, devs, runner="ranks", batch_size=batch, name=graph.name,
+                        settings=BenchmarkSettings(steps=settings.steps, warmup=settings.warmup,
+                                                   rounds=settings.rounds, seed=settings.seed,
+                                                   timeout=settings.timeout),
+                        progress=lambda done, total: say(f"  {done}/{total} runs") if done % 10 == 0 else None)
+    rows = []
+    for c, r in zip(candidates, results):
+        row = {"label": c.label, "kind": c.kind, "status": r.status, "message": r.message,
+               "sim_calibrated_s": calibrated.simulate(c.placement).result.batch_time,
+               "sim_default_s": default.simulate(c.placement).result.batch_time,
+               "measured_median_s": r.median_step_s, "measured_min_s": min(r.steps_s) if r.steps_s else None,
+               "q1_s": r.quartiles_s[0] if r.steps_s else None, "q3_s": r.quartiles_s[1] if r.steps_s else None,
+               "steps": len(r.steps_s), "bytes_per_step": r.bytes_per_step, "messages_per_step": r.messages_per_step,
+               "cross_device_edges": int(sum(1 for p, ch, _ in graph.edges() if c.placement[p] != c.placement[ch]))}
+        for dv in r.devices:
+            row[f"peak_memory_{dv['name']}_bytes"] = dv["peak_memory_bytes"]
+        rows.append(row)
+    ok = [r for r in rows if r["status"] == "ok"]
+    if len(ok) < 3:
+        raise InputError(f"only {len(ok)} placements could be benchmarked", field="e5",
+                         fix="See results.csv for the failures")
+    result_metrics = {}
+    for profile in ("calibrated", "default"):
+        sim = [r[f"sim_{profile}_s"] for r in ok]
+        result_metrics[profile] = {
+            "median": metrics(sim, [r["measured_median_s"] for r in ok]),
+            "min": metrics(sim, [r["measured_min_s"] for r in ok])}
+    files = {"csv": out / "results.csv", "png": out / "scatter.png", "placements": out / "placements.json",
+             "report": out / "report.md"}
+    _write_csv(files["csv"], rows)
+    write_json(files["placements"], {"network": graph.name, "devices": names, "placements": [
+        {"label": c.label, "kind": c.kind, "assignment": a} for c, a in zip(candidates, assignments)]}, indent=None)
+    plot(ok, result_metrics, files["png"], title=f"{graph.name} (batch {batch}, input {'x'.join(map(str, shape[1:]))})"
+                                                 f" on {devices}")
+    files["report"].write_text(report(graph.name, source, shape, batch, devices, rows, result_metrics,
+                                      timings_doc, settings, command))
+    return E5Result(rows, result_metrics, {k: str(v) for k, v in files.items()})
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fields)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+
+
+def plot(rows: list[dict], result_metrics: dict, path: Path, title: str) -> None:
+    """Simulated against measured median step time, one panel per profile, y = x and the fitted line."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {"ga": "tab:blue", "random": "tab:red", "zones": "tab:orange", "split": "tab:green",
+              "single": "black"}
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5))
+    measured = np.array([r["measured_median_s"] for r in rows]) * 1e3
+    for ax, profile in zip(axes, ("calibrated", "default")):
+        sim = np.array([r[f"sim_{profile}_s"] for r in rows]) * 1e3
+        for kind, color in colors.items():
+            sel = [i for i, r in enumerate(rows) if r["kind"] == kind]
+            if sel:
+                ax.scatter(measured[sel], sim[sel], s=22, color=color, label=kind, alpha=0.8)
+        lo = float(min(measured.min(), sim.min())) * 0.9
+        hi = float(max(measured.max(), sim.max())) * 1.05
+        ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="y = x")
+        slope, intercept = np.polyfit(measured, sim, 1)
+        xs = np.array([lo, hi])
+        ax.plot(xs, slope * xs + intercept, color="gray", lw=1.2,
+                label=f"fit: y = {slope:.2f} x {'+' if intercept >= 0 else '-'} {abs(intercept):.1f} ms")
+        m = result_metrics[profile]["median"]
+        ax.set_title(f"{profile}: r = {m['pearson_r']:.3f}, τ = {m['kendall_tau']:.3f}, "
+                     f"MAPE = {m['mape_pct']:.1f} %", fontsize=10)
+        ax.set_xlabel("measured step time, median (ms)")
+        ax.set_ylabel("simulated step time (ms)")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="upper left")
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def report(network, source, shape, batch, devices, rows, result_metrics, timings_doc, settings: E5Settings,
+           command: str) -> str:
+    ok = [r for r in rows if r["status"] == "ok"]
+    failed = len(rows) - len(ok)
+    kinds = {}
+    for r in ok:
+        kinds[r["kind"]] = kinds.get(r["kind"], 0) + 1
+    lines = [f"# E5 on this machine: {network}, batch {batch}, input {'x'.join(map(str, shape[1:]))}, {devices}",
+             "", f"Command: `{command}`" if command else "", "",
+             f"Model `{source}`; {len(ok)} placements benchmarked ({', '.join(f'{v} {k}' for k, v in kinds.items())})"
+             + (f", {failed} failed" if failed else "") + f"; {settings.rounds} interleaved rounds of "
+             f"{settings.steps} timed steps after {settings.warmup} warm-up steps each.", "",
+             "| profile | measured statistic | Pearson r | Kendall τ | MAPE |", "|---|---|---|---|---|"]
+    for profile in ("calibrated", "default"):
+        for stat in ("median", "min"):
+            m = result_metrics[profile][stat]
+            lines.append(f"| {profile} | {stat} | {m['pearson_r']:.3f} | {m['kendall_tau']:.3f} | "
+                         f"{m['mape_pct']:.1f} % |")
+    meas = timings_doc.get("measured", {})
+    lines += ["", "Calibration (per device: measured single-device step, sum of per-op times, scale applied):", ""]
+    for name, m in meas.items():
+        lines.append(f"- {name}: step {m['step_s'] * 1e3:.1f} ms, ops {m['ops_sum_s'] * 1e3:.1f} ms, x{m['scale']:.2f}, "
+                     f"GEMM {m['gemm_flops'] / 1e9:.1f} GFLOP/s, copy {m['copy_bandwidth'] / 1e9:.1f} GB/s")
+    for name, c in timings_doc.get("channels", {}).items():
+        fitted = (f" (fitted to {timings_doc['latency_fit']['placements']} whole-step runs of calibration "
+                  f"placements; ping-pong: {c['ping_pong_latency_s'] * 1e6:.0f} us)"
+                  if "ping_pong_latency_s" in c else "")
+        lines.append(f"- {name}: latency {c['latency_s'] * 1e6:.0f} us{fitted}, bandwidth "
+                     f"{c['bandwidth'] / 1e9:.3f} GB/s (ping-pong, 1e3..1e8 bytes)")
+    lines += ["", "| placement | kind | measured median (ms) | IQR (ms) | calibrated (ms) | default (ms) | "
+                  "messages/step |", "|---|---|---|---|---|---|---|"]
+    for r in sorted(ok, key=lambda r: r["measured_median_s"]):
+        lines.append(f"| {r['label']} | {r['kind']} | {r['measured_median_s'] * 1e3:.1f} | "
+                     f"{(r['q3_s'] - r['q1_s']) * 1e3:.1f} | {r['sim_calibrated_s'] * 1e3:.1f} | "
+                     f"{r['sim_default_s'] * 1e3:.1f} | {r['messages_per_step']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def summary_line(result: E5Result) -> str:
+    parts = []
+    for profile in ("calibrated", "default"):
+        m = result.metrics[profile]["median"]
+        parts.append(f"{profile}: r {m['pearson_r']:.3f}, tau {m['kendall_tau']:.3f}, MAPE {m['mape_pct']:.1f} %")
+    return "; ".join(parts)
+
+
+def dumps(result: E5Result) -> str:
+    return json.dumps({"metrics": result.metrics, "files": result.files, "rows": result.rows}, indent=1)

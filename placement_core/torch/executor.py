@@ -1,0 +1,386 @@
+"""Training steps of a placed model: in one process (:class:`InProcessStep`) or as one rank of
+several (:class:`RankStep`), with the same data, loss and optimizer so their numbers compare.
+
+A step is ``zero_grad``, forward, loss, backward, ``SGD.step`` on a fixed
+random batch (what the simulator models; data loading is not part of it).
+The loss is cross-entropy against fixed random labels for ``[N, C]`` outputs
+and the mean square otherwise.
+
+Ranks: every rank walks the fx graph in the same order and runs its own
+nodes. A tensor another rank needs is sent (``isend``) right after it is
+computed and received (``irecv`` posted when the producer's turn comes,
+waited for at first use), so every pair of ranks issues its messages in the
+same order (which NCCL needs) and no rank waits on one that is itself
+blocked. The backward pass is cut at every tensor that crosses ranks and at
+every tensor with several consumers on its rank: consumers there use a
+detached copy, received tensors are leaves. Walking the cuts from last to
+first, a rank sends back the gradients of what it received and runs
+``backward`` from each cut once all its consumers' gradients are in, so every
+op's backward runs exactly once, after its consumers', as in the simulator.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from torch.fx.node import map_arg
+from torch.utils._pytree import tree_flatten, tree_leaves, tree_map, tree_unflatten
+
+from .apply import mutates_input
+from .memory import CpuTracker, tensor_bytes
+
+LR = 0.01
+
+
+def make_input(input_shape, batch_size: int, seed: int) -> torch.Tensor:
+    """The fixed random batch (on the CPU; runners move it)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn((batch_size, *input_shape[1:]), generator=g)
+
+
+class Loss:
+    """Cross-entropy on fixed random labels for [N, C] float outputs, mean square otherwise."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+        self._labels: dict[tuple, torch.Tensor] = {}
+
+    def __call__(self, out) -> torch.Tensor:
+        total = None
+        for t in tree_leaves(out):
+            if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+                continue
+            if t.dim() == 2:
+                key = (tuple(t.shape), str(t.device))
+                if key not in self._labels:
+                    g = torch.Generator().manual_seed(self.seed + 1)
+                    self._labels[key] = torch.randint(t.shape[1], (t.shape[0],), generator=g).to(t.device)
+                term = torch.nn.functional.cross_entropy(t, self._labels[key])
+            else:
+                term = t.float().pow(2).mean()
+            total = term if total is None else total + term.to(total.device)
+        if total is None:
+            raise RuntimeError("the model returns no floating-point tensor to train on")
+        return total
+
+
+def _sync(devices) -> None:
+    for d in devices:
+        if d.type == "cuda":
+            torch.cuda.synchronize(d)
+
+
+@dataclass
+class StepResult:
+    seconds: float
+    loss: float | None
+
+
+class InProcessStep:
+    """Training steps of a module placed with :func:`.apply.place` (one process, several devices)."""
+
+    def __init__(self, placed, input_device: str, input_shape, batch_size: int, seed: int):
+        self.module = placed
+        self.x = make_input(input_shape, batch_size, seed).to(input_device)
+        self.loss = Loss(seed)
+        self.devices = sorted({p.device for p in placed.parameters()} | {self.x.device}, key=str)
+        self.opt = torch.optim.SGD(placed.parameters(), lr=LR)
+
+    def step(self, tracker: CpuTracker | None = None) -> StepResult:
+        _sync(self.devices)
+        t0 = time.perf_counter()
+        if tracker is not None:
+            with tracker:
+                loss = self._step()
+        else:
+            loss = self._step()
+        _sync(self.devices)
+        seconds = time.perf_counter() - t0
+        return StepResult(seconds, float(loss))
+
+    def _step(self):
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.loss(self.module(self.x))
+        loss.backward()
+        self.opt.step()
+        return loss.detach()
+
+    def resident_bytes(self, device: str) -> int:
+        """Weights and buffers on ``device`` (what the step starts with)."""
+        ts = [t for t in list(self.module.parameters()) + list(self.module.buffers()) if str(t.device) == device]
+        if str(self.x.device) == device:
+            ts.append(self.x)
+        return tensor_bytes(ts)
+
+
+# -- ranks ----------------------------------------------------------------------------------------
+
+@dataclass
+class Leaf:
+    """What a receiver must know of one leaf of a node's value: a tensor's shape, or a Python value."""
+
+    shape: tuple | None = None
+    dtype: torch.dtype | None = None
+    requires_grad: bool = False
+    value: object = None  # non-tensor leaves (sizes): known from the dry run
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.shape is not None
+
+
+def dry_run(gm, input_shape, batch_size: int) -> dict[str, tuple[list[Leaf], object]]:
+    """Shapes, dtypes and requires_grad of every node's value, without computing (fake tensors)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    meta: dict[str, tuple[list[Leaf], object]] = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, node):
+            value = super().run_node(node)
+            leaves, spec = tree_flatten(value)
+            meta[node.name] = ([Leaf(tuple(v.shape), v.dtype, bool(v.requires_grad)) if isinstance(v, torch.Tensor)
+                                else Leaf(value=v) for v in leaves], spec)
+            return value
+
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        x = mode.from_tensor(torch.empty((batch_size, *input_shape[1:])))
+        Recorder(gm).run(x)
+    return meta
+
+
+class Comm:
+    """send/recv between ranks; gloo cannot send CUDA tensors, so they are staged through the CPU."""
+
+    def __init__(self, device: torch.device, backend: str):
+        import torch.distributed as dist
+        self.dist = dist
+        self.device = device
+        self.stage = backend == "gloo" and device.type == "cuda"
+        self.bytes_sent = 0
+        self.messages = 0
+
+    def isend(self, t: torch.Tensor, dst: int, tag: int):
+        t = t.detach()
+        t = t.cpu() if self.stage else t.contiguous()
+        self.bytes_sent += t.numel() * t.element_size()
+        self.messages += 1
+        return t, self.dist.isend(t, dst, tag=tag)
+
+    def irecv(self, leaf: Leaf, src: int, tag: int):
+        buf = torch.empty(leaf.shape, dtype=leaf.dtype, device="cpu" if self.stage else self.device)
+        return buf, self.dist.irecv(buf, src, tag=tag)
+
+    def finish(self, buf: torch.Tensor) -> torch.Tensor:
+        return buf.to(self.device) if self.stage else buf
+
+
+class RankStep:
+    """One rank's share of a training step (see the module docstring)."""
+
+    def __init__(self, gm, node_rank: dict[str, int], rank: int, device: torch.device, comm: Comm | None,
+                 meta, input_shape, batch_size: int, seed: int, barrier: bool = True):
+        self.gm, self.rank, self.device, self.comm, self.meta = gm, rank, device, comm, meta
+        self.barrier = barrier  # start every step together (off when timing one device alone)
+        self.nodes = [n for n in gm.graph.nodes if n.op != "output"]
+        self.index = {n.name: i for i, n in enumerate(self.nodes)}
+        self.out_node = next(n for n in gm.graph.nodes if n.op == "output")
+        out_args = self.out_node.all_input_nodes
+        self.node_rank = dict(node_rank)
+        self.out_rank = node_rank[out_args[0].name] if out_args else 0
+        self.node_rank[self.out_node.name] = self.out_rank
+        # who needs what: consumers' ranks per node; what this rank sends and receives
+        self.send_to: dict[str, list[int]] = {}
+        self.recv_from: dict[str, int] = {}
+        self.local_users: set[str] = set()
+        self.cuts: set[str] = set()  # values whose backward starts on its own (sent, or several consumers here)
+        for n in self.nodes:
+            users = {self.node_rank[u.name] for u in n.users}
+            owner = node_rank[n.name]
+            if owner == rank:
+                remote = sorted(users - {rank})
+                if remote:
+                    self.send_to[n.name] = remote
+                if rank in users:
+                    self.local_users.add(n.name)
+                if remote or sum(1 for u in n.users if self.node_rank[u.name] == rank) > 1:
+                    self.cuts.add(n.name)
+            elif rank in users:
+                self.recv_from[n.name] = owner
+        self.mutating = {n.name for n in self.nodes if n.op != "get_attr" and mutates_input(n, gm)}
+        self.x = make_input(input_shape, batch_size, seed).to(device)
+        self.loss_fn = Loss(seed)
+        self.params = self._owned_parameters()
+        self.opt = torch.optim.SGD(self.params, lr=LR) if self.params else None
+
+    def _owned_parameters(self) -> list[torch.nn.Parameter]:
+        seen: dict[int, torch.nn.Parameter] = {}
+        for n in self.nodes:
+            if self.node_rank[n.name] != self.rank:
+                continue
+            if n.op == "call_module":
+                for p in self.gm.get_submodule(n.target).parameters():
+                    seen[id(p)] = p
+            elif n.op == "get_attr":
+                v = self._attr(n.target)
+                if isinstance(v, torch.nn.Parameter):
+                    seen[id(v)] = v
+        return list(seen.values())
+
+    def owned_tensors(self) -> list[torch.Tensor]:
+        """Parameters and buffers this rank's ops use, and the input batch if it is here."""
+        ts: list[torch.Tensor] = list(self.params)
+        for n in self.nodes:
+            if self.node_rank[n.name] == self.rank:
+                if n.op == "call_module":
+                    ts.extend(self.gm.get_submodule(n.target).buffers())
+                elif n.op == "placeholder":
+                    ts.append(self.x)
+        return ts
+
+    def _attr(self, target: str):
+        obj = self.gm
+        for part in target.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+    def _tag(self, name: str, leaf: int, backward: bool) -> int:
+        return ((self.index.get(name, len(self.nodes)) * 64 + leaf) << 1) | int(backward)
+
+    def step(self, tracker: CpuTracker | None = None) -> StepResult:
+        if self.barrier:
+            import torch.distributed as dist
+            dist.barrier()
+        _sync([self.device])
+        t0 = time.perf_counter()
+        if tracker is not None:
+            tracker.ignore(self.owned_tensors())
+        loss = self._forward_backward(tracker)
+        _sync([self.device])
+        return StepResult(time.perf_counter() - t0, loss)
+
+    def _forward_backward(self, tracker) -> float | None:
+        sends: list = []
+        env: dict[str, object] = {}
+        roots: dict[str, object] = {}  # cut values, where backward calls start
+        pending: dict[str, tuple] = {}
+        received: dict[str, object] = {}
+        if self.opt is not None:
+            self.opt.zero_grad(set_to_none=True)
+
+        def fetch(node, consumer_mutates: bool):
+            name = node.name
+            if name in pending:
+                leaves, spec = pending.pop(name)
+                built = []
+                for leaf, item in zip(self.meta[name][0], leaves):
+                    if leaf.is_tensor:
+                        buf, work = item
+                        work.wait()
+                        v = self.comm.finish(buf)
+                        if leaf.requires_grad:
+                            v.requires_grad_(True)
+                        built.append(v)
+                    else:
+                        built.append(item)
+                env[name] = received[name] = tree_unflatten(built, spec)
+            value = env[name]
+            if consumer_mutates and (name in received or name in roots):
+                # an in-place op must not write into a received leaf or a tensor still being sent
+                value = tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, value)
+            return value
+
+        for node in self.nodes:
+            name = node.name
+            if self.node_rank[name] == self.rank:
+                mut = name in self.mutating
+                args = map_arg(node.args, lambda a: fetch(a, mut))
+                kwargs = map_arg(node.kwargs, lambda a: fetch(a, mut))
+                value = self._run(node, args, kwargs, tracker)
+                if name in self.cuts:
+                    roots[name] = value
+                    leaves = tree_leaves(value)
+                    for dst in self.send_to.get(name, ()):
+                        for i, v in enumerate(leaves):
+                            if isinstance(v, torch.Tensor):
+                                sends.append(self.comm.isend(v, dst, self._tag(name, i, False)))
+                    if name in self.local_users:
+                        value = tree_map(lambda t: t.detach().requires_grad_(t.requires_grad)
+                                         if isinstance(t, torch.Tensor) else t, value)
+                env[name] = value
+            elif name in self.recv_from:
+                src = self.recv_from[name]
+                leaves_meta, spec = self.meta[name]
+                items = [self.comm.irecv(leaf, src, self._tag(name, i, False)) if leaf.is_tensor else leaf.value
+                         for i, leaf in enumerate(leaves_meta)]
+                if tracker is not None:
+                    tracker.track([item[0] for item in items if isinstance(item, tuple)])
+                pending[name] = (items, spec)
+        loss_value = None
+        with (tracker if tracker is not None else _null()):
+            if self.rank == self.out_rank:
+                out = map_arg(self.out_node.args[0], lambda a: fetch(a, False))
+                loss = self.loss_fn(out)
+                loss.backward()
+                loss_value = float(loss.detach())
+            self._backward(env, roots, received, sends)
+        for _, work in sends:
+            work.wait()
+        if self.opt is not None:
+            with (tracker if tracker is not None else _null()):
+                self.opt.step()
+        return loss_value
+
+    def _backward(self, env, roots, received, sends) -> None:
+        """Cuts from last to first: return received gradients, run backward from each cut value."""
+        points = [(self.index[n], "sent", n) for n in roots] + [(self.index[n], "received", n) for n in received]
+        for _, what, name in sorted(points, reverse=True):
+            leaves_meta = self.meta[name][0]
+            if what == "received":
+                src = self.recv_from[name]
+                for i, (leaf, v) in enumerate(zip(leaves_meta, tree_leaves(received[name]))):
+                    if leaf.is_tensor and leaf.requires_grad:
+                        g = v.grad if v.grad is not None else torch.zeros_like(v)
+                        sends.append(self.comm.isend(g, src, self._tag(name, i, True)))
+                continue
+            outs, grads = [], []
+            local = tree_leaves(env[name]) if name in self.local_users else None
+            for i, (leaf, v) in enumerate(zip(leaves_meta, tree_leaves(roots[name]))):
+                if not (leaf.is_tensor and leaf.requires_grad):
+                    continue
+                g = local[i].grad if local is not None else None
+                for src in self.send_to.get(name, ()):
+                    buf, work = self.comm.irecv(leaf, src, self._tag(name, i, True))
+                    work.wait()
+                    buf = self.comm.finish(buf)
+                    g = buf if g is None else g + buf
+                if g is not None and v.requires_grad:
+                    outs.append(v)
+                    grads.append(g)
+            if outs:
+                torch.autograd.backward(outs, grads)
+
+    def _run(self, node, args, kwargs, tracker):
+        with (tracker if tracker is not None else _null()):
+            if node.op == "placeholder":
+                return self.x
+            if node.op == "get_attr":
+                return self._attr(node.target)
+            if node.op == "call_module":
+                return self.gm.get_submodule(node.target)(*args, **kwargs)
+            if node.op == "call_function":
+                return node.target(*args, **kwargs)
+            if node.op == "call_method":
+                obj, *rest = args
+                return getattr(obj, node.target)(*rest, **kwargs)
+        raise RuntimeError(f"unexpected fx node {node.op}")
+
+
+class _null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False

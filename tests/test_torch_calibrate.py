@@ -1,0 +1,102 @@
+"""Calibration: the link fit by hand, a real two-rank calibration, and the 'local' preset it saves."""
+
+from pathlib import Path
+
+import pytest
+
+from placement_core.catalog import builtin_devices, load_devices
+from placement_core.errors import InputError
+from placement_core.graph import Graph, Op
+from placement_core.placement import single_device
+from placement_core.problem import Problem
+from placement_core.torch.calibrate import fit_link
+from placement_core.torch.timings import load_timings, timing_table
+
+MODELS = str(Path(__file__).resolve().parent / "torch_models.py")
+SOURCE = f"{MODELS}:Branchy"
+SHAPE = (2, 3, 8, 8)
+
+
+def test_link_fit_recovers_latency_and_bandwidth():
+    sizes = [1e3, 1e4, 1e5, 1e6, 1e7, 1e8]
+    latency, bandwidth = fit_link(sizes, [50e-6 + s / 2e9 for s in sizes])
+    assert latency == pytest.approx(50e-6) and bandwidth == pytest.approx(2e9)
+    # a link that never gets faster than its latency has no negative latency
+    latency, bandwidth = fit_link([1e3, 1e6], [1e-6, 1e-3])
+    assert latency == 0 and bandwidth == pytest.approx(1e9)
+
+
+@pytest.fixture(scope="module")
+def calibration(tmp_path_factory):
+    pytest.importorskip("torch")
+    from placement_core.torch.calibrate import CalibrationSettings, calibrate
+    return calibrate(SOURCE, SHAPE, "cpu:2", batch_size=4, name="branchy",
+                     settings=CalibrationSettings(sizes=(1000, 100_000, 10_000_000), steps=3, min_time=0.01,
+                                                          rounds=2, fit_placements=3, fit_rounds=1, fit_steps=2))
+
+
+def test_calibration_measures_every_op_and_the_link(calibration):
+    devices, t = calibration.devices, calibration.timings
+    assert devices.names == ["cpu0", "cpu1"] and [c.name for c in devices.channels] == ["cpu0-cpu1"]
+    link = devices.channels[0]
+    assert link.bandwidth > 0 and link.latency >= 0 and set(link.routes) == {("cpu0", "cpu1"), ("cpu1", "cpu0")}
+    measured = t["channels"]["cpu0-cpu1"]
+    assert len(measured["seconds"]) == 3 and all(s > 0 for s in measured["seconds"])
+    for d in devices.devices:
+        assert d.peak_flops > 0 and d.mem_bandwidth > 0 and d.memory_bytes > 0
+    assert t["network"] == "branchy" and t["batch_size"] == 4
+    for op in ("stem", "bn", "left", "right", "add", "fc"):
+        for dev in ("cpu0", "cpu1"):
+            assert t["ops"][op][dev]["fwd"] > 0 and t["ops"][op][dev]["bwd"] > 0
+    assert t["ops"]["x"]["cpu0"] == {"fwd": 0.0, "bwd": 0.0, "update": 0.0}
+    assert t["ops"]["stem"]["cpu0"]["update"] > 0 and t["ops"]["relu"]["cpu0"]["update"] == 0
+    # the per-message latency fitted to whole steps of three calibration placements
+    fit = t["latency_fit"]
+    assert fit["placements"] == 3 and fit["latency_s"] == link.latency >= 0
+    assert measured["ping_pong_latency_s"] >= 0
+    errors = [sum(abs(r[k] - r["measured_s"]) for r in fit["runs"]) for k in ("before_s", "after_s")]
+    assert errors[1] <= errors[0] * 1.5  # a least-squares fit on log time; never much worse in absolute terms
+
+
+def test_calibration_placements_vary_the_traffic():
+    from placement_core.torch.calibrate import fit_placements
+    xs = fit_placements(40, 2, 6, seed=0)
+    crossings = [int((x[1:] != x[:-1]).sum()) for x in xs]
+    assert len(xs) == 6 and all(set(x.tolist()) <= {0, 1} for x in xs)
+    assert min(crossings) >= 1 and max(crossings) > 3 * min(crossings)
+    assert [x.tolist() for x in fit_placements(40, 2, 6, seed=0)] == [x.tolist() for x in xs]
+
+
+def test_calibrated_simulator_reproduces_the_measured_single_device_step(calibration):
+    from placement_core.torch.fx_import import import_module
+    from placement_core.torch.sources import load_model
+    graph = import_module(load_model(SOURCE), SHAPE, name="branchy", batch_size=4)
+    problem = Problem(graph, calibration.devices, timings=timing_table(calibration.timings, graph))
+    for i, name in enumerate(calibration.devices.names):
+        step = calibration.report["devices"][name]["step_s"]
+        assert problem.simulate(single_device(graph, calibration.devices, i)).result.batch_time == pytest.approx(step)
+    with pytest.raises(InputError, match="not branchy at batch 8"):
+        timing_table(calibration.timings, graph.with_batch_size(8))
+
+
+def test_saved_as_the_local_preset(calibration, tmp_path, monkeypatch):
+    from placement_core.torch.calibrate import save_calibration
+    monkeypatch.setenv("PLACEMENT_HOME", str(tmp_path / "home"))
+    with pytest.raises(InputError, match="no calibrated 'local' preset yet"):
+        load_devices("local")
+    written = save_calibration(calibration, tmp_path / "out")
+    assert (tmp_path / "out" / "devices.json") in written and (tmp_path / "out" / "timings.json") in written
+    assert "local" in builtin_devices() and "malvik" in builtin_devices()
+    assert load_devices("local").names == ["cpu0", "cpu1"]
+    graph = Graph("branchy", [Op(n, "input" if n == "x" else "conv", () if n == "x" else ("x",),
+                                 shape=(4, 3, 8, 8) if n == "x" else ())
+                              for n in calibration.timings["ops"]], batch_size=4)
+    table = load_timings("local", graph)
+    assert set(table) == set(calibration.timings["ops"])
+    with pytest.raises(InputError, match="no saved calibration 'other'"):
+        load_timings("other", graph)
+    groups = {"x": ["x"], "rest": [n for n in calibration.timings["ops"] if n != "x"]}
+    coarse = Graph("branchy", [Op("x", "input", (), shape=(4, 3, 8, 8)), Op("rest", "conv", ("x",))], 4)
+    summed = load_timings(str(tmp_path / "out" / "timings.json"), coarse, groups)
+    total = sum(t["cpu1"]["bwd"] for t in calibration.timings["ops"].values())
+    assert summed["rest"]["cpu1"]["bwd"] == pytest.approx(total)
