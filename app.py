@@ -1,19 +1,37 @@
-"""Device Placement Lab dashboard (minimal until the dashboard issue lands)."""
+"""Device Placement Lab dashboard: `streamlit run app.py`.
 
-import streamlit as st
+Declares the pages; each page in app_pages/ is a thin script over placement_core
+(numbers) and dashboard (state, background runs, charts). See docs/dashboard.md.
+(Not "pages/": Streamlit treats a folder of that name as an old-style multipage app,
+which runs a page URL opened first without this script and breaks AppTest's reruns.)
+"""
 
-from placement_core import Problem, builtin_devices, builtin_networks, load_devices, load_network, single_device
 
-st.set_page_config(page_title="Device Placement Lab", layout="wide")
-st.title("Device Placement Lab")
-net_name = st.selectbox("Network", builtin_networks(), index=builtin_networks().index("resnet50"))
-dev_name = st.selectbox("Devices", builtin_devices(), index=builtin_devices().index("malvik"))
-graph, devices = load_network(net_name), load_devices(dev_name)
-problem = Problem(graph, devices)
-rows = []
-for i, d in enumerate(devices.devices):
-    ev = problem.simulate(single_device(graph, devices, i))
-    rows.append({"device": d.name, "batch time (s)": ev.result.batch_time, "fits": ev.feasible})
-st.write(f"{graph.name}: {len(graph)} ops at batch {graph.batch_size}; simulated time of one training step "
-         "with every op on one device:")
-st.dataframe(rows)
+def main() -> None:
+    import streamlit as st
+
+    from dashboard import state, ui
+
+    st.set_page_config(page_title="Device Placement Lab", page_icon=":material/hub:", layout="wide")
+    state.init()
+    pages = [
+        st.Page("app_pages/network.py", title="Network", icon=":material/account_tree:", default=True),
+        st.Page("app_pages/devices.py", title="Devices", icon=":material/memory:"),
+        st.Page("app_pages/optimize.py", title="Optimize", icon=":material/rocket_launch:"),
+        st.Page("app_pages/archive.py", title="Archive", icon=":material/grid_view:"),
+        st.Page("app_pages/trace.py", title="Trace", icon=":material/view_timeline:"),
+        st.Page("app_pages/benchmark.py", title="Benchmark", icon=":material/speed:"),
+    ]
+    page = st.navigation(pages)
+    try:
+        with ui.guarded(f"the {page.title} page"):
+            page.run()
+    finally:
+        with ui.guarded("the sidebar"):
+            ui.sidebar()
+
+
+# Streamlit runs this file as __main__. Worker processes of a parallel optimization (multiprocessing
+# "spawn") re-import the main script as __mp_main__: they must not start the app.
+if __name__ == "__main__":
+    main()

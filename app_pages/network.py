@@ -1,0 +1,86 @@
+"""Network: choose, upload or import the network; its summary, ops and graph."""
+
+import streamlit as st
+
+from dashboard import charts, state, ui
+from dashboard.netview import torch_import_form
+from placement_core.analysis import fmt_bytes, fmt_flops, network_summary, op_table
+
+ui.header("Network", "The computation graph of one training step: its ops, what they cost and how tensors "
+          "flow between them. Choose a built-in network, upload a file, or import a PyTorch model; the "
+          "other pages work on the network chosen here.")
+s = state.ss()
+networks, _ = state.builtin_choices()
+
+with ui.guarded("the network chooser"):
+    builtin, upload, torch_tab = st.tabs(["Built-in networks", "Upload a file", "Import a PyTorch model"])
+    with builtin:
+        def _choose():
+            name = s.net_builtin
+            state.set_network(state.builtin_network(name), f"builtin:{name}", state.NETWORK_TITLES.get(name, name))
+            s.pop("net_batch", None)
+        current = s.base_graph_key.split(":", 1)[1] if s.base_graph_key.startswith("builtin:") else None
+        st.selectbox("Network", networks, index=networks.index(current) if current in networks else None,
+                     format_func=lambda n: f"{state.NETWORK_TITLES.get(n, n)}  ({n})", key="net_builtin",
+                     on_change=_choose, placeholder="choose a built-in network",
+                     help="Generated from torchvision at batch size 128, as in the thesis' experiments.")
+    with upload:
+        st.caption("A `placement-network/1` JSON file, or an Exprimo network file from the thesis "
+                   "(`{\"name\", \"layers\": …}`); the format is detected automatically.")
+        up = st.file_uploader("Network file", type=["json"], key="net_upload")
+        if up is not None and s.get("net_upload_id") != up.file_id:
+            s.net_upload_id = up.file_id
+            s.net_upload_outcome = state.load_uploaded_network(up.getvalue(), up.name)
+            s.pop("net_batch", None)
+        outcome = s.get("net_upload_outcome")
+        if up is not None and outcome is not None:
+            if outcome.ok:
+                st.success(outcome.message, icon=":material/check_circle:")
+            else:
+                st.error(f"{outcome.message}  \nThe previous network ({s.network_label}) is still loaded.",
+                         icon=":material/error:")
+    with torch_tab:
+        torch_import_form()
+
+with ui.guarded("the network summary"):
+    g = state.graph()
+    c1, c2 = st.columns([3, 1])
+    c1.subheader(f"{s.network_label}")
+    batch = c2.number_input("Batch size", 1, 65536, int(g.batch_size), key="net_batch",
+                            help="FLOPs and activation sizes scale with the batch; parameters do not.")
+    if batch != g.batch_size:
+        state.set_batch_size(int(batch))
+        g = state.graph()
+    summary = network_summary(g)
+    cols = st.columns(5)
+    cols[0].metric("Ops", f"{summary['ops']:,}", help=f"{summary['edges']:,} edges (tensors between ops)")
+    cols[1].metric("Forward compute", fmt_flops(summary["fwd_flops"]), help="per batch")
+    cols[2].metric("Backward compute", fmt_flops(summary["bwd_flops"]),
+                   help="per batch: gradients for inputs and weights")
+    cols[3].metric("Parameters", fmt_bytes(summary["param_bytes"]), help=f"{summary['params']:,.0f} float32 weights")
+    cols[4].metric("Activations", fmt_bytes(summary["activation_bytes"]),
+                   help=f"all op outputs of one forward pass at batch size {g.batch_size}")
+
+with ui.guarded("the graph"):
+    st.markdown("##### Graph")
+    placement = state.current_placement()
+    color_by = st.segmented_control("Colour by", ["op kind", "device"], default="op kind", key="net_color",
+                                    help="By device: the current placement (see the sidebar).")
+    layout = state.layout()
+    fig = charts.network_figure(g, layout, "device" if color_by == "device" else "kind", placement,
+                                state.devices().names)
+    st.plotly_chart(fig, key="net_graph", config={"scrollZoom": True, "displaylogo": False})
+    st.caption(f"{layout.depth} layers, at most {layout.width} ops side by side. Drag to pan, scroll to zoom, "
+               "hover an op for its numbers; edge width grows with the tensor size.")
+
+with ui.guarded("the op table"):
+    st.markdown("##### Ops")
+    st.caption("In topological order; click a column header to sort.")
+    st.dataframe(op_table(g, placement, state.devices().names), hide_index=True, key="net_ops",
+                 column_config={
+                     "#": st.column_config.NumberColumn(width="small"),
+                     "forward GFLOP": st.column_config.NumberColumn(format="%.3f"),
+                     "backward GFLOP": st.column_config.NumberColumn(format="%.3f"),
+                     "output MB": st.column_config.NumberColumn(format="%.2f"),
+                     "parameters MB": st.column_config.NumberColumn(format="%.2f"),
+                 })

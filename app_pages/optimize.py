@@ -1,0 +1,131 @@
+"""Optimize: run one or several algorithms in the background and watch them converge."""
+
+import os
+
+import streamlit as st
+
+from dashboard import charts, state, ui
+from dashboard.runs import REGISTRY, RunSpec
+from placement_core.analysis import fmt_seconds
+from placement_core.optimize import ALGORITHMS
+
+ui.header("Optimize", "Search for placements with the simulator as the judge: thousands of placements per "
+          "second, no GPU needed. Runs continue in the background while you look at other pages.")
+s = state.ss()
+g, d = state.graph(), state.devices()
+
+with ui.guarded("the simulator settings"):
+    with st.expander(f"Simulator settings — {s.sim['batches']} batch(es), {s.sim['in_flight']} in flight, "
+                     f"{s.sim['penalty']} penalty", expanded=False):
+        ui.sim_controls("opt")
+        st.caption("These settings are shared by every page (the Trace shows the step the optimizer scored).")
+
+with ui.guarded("the run form"):
+    st.markdown(f"##### New run: {s.network_label} on {s.devices_label}")
+    names = list(ALGORITHMS)
+    default = [a for a in ("ga", "map-elites") if a in names]
+    chosen = st.multiselect("Algorithms", names, default=default, key="opt_algorithms",
+                            format_func=lambda a: ALGORITHMS[a].title or a,
+                            help="Each runs in its own background thread with the same budget and seed.")
+    c1, c2, c3, c4 = st.columns(4)
+    evaluations = c1.number_input("Evaluations per algorithm", 1, 10_000_000, 20_000, step=1000,
+                                  key="opt_evaluations", help="The thesis gives every algorithm 20,000.")
+    seconds = c2.number_input("Time limit (s, 0 = none)", 0, 86_400, 0, step=10, key="opt_seconds",
+                              help="Stop after this long even if evaluations are left.")
+    seed = c3.number_input("Seed", 0, 2**31 - 1, 1, key="opt_seed", help="The same seed gives the same result.")
+    workers = c4.number_input("Worker processes", 1, max(os.cpu_count() or 1, 1), 1, key="opt_workers",
+                              help="Evaluate batches of placements in parallel processes (1 = in this process).")
+    seeded = st.checkbox(f"Seed the search with the current placement ({s.placement_label})", value=True,
+                         key="opt_seeded", help="The current placement joins the first population (GA) or the "
+                         "archive (MAP-Elites), so a run never ends worse than it; turn off for the thesis' "
+                         "purely random start.")
+    params = {}
+    for a in chosen:
+        cls = ALGORITHMS[a]
+        with st.expander(f"{cls.title or a} parameters (thesis defaults)"):
+            params[a] = ui.param_inputs(cls, f"opt_{a}")
+    if st.button("Start", type="primary", icon=":material/play_arrow:", disabled=not chosen, key="opt_start"):
+        problem_sim = dict(s.sim)
+        for a in chosen:
+            spec = RunSpec(algorithm=a, title=ALGORITHMS[a].title or a, params=params[a],
+                           evaluations=int(evaluations), seconds=float(seconds) or None, seed=int(seed),
+                           workers=int(workers), graph=g, graph_key=state.graph_key(),
+                           network_label=s.network_label, devices=d, devices_key=state.devices_key(),
+                           devices_label=s.devices_label, sim=problem_sim,
+                           initial=state.current_placement()[None, :].copy() if seeded else None)
+            # each run gets its own Problem: the compiled simulator is not shared between threads
+            REGISTRY.start(s.session_key, spec, state.build_problem(g, d, problem_sim))
+        st.rerun()
+
+runs = REGISTRY.runs(s.session_key)
+running = [r for r in runs if r.active]
+
+
+@st.fragment(run_every=0.5 if running else None)
+def live():
+    current = REGISTRY.runs(s.session_key)
+    views = [r.view() for r in current]
+    active = [v for v in views if v["status"] in ("starting", "running")]
+    if not views:
+        st.info("No runs yet. Choose algorithms and press **Start**.", icon=":material/info:")
+        return
+    st.markdown("##### Progress")
+    for v in views:
+        if v["status"] not in ("starting", "running"):
+            continue
+        c1, c2 = st.columns([6, 1])
+        frac = v["fraction"] or 0.0
+        text = (f"**{v['name']}** · {v['evaluations']:,}"
+                + (f" / {v['budget']:,}" if v["budget"] else "") + " evaluations"
+                + f" · {v['evals_per_s']:,.0f} evaluations/s"
+                + (f" · best {fmt_seconds(v['best'])}" if v["best"] < float("inf") else ""))
+        snap = v["snapshot"] or {}
+        if "coverage" in snap:
+            text += f" · archive {snap['archive_size']} elites ({snap['coverage']:.1%} of niches)"
+        c1.progress(min(max(frac, 0.0), 1.0), text=text)
+        if c2.button("Stop", key=f"stop_{v['id']}", icon=":material/stop:"):
+            REGISTRY.get(s.session_key, v["id"]).stop()
+    if any(v["curve"] for v in views):
+        st.plotly_chart(charts.progress_figure(views), key="opt_progress", config={"displaylogo": False})
+    if running and not active:
+        st.rerun(scope="app")  # everything finished: redraw the page with the results
+
+
+with ui.guarded("the progress"):
+    live()
+
+with ui.guarded("the results"):
+    finished = [r for r in runs if not r.active]
+    if running:
+        if st.button("Stop all", icon=":material/stop_circle:", key="opt_stop_all"):
+            REGISTRY.stop_all(s.session_key)
+    if finished:
+        st.markdown("##### Results")
+        st.caption("Best placement of each finished run. *Use* makes it the current placement (with the "
+                   "network, devices and settings it was found for); the Trace and Archive pages show it.")
+        for r in reversed(finished):
+            res = r.result
+            with st.container(border=True):
+                c1, c2, c3, c4, c5 = st.columns([3, 2, 2, 2, 2])
+                c1.markdown(f"**{r.name}** · {r.status}  \n<small>{r.spec.network_label} on {r.spec.devices_label}"
+                            f" · {r.spec.sim['batches']} batch(es)</small>", unsafe_allow_html=True)
+                if res is None:
+                    c2.error(r.error or "no result", icon=":material/error:")
+                    if c5.button("Dismiss", key=f"rm_{r.id}"):
+                        REGISTRY.remove(s.session_key, r.id)
+                        st.rerun()
+                    continue
+                c2.metric("Best objective", fmt_seconds(res.best_objective),
+                          help="seconds per batch plus the memory penalty")
+                c3.metric("Evaluations", f"{res.evaluations:,}", help=f"in {res.wall_s:.1f} s")
+                fits = "yes" if res.best.feasible else "no"
+                c4.metric("Fits in memory", fits)
+                if c5.button("Use this placement", key=f"use_{r.id}", type="primary"):
+                    state.adopt_run(r, res.best_placement, f"best of {r.name}")
+                    st.rerun()
+                if res.archive is not None:
+                    c5.page_link("app_pages/archive.py", label="Browse its archive", icon=":material/grid_view:")
+                planned = res.extras.get("planned_makespan_s")
+                if planned is not None:
+                    st.caption(f"HEFT's own plan finishes the step in {fmt_seconds(planned)}; the simulator, with "
+                               f"FIFO queues and shared channels, gives {fmt_seconds(res.best.result.makespan)}.")

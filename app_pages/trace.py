@@ -1,0 +1,107 @@
+"""Trace: the simulated step of the current placement as a Gantt chart, memory over time, bottlenecks."""
+
+import json
+
+import streamlit as st
+
+from dashboard import charts, state, ui
+from dashboard.traceview import placement_picker, trace_view
+from placement_core import placement_to_dict
+from placement_core.analysis import fmt_bytes, fmt_seconds
+from placement_core.simulate.chrome import chrome_trace
+
+ui.header("Trace", "What the simulator did with the current placement: every op on its device and every "
+          "tensor on its link, over time. Forward passes are drawn in a batch's colour, backward passes lighter; "
+          "gaps on a device row are idle time (pipeline bubbles).")
+s = state.ss()
+
+with ui.guarded("the settings"):
+    with st.expander(f"Placement: **{s.placement_label}** · {s.sim['batches']} batch(es), "
+                     f"{s.sim['in_flight']} in flight — change"):
+        ui.sim_controls("trace")
+        st.caption("Pipelining: several batches in flight let devices work on different batches at once. "
+                   "Try 10 batches with 4 in flight on a placement that uses several GPUs.")
+        placement_picker()
+
+with ui.guarded("the trace"):
+    problem = state.problem()
+    view = trace_view(problem, state.current_placement())
+    ev, res = view["evaluation"], view["evaluation"].result
+    m = st.columns(5)
+    m[0].metric("Time per batch", fmt_seconds(res.batch_time), help=f"makespan {fmt_seconds(res.makespan)} "
+                f"over {res.batches} batch(es)")
+    m[1].metric("Objective", fmt_seconds(ev.objective), help="time per batch + memory penalty")
+    m[2].metric("Transfers", f"{res.transfers:,}", help=f"{fmt_bytes(float(res.channel_bytes.sum()))} moved")
+    m[3].metric("Fits in memory", "yes" if ev.feasible else "no",
+                help=None if ev.feasible else f"{fmt_bytes(float(ev.overflow.sum()))} over capacity")
+    m[4].metric("Events", f"{len(res.trace):,}", help="ops and transfers in the trace")
+
+    critical = st.toggle("Highlight the critical path", key="trace_critical",
+                         help="The chain of ops and transfers that fixes the makespan: speeding up anything "
+                              "off this path cannot shorten the step.")
+    fig = charts.gantt_figure(view["segments"], view["rows"], len(problem.devices), res.makespan,
+                              view["critical"] if critical else None, res.trace)
+    st.plotly_chart(fig, key="trace_gantt", config={"scrollZoom": True, "displaylogo": False})
+    if critical:
+        path = view["critical"]
+        on_links = sum(1 for i in path if res.trace[i].kind == "transfer")
+        link_time = sum(res.trace[i].end - res.trace[i].start for i in path if res.trace[i].kind == "transfer")
+        st.caption(f"Critical path: {len(path)} events, {on_links} of them transfers taking "
+                   f"{fmt_seconds(link_time)} of the {fmt_seconds(res.makespan)} makespan.")
+    mem_fig, off = charts.memory_figure(view["memory"], problem.devices.names,
+                                        [d.memory_bytes for d in problem.devices.devices])
+    st.plotly_chart(mem_fig, key="trace_memory", config={"displaylogo": False})
+    if off:
+        st.caption("Capacity far above the chart (not drawn): " + ", ".join(
+            f"{n} {fmt_bytes(problem.devices.devices[problem.devices.index[n]].memory_bytes)}" for n in off))
+
+with ui.guarded("the bottlenecks"):
+    st.markdown("##### Bottlenecks")
+    t1, t2, t3 = st.tabs(["Channels", "Largest transfers", "Devices"])
+    with t1:
+        rows = view["channels"]
+        c1, c2 = st.columns([2, 3])
+        c1.plotly_chart(charts.utilisation_figure(rows, "channel", "Channel utilisation"), key="trace_chan_util",
+                        config={"displaylogo": False})
+        c2.dataframe([{"channel": r["channel"], "transfers": r.get("transfers", 0), "moved (MB)": r["bytes"] / 1e6,
+                       "busy (ms)": r["busy_s"] * 1e3, "utilisation (%)": r["utilisation"] * 100,
+                       "effective GB/s": r["throughput"] / 1e9} for r in rows],
+                     hide_index=True, key="trace_chan_table",
+                     column_config={k: st.column_config.NumberColumn(format="%.4g")
+                                    for k in ("moved (MB)", "busy (ms)", "utilisation (%)", "effective GB/s")})
+    with t2:
+        st.dataframe([{"tensor": r["tensor"], "what": r["kind"], "batch": r["batch"] + 1,
+                       "route": f"{r['src']} → {r['dst']}", "channel": r["channel"], "size (MB)": r["bytes"] / 1e6,
+                       "start (ms)": r["start_s"] * 1e3, "duration (ms)": r["duration_s"] * 1e3}
+                      for r in view["largest"]], hide_index=True, key="trace_largest",
+                     column_config={k: st.column_config.NumberColumn(format="%.4g")
+                                    for k in ("size (MB)", "start (ms)", "duration (ms)")})
+        if not view["largest"]:
+            st.caption("No transfers: every op runs on one device.")
+    with t3:
+        rows = view["devices"]
+        c1, c2 = st.columns([2, 3])
+        c1.plotly_chart(charts.utilisation_figure(rows, "device", "Device utilisation"), key="trace_dev_util",
+                        config={"displaylogo": False})
+        c2.dataframe([{"device": r["device"], "busy (ms)": r["busy_s"] * 1e3, "idle (ms)": r["idle_s"] * 1e3,
+                       "longest idle stretch (ms)": r["longest_idle_s"] * 1e3,
+                       "peak memory (GB)": r["peak_memory"] / 1e9, "capacity (GB)": r["capacity"] / 1e9}
+                      for r in rows], hide_index=True, key="trace_dev_table",
+                     column_config={k: st.column_config.NumberColumn(format="%.4g")
+                                    for k in ("busy (ms)", "idle (ms)", "longest idle stretch (ms)",
+                                              "peak memory (GB)", "capacity (GB)")})
+
+with ui.guarded("the download"):
+    def _chrome() -> str:
+        return json.dumps(chrome_trace(res, problem.devices.names, [c.name for c in problem.devices.channels],
+                                       title=f"{s.network_label} on {s.devices_label}: {s.placement_label}"))
+    c1, c2, _ = st.columns([1, 1, 1])
+    c1.download_button("Download the trace (Chrome trace JSON)", _chrome, file_name="trace.json",
+                       mime="application/json", icon=":material/download:", on_click="ignore",
+                       help="Open it in ui.perfetto.dev or chrome://tracing.")
+    c2.download_button("Download the placement (JSON)",
+                       json.dumps(placement_to_dict(state.current_placement(), state.graph(), state.devices()),
+                                  indent=1),
+                       file_name="placement.json", mime="application/json", icon=":material/download:",
+                       on_click="ignore", help="placement/1: op name → device name. The CLI and this page "
+                                               "(Try another placement) read it back.")

@@ -1,0 +1,265 @@
+"""The Benchmark page: measure placements for real with ``placement_core.torch.benchmark``.
+
+torch is imported only by the benchmark itself, in a background thread (and
+its worker processes) once the user presses Run; drawing the page imports no
+torch. Jobs live in a process-level registry keyed by session, like
+optimization runs, so a benchmark keeps going while the user looks elsewhere.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import threading
+import traceback
+from dataclasses import dataclass, field
+
+import numpy as np
+import streamlit as st
+
+from placement_core import InputError, Problem, SimSettings
+from placement_core.analysis import correlation_stats, fmt_seconds
+
+from . import charts, state
+from .runs import REGISTRY
+
+# Built-in networks were generated from these torchvision models (scripts/make_builtin_networks.py),
+# so their op names match what the benchmark traces.
+BUILTIN_SOURCES = {
+    "alexnet": ("torchvision:alexnet", "3, 224, 224"),
+    "vgg16": ("torchvision:vgg16", "3, 224, 224"),
+    "resnet50": ("torchvision:resnet50", "3, 224, 224"),
+    "inception_v3": ("torchvision:inception_v3(aux_logits=False, init_weights=False)", "3, 299, 299"),
+}
+_ids = itertools.count(1)
+
+
+def benchmark_backend():
+    """``placement_core.torch.benchmark`` when it and torch are installed, else None (no torch import)."""
+    if importlib.util.find_spec("torch") is None:
+        return None
+    try:
+        if importlib.util.find_spec("placement_core.torch.benchmark") is None:
+            return None
+    except (ImportError, ValueError):
+        return None
+    import placement_core.torch.benchmark as bench
+    return bench if hasattr(bench, "benchmark") else None
+
+
+def run_benchmark(source, shape, placements, devices, runner, batch_size, settings, progress):
+    """The real thing (tests replace this to check the page without running PyTorch)."""
+    bench = benchmark_backend()
+    return bench.benchmark(source, shape, placements, devices, runner=runner, batch_size=batch_size,
+                           settings=settings, progress=progress)
+
+
+@dataclass
+class BenchJob:
+    labels: list[str]
+    simulated: list[float]
+    assignments: list[dict]
+    source: str
+    shape: tuple
+    devices: str
+    runner: str
+    batch_size: int
+    settings: object
+    id: int = field(default_factory=lambda: next(_ids))
+    status: str = "running"
+    done: int = 0
+    results: list = field(default_factory=list)
+    error: str | None = None
+    collected: bool = False
+    thread: threading.Thread | None = None
+
+    def work(self) -> None:
+        try:
+            self.results = run_benchmark(self.source, self.shape, self.assignments, self.devices, self.runner,
+                                         self.batch_size, self.settings, self._progress)
+            self.status = "done"
+        except InputError as e:
+            self.error, self.status = str(e), "failed"
+        except Exception as e:  # report, never crash the page
+            traceback.print_exc()
+            self.error, self.status = f"the benchmark failed ({type(e).__name__}: {e})", "failed"
+
+    def _progress(self, done: int, total: int) -> None:
+        self.done = done
+
+
+_JOBS: dict[str, list[BenchJob]] = {}
+_LOCK = threading.Lock()
+
+
+def jobs(session: str) -> list[BenchJob]:
+    with _LOCK:
+        return list(_JOBS.get(session, []))
+
+
+def submit(session: str, job: BenchJob) -> None:
+    job.thread = threading.Thread(target=job.work, name=f"placement-bench-{job.id}", daemon=True)
+    with _LOCK:
+        _JOBS.setdefault(session, []).append(job)
+    job.thread.start()
+
+
+def collect(session: str) -> None:
+    """Move finished jobs' measurements into the session's list of benchmarked placements."""
+    s = state.ss()
+    points = s.setdefault("bench_points", [])
+    for job in jobs(session):
+        if job.status == "running" or job.collected:
+            continue
+        job.collected = True
+        if job.error:
+            s.bench_error = job.error
+            continue
+        for label, sim, r in zip(job.labels, job.simulated, job.results):
+            q = r.quartiles_s
+            points.append({"placement": label, "status": r.status, "simulated_s": sim,
+                           "measured_s": r.median_step_s, "iqr_s": None if q is None else q[1] - q[0],
+                           "devices": job.devices, "runner": job.runner, "batch": job.batch_size,
+                           "message": r.message})
+
+
+def local_device_names(spec: str) -> list[str]:
+    from placement_core.torch.devspec import parse_devices
+    return [d.name for d in parse_devices(spec)]
+
+
+def candidates() -> dict[str, np.ndarray]:
+    """Placements that can be benchmarked on the current network and devices."""
+    s = state.ss()
+    out = {f"current: {s.placement_label}": state.current_placement()}
+    for r in REGISTRY.runs(s.session_key):
+        if r.result is not None and r.spec.graph_key == state.graph_key() and r.spec.devices_key == state.devices_key():
+            out[f"best of {r.name}"] = r.result.best_placement
+            if r.result.archive is not None:
+                for k, e in enumerate(r.result.archive.ranked()[1:5], start=2):
+                    out[f"elite #{k} of {r.name}"] = e.placement
+    g, d = state.graph(), state.devices()
+    for i, name in enumerate(d.names):
+        out[f"all on {name}"] = np.full(len(g), i, dtype=np.int32)
+    return out
+
+
+def render() -> None:
+    bench = benchmark_backend()
+    if bench is None:
+        st.warning("Real benchmarking is not available here: PyTorch or `placement_core.torch.benchmark` is not "
+                   "installed (`pip install -e \".[torch]\"`). The other pages work without it.",
+                   icon=":material/construction:")
+        return
+    s = state.ss()
+    g, d = state.graph(), state.devices()
+    base = s.base_graph_key
+    known = s.get("network_source") or (BUILTIN_SOURCES.get(base.split(":", 1)[1]) if base.startswith("builtin:")
+                                        else None)
+    st.markdown(f"##### Measure placements of {s.network_label}")
+    c1, c2, c3 = st.columns([3, 2, 1])
+    source = c1.text_input("PyTorch model", known[0] if known else "", key="bench_source",
+                           placeholder="torchvision:NAME or path/to/file.py:NAME",
+                           help="The model the network was made from; its ops must have the same names.")
+    shape = c2.text_input("Input shape of one sample", known[1] if known else "3, 224, 224", key="bench_shape")
+    batch = c3.number_input("Batch size", 1, 4096, min(int(g.batch_size), 8), key="bench_batch",
+                            help="Steps run at this batch; the simulated time is for the same batch.")
+    c1, c2, c3, c4 = st.columns(4)
+    spec = c1.text_input("Local devices", "cpu:2", key="bench_devices",
+                         help="cpu:2 = two CPU ranks (each on its own cores); cuda:0,cuda:1 = two GPUs; "
+                              "cpu,cuda:0 = a CPU and a GPU.")
+    runner = c2.selectbox("Runner", ["ranks", "inprocess"], key="bench_runner",
+                          help="ranks: one process per device, tensors cross with torch.distributed (honest on a "
+                               "CPU-only machine); inprocess: one process drives every device.")
+    steps = c3.number_input("Timed steps", 1, 1000, 5, key="bench_steps")
+    warmup = c4.number_input("Warm-up steps (dropped)", 1, 100, 2, key="bench_warmup")
+    if not source:
+        st.info("This network was not made from a PyTorch model here: give its source to benchmark it.",
+                icon=":material/info:")
+    local = local_device_names(spec)
+    options = candidates()
+    chosen = st.multiselect("Placements", list(options), default=list(options)[:1], key="bench_chosen",
+                            help="Several placements give a scatter of simulated against measured time.")
+    used = sorted({int(x) for k in chosen for x in np.unique(options[k])})
+    st.caption("Each device of the device graph runs on a local device:")
+    mapping = {}
+    cols = st.columns(max(len(used), 1))
+    for k, di in enumerate(used):
+        name = d.names[di]
+        default = local.index(name) if name in local else k % len(local)
+        mapping[di] = cols[k].selectbox(name, local, index=default, key=f"bench_map_{name}")
+    running = [j for j in jobs(s.session_key) if j.status == "running"]
+    if st.button("Run the benchmark", type="primary", icon=":material/play_arrow:", key="bench_run",
+                 disabled=not (source and chosen) or bool(running)):
+        from placement_core.torch.benchmark import BenchmarkSettings
+        from dashboard.torch_import import parse_shape
+
+        sample = parse_shape(shape)
+        sim_problem = Problem(g.with_batch_size(int(batch)), d, profile=s.sim["profile"],
+                              settings=SimSettings(), penalty=s.sim["penalty"])
+        labels, sims, assignments = [], [], []
+        for k in chosen:
+            p = options[k]
+            labels.append(k)
+            sims.append(float(sim_problem.simulate(p).result.batch_time))
+            assignments.append({op.name: mapping[int(p[i])] for i, op in enumerate(g.ops)})
+        submit(s.session_key, BenchJob(labels, sims, assignments, source, (1,) + sample, spec, runner, int(batch),
+                                       BenchmarkSettings(steps=int(steps), warmup=int(warmup))))
+        st.rerun()
+
+    @st.fragment(run_every=1.0 if running else None)
+    def progress():
+        live = [j for j in jobs(s.session_key) if j.status == "running"]
+        for j in live:
+            st.progress(j.done / max(len(j.labels), 1),
+                        text=f"Benchmarking {len(j.labels)} placement(s) on {j.devices} ({j.runner}): "
+                             f"{j.done} measured. Starting the workers takes a while (they import PyTorch).")
+        if running and not live:
+            st.rerun(scope="app")
+
+    progress()
+    collect(s.session_key)
+    if s.get("bench_error"):
+        st.error(s.bench_error, icon=":material/error:")
+    points = s.get("bench_points", [])
+    if points:
+        draw_results(points)
+
+
+def draw_results(points: list[dict]) -> None:
+    s = state.ss()
+    st.markdown("##### Measured against simulated")
+    st.dataframe([{"placement": p["placement"], "status": p["status"],
+                   "simulated (ms)": p["simulated_s"] * 1e3,
+                   "measured median (ms)": None if p["measured_s"] is None else p["measured_s"] * 1e3,
+                   "spread, IQR (ms)": None if p["iqr_s"] is None else p["iqr_s"] * 1e3,
+                   "devices": p["devices"], "batch": p["batch"], "note": p["message"]} for p in points],
+                 hide_index=True, key="bench_table",
+                 column_config={k: st.column_config.NumberColumn(format="%.4g")
+                                for k in ("simulated (ms)", "measured median (ms)", "spread, IQR (ms)")})
+    ok = [p for p in points if p["status"] == "ok" and p["measured_s"] is not None]
+    if not ok:
+        st.caption("No successful measurement yet.")
+        return
+    sim = [p["simulated_s"] for p in ok]
+    mea = [p["measured_s"] for p in ok]
+    stats = correlation_stats(sim, mea)
+    m = st.columns(4)
+    m[0].metric("Placements measured", stats["n"])
+    m[1].metric("Pearson r", "–" if np.isnan(stats["pearson_r"]) else f"{stats['pearson_r']:.3f}",
+                help="Linear agreement of simulated and measured time (thesis E5: 0.67–0.94).")
+    m[2].metric("Kendall τ", "–" if np.isnan(stats["kendall_tau"]) else f"{stats['kendall_tau']:.3f}",
+                help="Agreement of the rankings: what matters when the simulator picks the best placement.")
+    m[3].metric("Median measured / simulated", f"{np.median(np.array(mea) / np.array(sim)):.3g}×",
+                help="Above 1: the machine is slower than the device graph says (calibrate it).")
+    fit = None if np.isnan(stats["slope"]) else (stats["slope"], stats["intercept"])
+    st.plotly_chart(charts.agreement_figure(sim, mea, [p["placement"] for p in ok], fit), key="bench_scatter",
+                    config={"displaylogo": False})
+    st.caption("Simulated with the current device graph. For absolute agreement, simulate with a device graph "
+               "calibrated on this machine; the ranking (Kendall τ) is what optimization relies on. "
+               f"Fastest measured: {min(ok, key=lambda p: p['measured_s'])['placement']} "
+               f"({fmt_seconds(min(mea))}).")
+    if st.button("Clear the measurements", key="bench_clear"):
+        s.bench_points = []
+        s.pop("bench_error", None)
+        st.rerun()

@@ -1,0 +1,369 @@
+"""Plotly figures for the pages. Numbers come from ``placement_core.analysis``; this module only draws.
+
+Conventions: times on axes in milliseconds, memory in GB, tensor sizes in MB,
+every quantitative axis titled with its unit, WebGL traces where there can be
+thousands of points.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+
+from placement_core.analysis import GanttSegments, LayeredLayout, edge_buckets, fmt_bytes, scale_sizes
+from placement_core.analysis.layout import edge_path
+from placement_core.analysis.archive_view import HeatmapData
+
+PALETTE = ["#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#EECA3B", "#9D755D",
+           "#FF9DA6", "#BAB0AC", "#1F77B4", "#2CA02C"]
+KIND_COLORS = {"input": "#9E9E9E", "conv": "#4C78A8", "deconv": "#2F5B88", "linear": "#F58518",
+               "matmul": "#F58518", "attention": "#D35400", "pool": "#54A24B", "norm": "#B279A2",
+               "activation": "#EECA3B", "elementwise": "#72B7B2", "concat": "#E45756", "reshape": "#BAB0AC",
+               "dropout": "#9D755D", "softmax": "#FF9DA6", "embedding": "#8E6C8A", "upsample": "#3B8B5A",
+               "other": "#7F7F7F"}
+PHASE_NAMES = {"fwd": "forward", "bwd": "backward", "update": "weight update"}
+BASE_LAYOUT = dict(template="plotly_white", margin=dict(l=10, r=10, t=40, b=10),
+                   font=dict(size=13), hoverlabel=dict(align="left"))
+
+
+def color(i: int) -> str:
+    return PALETTE[i % len(PALETTE)]
+
+
+def _mix(hex_color: str, other: str, t: float) -> str:
+    a = [int(hex_color[k:k + 2], 16) for k in (1, 3, 5)]
+    b = [int(other[k:k + 2], 16) for k in (1, 3, 5)]
+    return "#" + "".join(f"{round(x + (y - x) * t):02x}" for x, y in zip(a, b))
+
+
+def shade(batch: int, phase: str) -> str:
+    """Forward in the batch's colour, backward lighter, weight update greyer."""
+    base = color(batch)
+    return {"fwd": base, "bwd": _mix(base, "#ffffff", 0.5), "update": _mix(base, "#808080", 0.6)}.get(phase, base)
+
+
+def _segments_xy(start: np.ndarray, end: np.ndarray, row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Line segments [start, end] (ms) at y = -row separated by NaN gaps, for one WebGL line trace.
+
+    Rows go downwards as negative y: WebGL lines are misdrawn on a reversed axis.
+    """
+    n = len(start)
+    x = np.full(3 * n, np.nan)
+    y = np.full(3 * n, np.nan)
+    x[0::3], x[1::3] = start * 1e3, end * 1e3
+    y[0::3] = y[1::3] = -np.asarray(row, dtype=float)
+    return x, y
+
+
+# -- Network ----------------------------------------------------------------------------------------
+
+def network_figure(graph, layout: LayeredLayout, color_by: str = "kind", placement=None,
+                   device_names=None) -> go.Figure:
+    x, y = layout.x, layout.y
+    fig = go.Figure()
+    widths = [0.6, 1.2, 2.2, 3.6]
+    buckets = edge_buckets(graph.edges(), buckets=4)
+    for k, b in enumerate(buckets):
+        xs, ys = [], []
+        for s, t, _ in b["edges"]:
+            ex, ey = edge_path(x[s], y[s], x[t], y[t])
+            xs += ex + [None]
+            ys += ey + [None]
+        fig.add_trace(go.Scattergl(
+            x=xs, y=ys, mode="lines", hoverinfo="skip", line=dict(width=widths[k], color="rgba(90,90,110,0.45)"),
+            name=f"tensor {fmt_bytes(b['low'])}–{fmt_bytes(b['high'])}", legendgroup="edges",
+            legendgrouptitle_text="Edges (tensor size)" if k == 0 else None))
+    ops = graph.ops
+    compute = np.array([o.fwd_flops + o.bwd_flops for o in ops])
+    sizes = scale_sizes(compute, 5, 26)
+    if color_by == "device" and placement is not None:
+        groups = {name: [i for i in range(len(ops)) if placement[i] == d] for d, name in enumerate(device_names)}
+        colors = {name: color(d) for d, name in enumerate(device_names)}
+        title = "Device"
+    else:
+        kinds = sorted({o.kind for o in ops}, key=lambda k: list(KIND_COLORS).index(k) if k in KIND_COLORS else 99)
+        groups = {k: [i for i, o in enumerate(ops) if o.kind == k] for k in kinds}
+        colors = {k: KIND_COLORS.get(k, "#7F7F7F") for k in kinds}
+        title = "Op kind"
+    first = True
+    for name, idx in groups.items():
+        if not idx:
+            continue
+        hover = [f"<b>{ops[i].name}</b><br>{ops[i].kind}"
+                 f"<br>forward {ops[i].fwd_flops / 1e9:.3g} GFLOP · backward {ops[i].bwd_flops / 1e9:.3g} GFLOP"
+                 f"<br>output {fmt_bytes(ops[i].output_bytes)} · parameters {fmt_bytes(ops[i].param_bytes)}"
+                 + (f"<br>on {device_names[placement[i]]}" if placement is not None and device_names else "")
+                 for i in idx]
+        fig.add_trace(go.Scattergl(
+            x=x[idx], y=y[idx], mode="markers", name=str(name), hovertext=hover, hoverinfo="text",
+            marker=dict(size=sizes[idx], color=colors[name], line=dict(width=0.5, color="#333")),
+            legendgroup="nodes", legendgrouptitle_text=title if first else None))
+        first = False
+    fig.update_layout(**BASE_LAYOUT, height=460, showlegend=True,
+                      legend=dict(orientation="v", x=1.01, y=1, groupclick="toggleitem"),
+                      xaxis=dict(title="depth (layers from the input; marker area ∝ compute)", showgrid=False,
+                                 zeroline=False),
+                      yaxis=dict(visible=False, range=[min(float(y.min()), -1.5) - 0.6,
+                                                       max(float(y.max()), 1.5) + 1.2]), dragmode="pan")
+    return fig
+
+
+# -- Devices ----------------------------------------------------------------------------------------
+
+def links_figure(devices) -> go.Figure:
+    """Devices on top, channels below, a line for every device a channel's routes touch."""
+    names = devices.names
+    nd, nc = len(names), len(devices.channels)
+    dx = {n: (i - (nd - 1) / 2) for i, n in enumerate(names)}
+    cx = [(c - (nc - 1) / 2) * max(nd - 1, 1) / max(nc - 1, 1) for c in range(nc)]
+    fig = go.Figure()
+    for c, ch in enumerate(devices.channels):
+        touched: dict[str, int] = {}
+        for a, b in ch.routes:
+            touched[a] = touched.get(a, 0) + 1
+            touched[b] = touched.get(b, 0) + 1
+        for dev, k in touched.items():
+            fig.add_trace(go.Scatter(x=[dx[dev], cx[c]], y=[1, 0], mode="lines", hoverinfo="skip",
+                                     line=dict(width=1 + 0.6 * k, color=color(c)), opacity=0.55,
+                                     showlegend=False))
+    fig.add_trace(go.Scatter(
+        x=[dx[n] for n in names], y=[1] * nd, mode="markers+text", text=names, textposition="top center",
+        marker=dict(size=30, symbol="square", color=["#37474F" if d.kind == "gpu" else "#90A4AE"
+                                                      for d in devices.devices]),
+        hovertext=[f"<b>{d.name}</b> ({d.kind}) {d.model}<br>{d.peak_flops / 1e12:.3g} TFLOP/s · "
+                   f"{fmt_bytes(d.memory_bytes)} memory · {d.mem_bandwidth / 1e9:.3g} GB/s" for d in devices.devices],
+        hoverinfo="text", showlegend=False))
+    fig.add_trace(go.Scatter(
+        x=cx, y=[0] * nc, mode="markers+text", text=[f"{c.name}<br>{c.bandwidth / 1e9:.3g} GB/s" for c in devices.channels],
+        textposition="bottom center", marker=dict(size=20, symbol="diamond", color=[color(c) for c in range(nc)]),
+        hovertext=[f"<b>{ch.name}</b><br>{ch.bandwidth / 1e9:.3g} GB/s · latency {ch.latency * 1e6:.3g} µs"
+                   f"<br>{len(ch.routes)} route(s) share it" for ch in devices.channels],
+        hoverinfo="text", showlegend=False))
+    fig.update_layout(**BASE_LAYOUT, height=330, title="Links: devices (top) and the channels they use (bottom)",
+                      xaxis=dict(visible=False), yaxis=dict(visible=False, range=[-0.45, 1.35]))
+    return fig
+
+
+def route_matrix_figure(devices) -> go.Figure:
+    names = devices.names
+    n = len(names)
+    z = np.full((n, n), np.nan)
+    text = [["" for _ in range(n)] for _ in range(n)]
+    hover = [["" for _ in range(n)] for _ in range(n)]
+    for (a, b), c in devices.route.items():
+        ch = devices.channels[c]
+        z[a, b] = c
+        text[a][b] = ch.name
+        hover[a][b] = (f"{names[a]} → {names[b]} on <b>{ch.name}</b><br>{ch.bandwidth / 1e9:.3g} GB/s, "
+                       f"latency {ch.latency * 1e6:.3g} µs<br>shared by {len(ch.routes)} route(s)")
+    nc = max(len(devices.channels), 1)
+    scale = []
+    for c in range(nc):
+        lo, hi = c / nc, (c + 1) / nc
+        scale += [[lo, color(c)], [hi, color(c)]]
+    fig = go.Figure(go.Heatmap(z=z, x=names, y=names, text=text, texttemplate="%{text}", hovertext=hover,
+                               hoverinfo="text", colorscale=scale, zmin=-0.5, zmax=nc - 0.5, showscale=False,
+                               xgap=2, ygap=2))
+    fig.update_layout(**BASE_LAYOUT, height=330, title="Which channel carries a transfer",
+                      xaxis=dict(title="to device", side="bottom"),
+                      yaxis=dict(title="from device", autorange="reversed"))
+    return fig
+
+
+# -- Optimize ---------------------------------------------------------------------------------------
+
+def progress_figure(views: list[dict]) -> go.Figure:
+    fig = go.Figure()
+    for k, v in enumerate(views):
+        if not v["curve"]:
+            continue
+        xs, ys = zip(*v["curve"])
+        fig.add_trace(go.Scatter(x=xs, y=np.array(ys) * 1e3, mode="lines", name=v["name"], line=dict(
+            color=color(v["id"] - 1), width=2.5, shape="hv")))
+    fig.update_layout(**BASE_LAYOUT, height=330, title="Best objective so far",
+                      xaxis=dict(title="evaluations"), yaxis=dict(title="objective (ms per batch)"),
+                      legend=dict(orientation="h", y=-0.25))
+    return fig
+
+
+# -- Archive ----------------------------------------------------------------------------------------
+
+def heatmap_figure(h: HeatmapData, selected: tuple[int, int] | None = None) -> go.Figure:
+    ny, nx = h.z.shape
+    fig = go.Figure(go.Heatmap(
+        z=h.z * 1e3, x=list(range(nx)), y=list(range(ny)), colorscale="Viridis_r", hoverinfo="skip",
+        colorbar=dict(title="best objective (ms)"), xgap=1, ygap=1))
+    yi, xi = np.nonzero(np.isfinite(h.z))
+    fig.add_trace(go.Scatter(
+        x=xi, y=yi, mode="markers", customdata=np.stack([yi, xi], axis=1) if len(xi) else None,
+        hovertext=[h.hover[a][b] for a, b in zip(yi, xi)], hoverinfo="text", showlegend=False,
+        marker=dict(symbol="square", size=14, color="rgba(0,0,0,0)"), name="elites",
+        selected=dict(marker=dict(opacity=1)), unselected=dict(marker=dict(opacity=1))))
+    if selected is not None:
+        fig.add_trace(go.Scatter(x=[selected[1]], y=[selected[0]], mode="markers", hoverinfo="skip",
+                                 showlegend=False, marker=dict(symbol="square-open", size=18,
+                                                               color="#E45756", line=dict(width=3))))
+    step_x = max(1, nx // 20)
+    fig.update_layout(**BASE_LAYOUT, height=max(300, 60 + 40 * ny), clickmode="event+select",
+                      xaxis=dict(title=h.x_title, tickmode="array", tickvals=list(range(0, nx, step_x)),
+                                 ticktext=h.x_labels[::step_x], showgrid=False),
+                      yaxis=dict(title=h.y_title, tickmode="array", tickvals=list(range(ny)), ticktext=h.y_labels,
+                                 showgrid=False))
+    return fig
+
+
+def device_load_figure(summary: dict, capacity: dict) -> go.Figure:
+    from plotly.subplots import make_subplots
+    names = list(summary["busy_s"])
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("Busy time per device", "Peak memory vs capacity",
+                                                        "Bytes per channel"), horizontal_spacing=0.09)
+    fig.add_trace(go.Bar(x=names, y=[summary["busy_s"][n] * 1e3 for n in names],
+                         marker_color=[color(i) for i in range(len(names))], showlegend=False,
+                         hovertemplate="%{x}: %{y:.3g} ms<extra></extra>"), row=1, col=1)
+    peaks = [summary["peak_memory"][n] / 1e9 for n in names]
+    caps = [capacity[n] / 1e9 for n in names]
+    over = [p > c for p, c in zip(peaks, caps)]
+    fig.add_trace(go.Bar(x=names, y=peaks, name="peak", showlegend=False,
+                         marker_color=["#E45756" if o else color(i) for i, o in enumerate(over)],
+                         hovertemplate="%{x}: peak %{y:.3g} GB<extra></extra>"), row=1, col=2)
+    top = max(peaks + [1e-9]) * 1.6
+    shown_caps = [c if c <= top else None for c in caps]
+    fig.add_trace(go.Scatter(x=names, y=shown_caps, mode="markers", name="capacity", showlegend=False,
+                             marker=dict(symbol="line-ew", size=34, line=dict(width=3, color="#333")),
+                             hovertemplate="%{x}: capacity %{y:.3g} GB<extra></extra>"), row=1, col=2)
+    chans = list(summary["channel_bytes"])
+    fig.add_trace(go.Bar(x=chans, y=[summary["channel_bytes"][c] / 1e6 for c in chans], showlegend=False,
+                         marker_color="#72B7B2", hovertemplate="%{x}: %{y:.3g} MB<extra></extra>"), row=1, col=3)
+    fig.update_yaxes(title_text="busy (ms)", row=1, col=1)
+    fig.update_yaxes(title_text="memory (GB)", row=1, col=2, range=[0, top])
+    fig.update_yaxes(title_text="transferred (MB)", row=1, col=3)
+    fig.update_layout(**BASE_LAYOUT, height=300)
+    fig.update_layout(margin=dict(l=10, r=10, t=50, b=10))
+    return fig
+
+
+def placement_strip_figure(placements: list, labels: list[str], device_names: list[str]) -> go.Figure:
+    """Each placement as a row of ops (topological order) coloured by device."""
+    nd = len(device_names)
+    z = np.array([np.asarray(p) for p in placements], dtype=float)
+    scale = []
+    for d in range(nd):
+        scale += [[d / nd, color(d)], [(d + 1) / nd, color(d)]]
+    fig = go.Figure(go.Heatmap(
+        z=z, y=labels, colorscale=scale, zmin=-0.5, zmax=nd - 0.5, xgap=0, ygap=4, showscale=False,
+        customdata=np.array([[device_names[int(v)] for v in row] for row in z]),
+        hovertemplate="op #%{x}: %{customdata}<extra>%{y}</extra>"))
+    for d, name in enumerate(device_names):  # a legend of device colours
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
+                                 marker=dict(symbol="square", size=12, color=color(d))))
+    fig.update_layout(**BASE_LAYOUT, height=140 + 45 * len(placements),
+                      xaxis=dict(title="op (topological order)"), yaxis=dict(autorange="reversed"),
+                      legend=dict(orientation="h", y=-0.55), plot_bgcolor="white")
+    return fig
+
+
+# -- Trace ------------------------------------------------------------------------------------------
+
+def gantt_figure(segments: list[GanttSegments], rows: list[str], n_devices: int, makespan: float,
+                 critical: list | None = None, trace=None) -> go.Figure:
+    fig = go.Figure()
+    width = 16 if len(rows) <= 12 else 10
+    batches = sorted({seg.batch for seg in segments})
+    per_batch = len(batches) > 3  # many batches: one legend entry per batch (all its phases)
+    shown: set = set()
+    for seg in segments:
+        c = shade(seg.batch, seg.phase)
+        x, y = _segments_xy(seg.start, seg.end, seg.row)
+        group = f"b{seg.batch}" if per_batch else f"b{seg.batch}-{seg.phase}"
+        name = f"batch {seg.batch + 1}" if per_batch else f"batch {seg.batch + 1} · {PHASE_NAMES.get(seg.phase, seg.phase)}"
+        show = seg.kind == "op" and group not in shown
+        shown.add(group)
+        fig.add_trace(go.Scattergl(x=x, y=y, mode="lines", line=dict(color=c, width=width), name=name,
+                                   legendgroup=group, showlegend=show, hoverinfo="skip"))
+        fig.add_trace(go.Scattergl(
+            x=(seg.start + seg.end) * 0.5e3, y=-seg.row, mode="markers", hovertext=seg.hover, hoverinfo="text",
+            marker=dict(size=width, color=c, opacity=0), showlegend=False, legendgroup=group))
+    if critical and trace is not None:
+        row_of = {name: i for i, name in enumerate(rows)}
+        st_ = np.array([trace[i].start for i in critical])
+        en = np.array([trace[i].end for i in critical])
+        rw = np.array([row_of[trace[i].resource] for i in critical])
+        x, y = _segments_xy(st_, en, rw)
+        fig.add_trace(go.Scattergl(x=x, y=y, mode="lines", line=dict(color="#111111", width=max(3, width // 3)),
+                                   name="critical path", hoverinfo="skip"))
+    labels = [r if i < n_devices else f"{r} (link)" for i, r in enumerate(rows)]
+    shapes = []
+    if 0 < n_devices < len(rows):
+        shapes.append(dict(type="line", xref="paper", x0=0, x1=1, y0=-(n_devices - 0.5), y1=-(n_devices - 0.5),
+                           line=dict(color="#999", width=1, dash="dot")))
+    fig.update_layout(
+        **BASE_LAYOUT, height=120 + 34 * len(rows), shapes=shapes, hovermode="closest",
+        xaxis=dict(title="time (ms)", range=[0, makespan * 1e3 * 1.01], showgrid=True),
+        yaxis=dict(tickmode="array", tickvals=[-i for i in range(len(rows))], ticktext=labels,
+                   range=[-(len(rows) - 0.5), 0.5], showgrid=False, zeroline=False),
+        legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0, font=dict(size=11)))
+    fig.update_layout(margin=dict(l=10, r=10, t=60, b=10))
+    return fig
+
+
+def memory_figure(series, device_names, capacity) -> go.Figure:
+    fig = go.Figure()
+    peak = max((float(b.max()) for _, b in series), default=0.0)
+    top = max(peak * 1.15, 1.0)
+    for d, (t, b) in enumerate(series):
+        fig.add_trace(go.Scattergl(x=t * 1e3, y=b / 1e9, mode="lines", line=dict(color=color(d), width=2,
+                                                                                   shape="hv"),
+                                   name=device_names[d], legendgroup=device_names[d],
+                                   hovertemplate=f"{device_names[d]}: %{{y:.3g}} GB at %{{x:.4g}} ms<extra></extra>"))
+    off = []
+    for d, cap in enumerate(capacity):
+        if cap <= 3 * max(peak, 1.0):
+            top = max(top, cap * 1.1)
+    same: dict[float, list[int]] = {}
+    for d, cap in enumerate(capacity):
+        same.setdefault(float(cap), []).append(d)
+    for cap, devs in same.items():
+        names = ", ".join(device_names[d] for d in devs)
+        if cap <= top:
+            fig.add_hline(y=cap / 1e9, line=dict(color=color(devs[0]) if len(devs) == 1 else "#555",
+                                                 dash="dash", width=1.5),
+                          annotation_text=f"capacity of {names}: {fmt_bytes(cap)}", annotation_position="top right",
+                          annotation_font_size=11)
+        else:
+            off += [device_names[d] for d in devs]
+    fig.update_layout(**BASE_LAYOUT, height=320, title="Memory in use per device (dashed: capacity)",
+                      xaxis=dict(title="time (ms)"), yaxis=dict(title="memory (GB)", range=[0, top / 1e9]),
+                      legend=dict(orientation="h", y=-0.25))
+    return fig, off
+
+
+def utilisation_figure(rows: list[dict], key: str, title: str) -> go.Figure:
+    names = [r[key] for r in rows]
+    util = [r["utilisation"] * 100 for r in rows]
+    fig = go.Figure(go.Bar(x=names, y=util, marker_color=[color(i) for i in range(len(rows))],
+                           hovertemplate="%{x}: %{y:.1f} %<extra></extra>"))
+    fig.update_layout(**BASE_LAYOUT, height=260, title=title, yaxis=dict(title="busy (% of the run)",
+                                                                         range=[0, 100]))
+    return fig
+
+
+# -- Benchmark --------------------------------------------------------------------------------------
+
+def agreement_figure(simulated, measured, labels, fit: tuple[float, float] | None) -> go.Figure:
+    sim = np.asarray(simulated, dtype=float) * 1e3
+    mea = np.asarray(measured, dtype=float) * 1e3
+    hi = float(max(sim.max(initial=0), mea.max(initial=0))) * 1.1 or 1.0
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=[0, hi], y=[0, hi], mode="lines", name="y = x",
+                             line=dict(color="#999", dash="dash")))
+    if fit is not None and np.isfinite(fit[0]):
+        fig.add_trace(go.Scatter(x=[0, hi], y=[fit[1] * 1e3, fit[1] * 1e3 + fit[0] * hi], mode="lines",
+                                 name=f"fit: measured = {fit[0]:.3g} × simulated + {fit[1] * 1e3:.3g} ms",
+                                 line=dict(color="#E45756")))
+    fig.add_trace(go.Scatter(x=sim, y=mea, mode="markers", name="benchmarked placements", text=labels,
+                             hovertemplate="%{text}<br>simulated %{x:.4g} ms<br>measured %{y:.4g} ms<extra></extra>",
+                             marker=dict(size=10, color="#4C78A8")))
+    fig.update_layout(**BASE_LAYOUT, height=420, xaxis=dict(title="simulated time per batch (ms)", range=[0, hi]),
+                      yaxis=dict(title="measured time per batch (ms)", range=[0, hi]),
+                      legend=dict(orientation="h", y=-0.2))
+    return fig

@@ -1,0 +1,180 @@
+"""Background optimization runs that survive page switches.
+
+A run executes ``placement_core.optimize.run`` in a daemon thread and records
+its progress under a lock; it never calls ``st.*``. Runs live in a
+process-level registry keyed by the browser session's key (kept in
+``st.session_state.session_key``), so switching pages, or the script rerunning,
+never loses them; the Optimize page polls them from a fragment.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from placement_core import InputError, Problem
+from placement_core.devices import DeviceGraph
+from placement_core.graph import Graph
+
+MAX_CURVE_POINTS = 600
+MAX_FINISHED_PER_SESSION = 24
+MAX_SESSIONS = 64  # sessions whose runs are kept; the oldest idle ones are forgotten first
+_ids = itertools.count(1)
+
+
+@dataclass
+class RunSpec:
+    """What to run, and on which problem (kept so a result can be adopted with its network)."""
+
+    algorithm: str
+    title: str
+    params: dict
+    evaluations: int | None
+    seconds: float | None
+    seed: int
+    workers: int
+    graph: Graph
+    graph_key: str
+    network_label: str
+    devices: DeviceGraph
+    devices_key: str
+    devices_label: str
+    sim: dict
+    initial: Any = None  # placements to seed the search with (k, ops) or None
+
+
+@dataclass
+class Run:
+    spec: RunSpec
+    problem: Problem
+    id: int = field(default_factory=lambda: next(_ids))
+    status: str = "starting"  # starting | running | done | stopped | failed
+    started: float = field(default_factory=time.time)
+    evaluations: int = 0
+    best: float = float("inf")
+    evals_per_s: float = 0.0
+    elapsed_s: float = 0.0
+    fraction: float | None = 0.0
+    curve: list[tuple[float, float]] = field(default_factory=list)  # (evaluations, best so far)
+    snapshot: dict | None = None
+    result: Any = None  # OptimizeResult when finished
+    error: str | None = None
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    thread: threading.Thread | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.spec.title} #{self.id}"
+
+    @property
+    def active(self) -> bool:
+        return self.status in ("starting", "running")
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    # called from the worker thread -------------------------------------------------------------
+    def on_progress(self, p) -> None:
+        with self.lock:
+            self.status = "running" if not p.done else self.status
+            self.evaluations = p.evaluations
+            self.best = p.best
+            self.evals_per_s = p.evals_per_s
+            self.elapsed_s = p.elapsed_s
+            if self.spec.seconds and not self.spec.evaluations:
+                self.fraction = min(1.0, p.elapsed_s / self.spec.seconds)
+            else:
+                self.fraction = p.fraction
+            if np.isfinite(p.best):
+                if self.curve and len(self.curve) >= MAX_CURVE_POINTS:
+                    self.curve = self.curve[::2]  # thin out, keep the shape
+                self.curve.append((float(p.evaluations), float(p.best)))
+            if p.snapshot is not None:
+                self.snapshot = p.snapshot
+
+    def view(self) -> dict:
+        """A consistent copy of the live fields for drawing."""
+        with self.lock:
+            return {"id": self.id, "name": self.name, "algorithm": self.spec.algorithm, "status": self.status,
+                    "evaluations": self.evaluations, "budget": self.spec.evaluations, "best": self.best,
+                    "evals_per_s": self.evals_per_s, "elapsed_s": self.elapsed_s, "fraction": self.fraction,
+                    "curve": list(self.curve), "snapshot": self.snapshot, "error": self.error,
+                    "seconds": self.spec.seconds}
+
+
+def _work(run: Run) -> None:
+    from placement_core.optimize import run as optimize
+
+    spec = run.spec
+    run.status = "running"
+    try:
+        result = optimize(run.problem, spec.algorithm, evaluations=spec.evaluations, seconds=spec.seconds,
+                          seed=spec.seed, params=spec.params, initial=spec.initial, workers=spec.workers,
+                          progress=run.on_progress,
+                          stop=run.stop_event)
+        with run.lock:
+            run.result = result
+            run.best = result.best_objective
+            run.evaluations = result.evaluations
+            run.elapsed_s = result.wall_s
+            run.fraction = 1.0 if not result.stopped else run.fraction
+            run.status = "stopped" if result.stopped else "done"
+    except InputError as e:
+        with run.lock:
+            run.error, run.status = str(e), "failed"
+    except Exception as e:  # a bug: keep the page alive, say what happened, log the details
+        traceback.print_exc()
+        with run.lock:
+            run.error, run.status = f"the run failed ({type(e).__name__}: {e})", "failed"
+
+
+class Registry:
+    """session key -> {run id: Run}; shared by every script run of the process."""
+
+    def __init__(self):
+        self._runs: dict[str, dict[int, Run]] = {}
+        self._lock = threading.Lock()
+
+    def start(self, session: str, spec: RunSpec, problem: Problem) -> Run:
+        run = Run(spec, problem)
+        run.thread = threading.Thread(target=_work, args=(run,), name=f"placement-run-{run.id}", daemon=True)
+        with self._lock:
+            runs = self._runs.pop(session, {})
+            self._runs[session] = runs  # most recently used last
+            runs[run.id] = run
+            idle = [k for k, rs in self._runs.items() if k != session and not any(r.active for r in rs.values())]
+            for k in idle[:max(0, len(self._runs) - MAX_SESSIONS)]:
+                del self._runs[k]
+            finished = [r for r in runs.values() if not r.active]
+            for old in finished[:-MAX_FINISHED_PER_SESSION]:
+                runs.pop(old.id, None)
+        run.thread.start()
+        return run
+
+    def runs(self, session: str) -> list[Run]:
+        with self._lock:
+            return list(self._runs.get(session, {}).values())
+
+    def get(self, session: str, run_id: int) -> Run | None:
+        with self._lock:
+            return self._runs.get(session, {}).get(run_id)
+
+    def remove(self, session: str, run_id: int) -> None:
+        with self._lock:
+            run = self._runs.get(session, {}).pop(run_id, None)
+        if run is not None:
+            run.stop()
+
+    def stop_all(self, session: str) -> None:
+        for r in self.runs(session):
+            r.stop()
+
+
+REGISTRY = Registry()

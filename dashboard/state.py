@@ -1,0 +1,252 @@
+"""Session state: the current network, device graph, simulator settings and placement.
+
+Everything lives in ``st.session_state`` under the keys below, initialised by
+:func:`init` on every script run. Loaded networks and problems are cached
+across sessions (they are immutable), keyed by a string that names their
+source, so a rerun never reloads or recompiles anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import uuid
+from dataclasses import dataclass
+
+import numpy as np
+import streamlit as st
+
+from placement_core import (InputError, Problem, SimSettings, builtin_devices, builtin_networks, load_devices,
+                            load_network, single_device)
+from placement_core.catalog import devices_from_upload, network_from_upload
+from placement_core.devices import DeviceGraph, devices_to_dict
+from placement_core.graph import Graph
+
+DEFAULT_NETWORK = "resnet50"
+DEFAULT_DEVICES = "malvik-4gpu"
+DEFAULT_SIM = {"batches": 1, "in_flight": 1, "penalty": "thesis", "profile": "default"}
+PROFILES = {"default": "Roofline (default)", "exprimo-2020": "Thesis' Exprimo (exprimo-2020)"}
+PENALTIES = {
+    "thesis": "thesis: +1 ms per MB over capacity",
+    "placeto": "placeto: +2 s per GB over capacity",
+    "infeasible": "infeasible: overflowing placements lose to every fitting one",
+}
+NETWORK_TITLES = {"alexnet": "AlexNet", "vgg16": "VGG-16", "resnet50": "ResNet-50", "inception_v3": "Inception-V3"}
+
+# Simulating through a shared (cached) Problem reuses its output buffer; serialise page calls.
+_SIM_LOCK = threading.Lock()
+
+
+def ss():
+    return st.session_state
+
+
+# -- caches -----------------------------------------------------------------------------------------
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def builtin_network(name: str) -> Graph:
+    return load_network(name)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def builtin_device_graph(name: str) -> DeviceGraph:
+    return load_devices(name)
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def _network_at_batch(key: str, batch_size: int, _graph: Graph) -> Graph:
+    return _graph.with_batch_size(batch_size)
+
+
+@st.cache_resource(max_entries=16, show_spinner="Compiling the problem…")
+def _problem(graph_key: str, devices_key: str, sim: tuple, _graph: Graph, _devices: DeviceGraph) -> Problem:
+    return build_problem(_graph, _devices, dict(sim))
+
+
+def build_problem(graph: Graph, devices: DeviceGraph, sim: dict) -> Problem:
+    """A Problem from the dashboard's simulator settings (runs build their own copy)."""
+    settings = SimSettings(batches=int(sim["batches"]), in_flight=int(sim["in_flight"]))
+    return Problem(graph, devices, profile=sim["profile"], settings=settings, penalty=sim["penalty"])
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha1(data).hexdigest()[:12]
+
+
+# -- the session ------------------------------------------------------------------------------------
+
+def init() -> None:
+    """Defaults for a new session: ResNet-50 on the 4-GPU Malvik server, all ops on gpu0."""
+    s = ss()
+    if "session_key" not in s:
+        s.session_key = uuid.uuid4().hex
+    if "base_graph" not in s:
+        set_network(builtin_network(DEFAULT_NETWORK), f"builtin:{DEFAULT_NETWORK}",
+                    NETWORK_TITLES.get(DEFAULT_NETWORK, DEFAULT_NETWORK))
+    if "devices" not in s:
+        set_devices(builtin_device_graph(DEFAULT_DEVICES), f"preset:{DEFAULT_DEVICES}", DEFAULT_DEVICES)
+    if "sim" not in s:
+        s.sim = dict(DEFAULT_SIM)
+    if "placement" not in s or not placement_fits():
+        set_default_placement()
+
+
+def graph() -> Graph:
+    return ss().graph
+
+
+def devices() -> DeviceGraph:
+    return ss().devices
+
+
+def graph_key() -> str:
+    return f"{ss().base_graph_key}@{ss().graph.batch_size}"
+
+
+def devices_key() -> str:
+    return ss().devices_key
+
+
+def sim_tuple() -> tuple:
+    return tuple(sorted(ss().sim.items()))
+
+
+def problem() -> Problem:
+    """The current problem (network + devices + simulator settings), cached."""
+    return _problem(graph_key(), devices_key(), sim_tuple(), graph(), devices())
+
+
+def set_network(base: Graph, key: str, label: str, batch_size: int | None = None) -> None:
+    """Make ``base`` the current network (optionally at another batch size)."""
+    s = ss()
+    s.base_graph, s.base_graph_key, s.network_label = base, key, label
+    s.graph = base if batch_size in (None, base.batch_size) else _network_at_batch(key, int(batch_size), base)
+    s.pop("network_error", None)
+    s.pop("network_source", None)  # the PyTorch model it came from, when known (set by the importer)
+    if "placement" in s and not placement_fits():
+        set_default_placement(note="the network changed")
+
+
+def set_batch_size(batch_size: int) -> None:
+    s = ss()
+    base = s.base_graph
+    s.graph = base if batch_size == base.batch_size else _network_at_batch(s.base_graph_key, int(batch_size), base)
+
+
+def set_devices(g: DeviceGraph, key: str, label: str) -> None:
+    s = ss()
+    old_names = list(s.devices.names) if "devices" in s else None
+    s.devices, s.devices_key, s.devices_label = g, key, label
+    if "placement" in s and (old_names != list(g.names) or not placement_fits()):
+        set_default_placement(note="the devices changed")
+
+
+def edited_devices_key(g: DeviceGraph) -> str:
+    import json
+    return "edited:" + digest(json.dumps(devices_to_dict(g), sort_keys=True).encode())
+
+
+def default_device(g: DeviceGraph) -> int:
+    """The first GPU, else device 0: what "everything on one device" means by default."""
+    return next((i for i, d in enumerate(g.devices) if d.kind == "gpu"), 0)
+
+
+def set_default_placement(note: str | None = None) -> None:
+    d = default_device(devices())
+    set_placement(single_device(graph(), devices(), d), f"all on {devices().names[d]}")
+    if note:
+        ss().placement_note = f"The current placement was reset to “all on {devices().names[d]}” because {note}."
+
+
+def set_placement(placement, label: str) -> None:
+    s = ss()
+    s.placement = np.asarray(placement, dtype=np.int32).copy()
+    s.placement_label = label
+    s.placement_for = (graph_key(), len(devices()))
+    s.pop("placement_note", None)
+
+
+def placement_fits() -> bool:
+    s = ss()
+    p = s.get("placement")
+    return (p is not None and len(p) == len(s.graph) and (len(p) == 0 or int(p.max()) < len(s.devices)))
+
+
+def current_placement() -> np.ndarray:
+    return ss().placement
+
+
+def simulate(problem_: Problem, placement, trace: bool = False):
+    with _SIM_LOCK:
+        return problem_.simulate(placement, trace=trace)
+
+
+# -- loading from uploads and PyTorch ---------------------------------------------------------------
+
+@dataclass
+class LoadOutcome:
+    ok: bool
+    message: str
+
+
+def load_uploaded_network(content: bytes, filename: str) -> LoadOutcome:
+    """Parse an uploaded network file (ours or Exprimo's); on error keep the current network."""
+    try:
+        g = network_from_upload(content, filename)
+    except InputError as e:
+        return LoadOutcome(False, str(e))
+    set_network(g, f"upload:{filename}:{digest(content)}", g.name or filename)
+    return LoadOutcome(True, f"Loaded {filename}: {len(g)} ops at batch size {g.batch_size}.")
+
+
+def load_uploaded_devices(content: bytes, filename: str) -> LoadOutcome:
+    try:
+        g = devices_from_upload(content, filename)
+    except InputError as e:
+        return LoadOutcome(False, str(e))
+    set_devices(g, f"upload:{filename}:{digest(content)}", g.name or filename)
+    return LoadOutcome(True, f"Loaded {filename}: {len(g)} devices, {len(g.channels)} channels.")
+
+
+def builtin_choices() -> tuple[list[str], list[str]]:
+    return builtin_networks(), builtin_devices()
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def _layout(key: str, _graph: Graph):
+    from placement_core.analysis import layered_layout
+    return layered_layout(_graph)
+
+
+def layout():
+    """The current network's layered drawing positions (depend on the structure only, not the batch)."""
+    return _layout(ss().base_graph_key, graph())
+
+
+def adopt_run(run, placement, label: str) -> None:
+    """Make a run's placement current, with the network, devices and settings it was optimized for."""
+    spec = run.spec
+    s = ss()
+    if spec.graph_key != graph_key():
+        base_key = spec.graph_key.rsplit("@", 1)[0]
+        set_network(spec.graph, base_key, spec.network_label)
+        s.pop("net_batch", None)
+    if spec.devices_key != devices_key():
+        set_devices(spec.devices, spec.devices_key, spec.devices_label)
+        s.pop("dev_tables", None)
+    set_sim(dict(spec.sim))
+    set_placement(placement, label)
+
+
+SIM_WIDGET_PREFIXES = ("opt", "trace")
+
+
+def set_sim(new: dict, keep: str | None = None) -> None:
+    """Change the simulator settings; the settings widgets of other pages re-read them."""
+    s = ss()
+    s.sim = dict(new)
+    for prefix in SIM_WIDGET_PREFIXES:
+        if prefix == keep:
+            continue
+        for name in ("batches", "in_flight", "penalty", "profile"):
+            s.pop(f"{prefix}_{name}", None)

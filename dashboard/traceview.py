@@ -1,0 +1,70 @@
+"""The Trace page's cached computation and its placement picker."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+from placement_core import InputError, placement_from_dict, random_placement, single_device
+from placement_core.analysis import (channel_stats, critical_path, device_stats, gantt_rows, gantt_segments,
+                                     largest_transfers, memory_series)
+from placement_core.jsonio import parse_json
+
+from . import state
+
+
+@st.cache_resource(max_entries=6, show_spinner="Simulating with a full trace…")
+def _view(problem_key: tuple, placement_key: bytes, _problem, _placement) -> dict:
+    p = _problem
+    ev = state.simulate(p, _placement, trace=True)
+    res = ev.result
+    names = p.devices.names
+    chans = [c.name for c in p.devices.channels]
+    rows = gantt_rows(names, chans)
+    return {"evaluation": ev, "rows": rows, "segments": gantt_segments(res.trace, rows),
+            "critical": critical_path(res.trace, p.graph), "memory": memory_series(res, len(names)),
+            "channels": channel_stats(res, chans, res.trace), "largest": largest_transfers(res.trace, 15),
+            "devices": device_stats(res, names, p.capacity, res.trace)}
+
+
+def trace_view(problem, placement) -> dict:
+    key = (state.graph_key(), state.devices_key(), state.sim_tuple())
+    return _view(key, np.asarray(placement, dtype=np.int32).tobytes(), problem, placement)
+
+
+def placement_picker() -> None:
+    """Quick ways to try another placement: one device, random, or a placement file."""
+    s = state.ss()
+    g, d = state.graph(), state.devices()
+    c0, c1, c2, c3 = st.columns(4)
+    n_gpus = sum(1 for dv in d.devices if dv.kind == "gpu") or len(d)
+    stages = c0.number_input("Pipeline: contiguous stages", 1, max(1, min(n_gpus, len(g))), min(n_gpus, 4),
+                             key="trace_stages", help="The network cut into this many consecutive stages of "
+                             "equal compute, one per GPU: the classic pipeline split. Then raise batches in flight.")
+    if c0.button("Use", key="trace_use_stages"):
+        from placement_core.analysis.pipeline import even_stages
+        state.set_placement(even_stages(g, d, int(stages), profile=s.sim["profile"]),
+                            f"{stages} pipeline stages")
+        st.rerun()
+    dev = c1.selectbox("Everything on one device", d.names, index=state.default_device(d), key="trace_single")
+    if c1.button("Use", key="trace_use_single"):
+        state.set_placement(single_device(g, d, dev), f"all on {dev}")
+        st.rerun()
+    seed = c2.number_input("Random placement, seed", 0, 2**31 - 1, 0, key="trace_seed")
+    if c2.button("Use", key="trace_use_random"):
+        state.set_placement(random_placement(g, d, int(seed)), f"random (seed {seed})")
+        st.rerun()
+    up = c3.file_uploader("Placement file", type=["json"], key="trace_upload",
+                          help="placement/1 JSON ({op: device name}) or an Exprimo {layer: device index} file.")
+    if up is not None and s.get("trace_upload_id") != up.file_id:
+        s.trace_upload_id = up.file_id
+        try:
+            p = placement_from_dict(parse_json(up.getvalue(), up.name), g, d, source=up.name)
+        except InputError as e:
+            s.trace_upload_error = str(e)
+        else:
+            s.pop("trace_upload_error", None)
+            state.set_placement(p, up.name)
+            st.rerun()
+    if up is not None and s.get("trace_upload_error"):
+        c3.error(s.trace_upload_error, icon=":material/error:")

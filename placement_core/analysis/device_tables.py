@@ -1,0 +1,151 @@
+"""Device graphs as two editable tables (devices; channels with their routes) and back.
+
+The dashboard edits these rows with a table editor in everyday units (TFLOP/s,
+GB, GB/s, µs); :func:`devices_from_tables` converts back to SI units and
+validates through the same code as the JSON loader, rewording any error to
+point at the table, row and column to fix.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+
+from ..devices import DeviceGraph, devices_from_dict
+from ..errors import InputError
+
+# column -> (field, factor from the column's unit to SI)
+DEVICE_COLUMNS = {
+    "name": ("name", None),
+    "kind": ("kind", None),
+    "model": ("model", None),
+    "peak TFLOP/s": ("peak_flops", 1e12),
+    "memory GB": ("memory_bytes", 1e9),
+    "memory bandwidth GB/s": ("mem_bandwidth", 1e9),
+    "clock MHz": ("clock_hz", 1e6),
+}
+CHANNEL_COLUMNS = {
+    "name": ("name", None),
+    "bandwidth GB/s": ("bandwidth", 1e9),
+    "latency µs": ("latency", 1e-6),
+    "routes": ("routes", None),
+}
+_FIELD_TO_COLUMN = {
+    "devices": {f: c for c, (f, _) in DEVICE_COLUMNS.items()},
+    "channels": {f: c for c, (f, _) in CHANNEL_COLUMNS.items()},
+}
+
+
+def format_routes(routes) -> str:
+    """``[("cpu0", "gpu0"), ("gpu0", "cpu0")]`` -> ``"cpu0→gpu0, gpu0→cpu0"``."""
+    return ", ".join(f"{a}→{b}" for a, b in routes)
+
+
+def parse_routes(text, where: str = "routes") -> list[list[str]]:
+    """Routes written as ``a→b, c->d; e>f`` (one per comma, semicolon or line)."""
+    if text is None or (isinstance(text, float) and math.isnan(text)):
+        return []
+    out = []
+    for part in re.split(r"[,;\n]+", str(text)):
+        part = part.strip()
+        if not part:
+            continue
+        pieces = [p.strip() for p in re.split(r"→|->|>", part)]
+        if len(pieces) != 2 or not all(pieces):
+            raise InputError(f"cannot read route {part!r}", field=where,
+                             fix="Write routes as SRC→DST (or SRC->DST), separated by commas")
+        out.append(pieces)
+    return out
+
+
+def _value(v):
+    """Table cells to plain JSON values: numpy numbers to float, empty cells to None."""
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, numbers.Number):
+        v = float(v)
+        return None if math.isnan(v) else v
+    return v
+
+
+def _to_si(v: float, k: float) -> float:
+    return v * k if k >= 1 else v / round(1 / k)  # 10 µs -> 1e-05 exactly
+
+
+def _tidy(x: float) -> float:
+    """Undo unit-conversion noise (10.000000000000002 -> 10.0)."""
+    return float(f"{x:.12g}")
+
+
+def devices_to_tables(g: DeviceGraph) -> tuple[list[dict], list[dict]]:
+    devices = []
+    for d in g.devices:
+        row = {}
+        for col, (f, k) in DEVICE_COLUMNS.items():
+            v = getattr(d, f)
+            row[col] = (_tidy(v / k) if v is not None else None) if k else v
+        devices.append(row)
+    channels = [{"name": c.name, "bandwidth GB/s": _tidy(c.bandwidth / 1e9), "latency µs": _tidy(c.latency / 1e-6),
+                 "routes": format_routes(c.routes)} for c in g.channels]
+    return devices, channels
+
+
+def devices_from_tables(name: str, device_rows: list[dict], channel_rows: list[dict]) -> DeviceGraph:
+    """Validate edited tables into a device graph; errors name the table, row and column."""
+    devs = []
+    for row in device_rows:
+        item = {}
+        for col, (f, k) in DEVICE_COLUMNS.items():
+            v = _value(row.get(col))
+            if f == "model":
+                v = "" if v is None else str(v)
+            elif f == "clock_hz" and v is None:
+                continue
+            elif k and isinstance(v, float):
+                v = _to_si(v, k)
+            item[f] = v
+        devs.append(item)
+    chans = []
+    for i, row in enumerate(channel_rows):
+        item = {}
+        for col, (f, k) in CHANNEL_COLUMNS.items():
+            v = _value(row.get(col))
+            if f == "routes":
+                try:
+                    v = parse_routes(v, where=f"channels[{i}].routes")
+                except InputError as e:
+                    raise _in_table(e, device_rows, channel_rows) from None
+            elif f == "latency" and v is None:
+                v = 0.0
+            elif k and isinstance(v, float):
+                v = _to_si(v, k)
+            item[f] = v
+        chans.append(item)
+    data = {"format": "placement-devices/1", "name": name or "devices", "devices": devs, "channels": chans}
+    try:
+        return devices_from_dict(data, source=None)
+    except InputError as e:
+        raise _in_table(e, device_rows, channel_rows) from None
+
+
+def _in_table(e: InputError, device_rows, channel_rows) -> InputError:
+    m = re.match(r"(devices|channels)(?:\[(\d+)\])?(?:\.(\w+))?", e.field or "")
+    if not m:
+        return e
+    table, row, field = m.group(1), m.group(2), m.group(3)
+    rows = device_rows if table == "devices" else channel_rows
+    where = f"{table.capitalize()} table"
+    if row is not None:
+        i = int(row)
+        label = rows[i].get("name") if i < len(rows) else None
+        where += f", row {i + 1}" + (f" ({label})" if isinstance(label, str) and label else "")
+    column = _FIELD_TO_COLUMN[table].get(field or "", field) if field else (
+        "routes" if table == "channels" else None)
+    problem, fix = e.problem, e.fix
+    # values were converted to SI units; state the rule without the converted number
+    if problem.startswith("must be positive") or problem.startswith("must not be negative"):
+        problem, fix = ("must be greater than zero" if "positive" in problem else "must not be negative"), None
+    return InputError(problem, source=where, field=f"column '{column}'" if column else None, fix=fix)

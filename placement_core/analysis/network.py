@@ -1,0 +1,26 @@
+"""A network's headline numbers and its op table."""
+
+from __future__ import annotations
+
+from ..graph import BYTES_PER_FLOAT, Graph
+
+
+def network_summary(graph: Graph) -> dict:
+    """Ops, edges, total forward/backward FLOPs, parameter bytes and count, activation bytes."""
+    t = graph.totals()
+    t["params"] = t["param_bytes"] / BYTES_PER_FLOAT
+    return t
+
+
+def op_table(graph: Graph, placement=None, device_names=None) -> list[dict]:
+    """One row per op in topological order (sizes in MB, compute in GFLOP; a device column with a placement)."""
+    rows = []
+    for i, op in enumerate(graph.ops):
+        row = {"#": i, "op": op.name, "kind": op.kind, "inputs": len(graph.parents[i]),
+               "forward GFLOP": op.fwd_flops / 1e9, "backward GFLOP": op.bwd_flops / 1e9,
+               "output MB": op.output_bytes / 1e6, "parameters MB": op.param_bytes / 1e6,
+               "shape": " × ".join(str(s) for s in op.shape)}
+        if placement is not None and device_names is not None:
+            row["device"] = device_names[int(placement[i])]
+        rows.append(row)
+    return rows

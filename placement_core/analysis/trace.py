@@ -1,0 +1,172 @@
+"""Views of a simulated trace: Gantt rows and segments, the critical path, memory over time.
+
+A trace is the list of :class:`~placement_core.simulate.TraceEvent` that
+``Problem.simulate(placement, trace=True)`` returns in ``result.trace``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..graph import Graph
+from ..simulate import SimResult, TraceEvent
+from .units import fmt_bytes, fmt_seconds
+
+PHASE_ORDER = {"fwd": 0, "bwd": 1, "update": 2}
+
+
+def gantt_rows(device_names, channel_names) -> list[str]:
+    """One row per device, then one per channel, in the device graph's order."""
+    return list(device_names) + list(channel_names)
+
+
+@dataclass
+class GanttSegments:
+    """Events of one (kind, batch, phase) group: drawn in one colour shade as one WebGL trace."""
+
+    kind: str  # "op" | "transfer"
+    batch: int
+    phase: str
+    row: np.ndarray  # index into the rows of :func:`gantt_rows`
+    start: np.ndarray  # seconds
+    end: np.ndarray
+    index: np.ndarray  # position of each event in the trace
+    hover: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
+def event_label(e: TraceEvent) -> str:
+    span = f"{fmt_seconds(e.start)} → {fmt_seconds(e.end)} ({fmt_seconds(e.end - e.start)})"
+    if e.kind == "op":
+        return f"<b>{e.op}</b> · {e.phase} · batch {e.batch}<br>{e.resource}: {span}"
+    what = "output" if e.phase == "fwd" else "gradients"
+    return (f"<b>{e.op}</b> {what} · batch {e.batch}<br>{e.src} → {e.dst} on {e.resource}"
+            f"<br>{fmt_bytes(e.bytes)} in {fmt_seconds(e.end - e.start)}, {span}")
+
+
+def gantt_segments(trace: list[TraceEvent], rows: list[str], hover: bool = True) -> list[GanttSegments]:
+    """The trace grouped by (kind, batch, phase), ops before transfers, batches and phases in order."""
+    row_of = {name: i for i, name in enumerate(rows)}
+    groups: dict[tuple[str, int, str], list[int]] = {}
+    for i, e in enumerate(trace):
+        groups.setdefault((e.kind, e.batch, e.phase), []).append(i)
+    out = []
+    for (kind, batch, phase) in sorted(groups, key=lambda k: (k[0] != "op", k[1], PHASE_ORDER.get(k[2], 9))):
+        idx = groups[(kind, batch, phase)]
+        out.append(GanttSegments(
+            kind, batch, phase,
+            row=np.array([row_of[trace[i].resource] for i in idx], dtype=int),
+            start=np.array([trace[i].start for i in idx], dtype=float),
+            end=np.array([trace[i].end for i in idx], dtype=float),
+            index=np.array(idx, dtype=int),
+            hover=[event_label(trace[i]) for i in idx] if hover else [],
+        ))
+    return out
+
+
+def critical_path(trace: list[TraceEvent], graph: Graph, eps: float = 1e-12) -> list[int]:
+    """Indices of the trace events on the critical path, in time order.
+
+    Starting from the event that ends last, repeatedly step to the predecessor that
+    finished last no later than the current event started: a data dependency (the
+    parent op on the same device, the transfer that brought its input or gradient,
+    the op's own forward for its backward) or the previous event on the same device
+    or channel (waiting for the resource). The result is the chain of work that fixes
+    the makespan: shortening anything off it cannot make the step faster.
+    """
+    if not trace:
+        return []
+    ops: dict[tuple[str, int, str], int] = {}
+    sent: dict[tuple[str, int, str, str], int] = {}  # (op, batch, phase, dst) -> transfer event
+    by_resource: dict[str, list[int]] = {}
+    bwd_of: dict[str, list[int]] = {}
+    for i, e in enumerate(trace):
+        if e.kind == "op":
+            ops[(e.op, e.batch, e.phase)] = i
+            if e.phase == "bwd":
+                bwd_of.setdefault(e.op, []).append(i)
+        else:
+            sent[(e.op, e.batch, e.phase, e.dst)] = i
+        by_resource.setdefault(e.resource, []).append(i)
+    previous: dict[int, int] = {}
+    for members in by_resource.values():
+        members.sort(key=lambda i: (trace[i].start, trace[i].end))
+        for a, b in zip(members, members[1:]):
+            previous[b] = a
+
+    def via(op_name: str, batch: int, phase: str, device: str) -> list[int]:
+        """The event that delivered op_name's (phase) result of this batch to ``device``."""
+        j = ops.get((op_name, batch, phase))
+        if j is None:
+            return []
+        if trace[j].resource == device:
+            return [j]
+        t = sent.get((op_name, batch, phase, device))
+        return [t] if t is not None else [j]
+
+    def predecessors(i: int) -> list[int]:
+        e = trace[i]
+        cands: list[int] = []
+        if e.kind == "transfer":
+            j = ops.get((e.op, e.batch, e.phase))
+            cands += [] if j is None else [j]
+        elif e.op in graph.index:
+            k = graph.index[e.op]
+            if e.phase == "fwd":
+                for p in graph.parents[k]:
+                    cands += via(graph.ops[p].name, e.batch, "fwd", e.resource)
+            elif e.phase == "bwd":
+                j = ops.get((e.op, e.batch, "fwd"))
+                cands += [] if j is None else [j]
+                for c in graph.children[k]:
+                    cands += via(graph.ops[c].name, e.batch, "bwd", e.resource)
+            else:
+                j = ops.get((e.op, e.batch, "bwd"))
+                cands += [j] if j is not None else bwd_of.get(e.op, [])
+        if i in previous:
+            cands.append(previous[i])
+        return cands
+
+    cur = max(range(len(trace)), key=lambda i: (trace[i].end, trace[i].start, -i))
+    path = [cur]
+    seen = {cur}
+    while True:
+        start = trace[cur].start
+        best = None
+        for j in predecessors(cur):
+            if j in seen or trace[j].end > start + eps:
+                continue
+            # latest finisher wins; among equals a data dependency beats the resource predecessor
+            key = (trace[j].end, j != previous.get(cur))
+            if best is None or key > best[0]:
+                best = (key, j)
+        if best is None:
+            break
+        cur = best[1]
+        seen.add(cur)
+        path.append(cur)
+    path.reverse()
+    return path
+
+
+def memory_series(result: SimResult, n_devices: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per device, bytes in use over time as a step function (time, bytes), ending at the makespan.
+
+    Several changes at one instant keep the last value (what the device holds after it).
+    """
+    points: list[dict[float, float]] = [dict() for _ in range(n_devices)]
+    for t, d, b in result.memory_timeline or []:
+        points[int(d)][float(t)] = float(b)
+    out = []
+    for d in range(n_devices):
+        items = sorted(points[d].items())
+        if not items:
+            items = [(0.0, 0.0)]
+        t = np.array([x for x, _ in items] + [max(result.makespan, items[-1][0])])
+        b = np.array([y for _, y in items] + [items[-1][1]])
+        out.append((t, b))
+    return out

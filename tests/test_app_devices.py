@@ -1,0 +1,86 @@
+"""Devices page (AppTest): presets, table edits with validation, uploads, topology, download."""
+
+import json
+
+from apptest_util import assert_clean, figures, goto, sidebar_text, start, text
+
+from placement_core import load_devices
+from placement_core.devices import devices_to_dict
+
+
+def devices_page():
+    at = start()
+    goto(at, "devices")
+    assert_clean(at)
+    return at
+
+
+def test_default_devices_in_tables_and_pictures():
+    at = devices_page()
+    dev, chan = at.data_editor
+    assert dev.value["name"].tolist() == ["cpu0", "gpu0", "gpu1", "gpu2", "gpu3"]
+    assert dev.value["memory GB"].tolist() == [755, 32, 32, 32, 32]
+    assert chan.value["bandwidth GB/s"].tolist() == [16] * 4
+    links, routes = figures(at)
+    assert routes["layout"]["xaxis"]["title"]["text"] == "to device"
+    assert routes["data"][0]["text"][2][0] == "pcie1"  # row gpu1, column cpu0: gpu1 -> cpu0 is on pcie1
+    assert routes["data"][0]["text"][0][0] == ""  # no route from a device to itself
+    assert [t["text"] for t in links["data"] if t.get("mode") == "markers+text"][0] == [
+        "cpu0", "gpu0", "gpu1", "gpu2", "gpu3"]
+    assert at.get("download_button")[0].proto.label == "Download as JSON"
+    assert "malvik-4gpu" in sidebar_text(at)
+
+
+def test_editing_a_channel_to_zero_bandwidth_shows_a_validation_message_and_keeps_the_devices():
+    at = devices_page()
+    key = at.data_editor[1].key
+    at.session_state[key] = {"edited_rows": {1: {"bandwidth GB/s": 0}}, "added_rows": [], "deleted_rows": []}
+    at.run()
+    assert not at.exception
+    [err] = at.error
+    assert "Channels table, row 2 (pcie1): column 'bandwidth GB/s': must be greater than zero" in err.value
+    assert "last valid device graph is still in use" in err.value
+    assert at.session_state["devices"].channels[1].bandwidth == 16e9
+
+
+def test_a_valid_edit_applies_at_once():
+    at = devices_page()
+    key = at.data_editor[0].key
+    at.session_state[key] = {"edited_rows": {1: {"memory GB": 8}}, "added_rows": [], "deleted_rows": []}
+    at.run()
+    assert_clean(at)
+    assert "Changes applied" in text(at)
+    assert at.session_state["devices"].devices[1].memory_bytes == 8e9
+    assert "malvik-4gpu (edited)" in sidebar_text(at)
+
+
+def test_choosing_a_preset_refreshes_the_tables():
+    at = devices_page()
+    at.selectbox(key="dev_preset").set_value("malvik").run()
+    assert_clean(at)
+    assert at.data_editor[0].value["name"].tolist() == ["cpu0", "gpu0", "gpu1"]
+    assert devices_to_dict(at.session_state["devices"]) == devices_to_dict(load_devices("malvik"))
+
+
+def test_a_bad_device_file_shows_an_error_and_keeps_the_devices():
+    at = devices_page()
+    bad = {"format": "placement-devices/1", "name": "x", "devices": [
+        {"name": "g", "kind": "tpu", "peak_flops": 1, "memory_bytes": 1, "mem_bandwidth": 1}]}
+    at.file_uploader(key="dev_upload").upload("x.json", json.dumps(bad).encode(), "application/json").run()
+    assert not at.exception
+    [err] = at.error
+    assert "x.json: devices[0].kind: kind must be 'cpu' or 'gpu'" in err.value
+    assert at.session_state["devices"].name == "malvik-4gpu"
+
+
+def test_an_exprimo_device_file_loads():
+    at = devices_page()
+    exprimo = {"comm_channels": [{"type": "pcie3", "bandwidth": 128}],
+               "devices": [{"model": "cpu", "clock": 2000, "peak_gflops": 800, "memory": 100, "mem_bandwidth": 60,
+                            "type": "cpu", "neighbours": [{"comm_channel": 0, "device": 1}]},
+                           {"model": "gpu", "clock": 1300, "peak_gflops": 9000, "memory": 16, "mem_bandwidth": 700,
+                            "type": "gpu", "neighbours": [{"comm_channel": 0, "device": 0}]}]}
+    at.file_uploader(key="dev_upload").upload("exprimo.json", json.dumps(exprimo).encode(), "application/json").run()
+    assert_clean(at)
+    assert at.data_editor[0].value["name"].tolist() == ["cpu0", "gpu0"]
+    assert at.session_state["devices"].names == ["cpu0", "gpu0"]

@@ -1,0 +1,98 @@
+"""Network page (AppTest): built-ins, uploads (good and bad), batch size, graph and op table."""
+
+import json
+
+import pytest
+from apptest_util import assert_clean, figures, metrics, sidebar_text, start, text
+
+from placement_core import load_network
+from placement_core.analysis import fmt_bytes
+from placement_core.netformat import network_to_dict
+
+
+def test_default_network_is_resnet50_with_summary_graph_and_table():
+    at = start()
+    assert at.title[0].value == "Network"
+    m = metrics(at)
+    g = load_network("resnet50")
+    assert m["Ops"] == "176"
+    assert m["Forward compute"] == "1.05 TFLOP" and m["Parameters"] == "102 MB"
+    assert at.dataframe[0].value.shape[0] == len(g) == 176
+    assert list(at.dataframe[0].value.columns[:3]) == ["#", "op", "kind"]
+    [fig] = figures(at)
+    nodes = [t for t in fig["data"] if t["mode"] == "markers"]
+    assert sum(len(t["hovertext"]) for t in nodes) == 176  # every op drawn once
+    assert {t["name"] for t in nodes} >= {"conv", "norm", "activation"}  # coloured by op kind
+    assert fig["layout"]["xaxis"]["title"]["text"].startswith("depth")
+    assert "ResNet-50" in sidebar_text(at) and "176 ops" in sidebar_text(at)
+
+
+def test_choosing_a_builtin_network_and_colouring_by_device():
+    at = start()
+    at.selectbox(key="net_builtin").set_value("alexnet").run()
+    assert_clean(at)
+    assert metrics(at)["Ops"] == str(len(load_network("alexnet")))
+    assert "AlexNet" in sidebar_text(at)
+    at.segmented_control(key="net_color").set_value("device").run()
+    nodes = [t for t in figures(at)[0]["data"] if t["mode"] == "markers"]
+    assert [t["name"] for t in nodes] == ["gpu0"]  # the default placement: everything on gpu0
+
+
+def test_batch_size_scales_activations_not_parameters():
+    at = start()
+    before = metrics(at)
+    at.number_input(key="net_batch").set_value(64).run()
+    after = metrics(at)
+    total = load_network("resnet50").totals()["activation_bytes"]  # at batch 128
+    assert before["Activations"] == fmt_bytes(total) and after["Activations"] == fmt_bytes(total / 2)
+    assert before["Parameters"] == after["Parameters"]
+    assert "batch 64" in sidebar_text(at)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"{not json", "bad.json"),
+    (json.dumps({"format": "placement-network/1", "name": "n", "ops": [
+        {"name": "a", "kind": "conv", "inputs": ["nope"]}]}).encode(), "not an op in this network"),
+    (json.dumps({"format": "placement-network/9"}).encode(), "unknown format"),
+])
+def test_a_bad_upload_shows_what_to_fix_and_keeps_the_network(content, message):
+    at = start()
+    at.file_uploader(key="net_upload").upload("bad.json", content, "application/json").run()
+    assert not at.exception
+    [err] = at.error
+    assert message in err.value and "ResNet-50" in err.value  # says the previous network is still loaded
+    assert metrics(at)["Ops"] == "176" and at.session_state["graph"].name == "resnet50"
+
+
+def test_a_good_upload_replaces_the_network():
+    at = start()
+    data = network_to_dict(load_network("alexnet"))
+    data["name"] = "my-alexnet"
+    at.file_uploader(key="net_upload").upload("mine.json", json.dumps(data).encode(), "application/json").run()
+    assert_clean(at)
+    assert at.success[0].value.startswith("Loaded mine.json")
+    assert metrics(at)["Ops"] == str(len(data["ops"])) and "my-alexnet" in sidebar_text(at)
+
+
+def test_pytorch_import_errors_are_messages():
+    at = start()
+    at.text_input(key="torch_name").set_value("")
+    at.button(key="FormSubmitter:torch_import-Import").click().run()
+    assert not at.exception
+    assert "no model name given" in text(at)
+
+
+def test_pytorch_import_of_an_uploaded_file(tmp_path):
+    pytest.importorskip("torch")
+    at = start()
+    code = (b"import torch.nn as nn\n"
+            b"def build():\n    return nn.Sequential(nn.Flatten(), nn.Linear(12, 8), nn.ReLU(), nn.Linear(8, 2))\n")
+    at.radio(key="torch_source").set_value("Python file")
+    at.file_uploader(key="torch_file").upload("mlp.py", code, "text/x-python")
+    at.text_input(key="torch_attr").set_value("build")
+    at.text_input(key="torch_shape").set_value("3, 2, 2")
+    at.number_input(key="torch_batch").set_value(16)
+    at.button(key="FormSubmitter:torch_import-Import").click().run(timeout=120)
+    assert_clean(at)
+    assert "Imported build: 5 ops at batch size 16" in text(at)
+    assert metrics(at)["Ops"] == "5" and "batch 16" in sidebar_text(at)

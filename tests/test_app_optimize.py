@@ -1,0 +1,120 @@
+"""Optimize page (AppTest): parameter forms, background runs, progress, stop, results, errors."""
+
+import time
+
+from apptest_util import assert_clean, figures, goto, sidebar_text, start, text, wait_for_runs
+
+from dashboard.runs import REGISTRY
+
+
+def optimize_page(evaluations=400):
+    at = start()
+    goto(at, "optimize")
+    assert_clean(at)
+    at.number_input(key="opt_evaluations").set_value(evaluations)
+    return at
+
+
+def runs(at):
+    return sorted(REGISTRY.runs(at.session_state["session_key"]), key=lambda r: r.id)
+
+
+def test_form_has_thesis_defaults_for_the_chosen_algorithms():
+    at = optimize_page()
+    assert at.multiselect(key="opt_algorithms").value == ["ga", "map-elites"]
+    assert at.number_input(key="opt_ga_population").value == 50
+    assert at.number_input(key="opt_ga_elite").value == 5
+    assert at.number_input(key="opt_map-elites_tournament_size").value == 10
+    assert at.number_input(key="opt_map-elites_crossover_rate").value == 0.4
+    assert "individuals per generation" in at.number_input(key="opt_ga_population").help
+    assert at.number_input(key="opt_evaluations").value == 400
+    assert "No runs yet" in text(at)
+
+
+def test_two_algorithms_run_in_the_background_and_their_results_can_be_used():
+    at = optimize_page()
+    at.button(key="opt_start").click().run()
+    assert not at.exception
+    ga, me = runs(at)
+    assert (ga.spec.algorithm, me.spec.algorithm) == ("ga", "map-elites")
+    wait_for_runs(at)
+    assert_clean(at)
+    assert (ga.status, me.status) == ("done", "done") and ga.result.evaluations == 400
+    [fig] = figures(at)
+    assert [t["name"] for t in fig["data"]] == [ga.name, me.name]  # both curves on one chart
+    assert fig["layout"]["yaxis"]["title"]["text"] == "objective (ms per batch)"
+    assert [m.label for m in at.metric].count("Best objective") == 2
+    assert "Browse its archive" in [e.proto.label for e in at.get("page_link")]
+    at.button(key=f"use_{ga.id}").click().run()
+    assert_clean(at)
+    assert at.session_state["placement_label"] == f"best of {ga.name}"
+    assert (at.session_state["placement"] == ga.result.best_placement).all()
+    assert f"best of {ga.name}" in sidebar_text(at)
+
+
+def test_a_run_survives_switching_pages():
+    at = optimize_page(evaluations=300)
+    at.multiselect(key="opt_algorithms").set_value(["random"])
+    at.button(key="opt_start").click().run()
+    goto(at, "network")
+    assert_clean(at)
+    [r] = runs(at)
+    r.thread.join(30)
+    goto(at, "optimize")
+    assert_clean(at)
+    assert "Results" in text(at) and r.result.evaluations == 300
+    assert at.button(key=f"use_{r.id}").label == "Use this placement"
+
+
+def test_progress_is_shown_while_running_and_stop_ends_the_run():
+    at = optimize_page(evaluations=5_000_000)
+    at.multiselect(key="opt_algorithms").set_value(["ga"])
+    at.button(key="opt_start").click().run()
+    [r] = runs(at)
+    deadline = time.time() + 20
+    while r.evaluations == 0 and time.time() < deadline:
+        time.sleep(0.05)
+    at.run()
+    [bar] = at.get("progress")
+    assert "evaluations/s" in bar.proto.text and "/ 5,000,000 evaluations" in bar.proto.text
+    assert "optimization run(s) in progress" in [e.value for e in at.sidebar.info][0]
+    at.button(key=f"stop_{r.id}").click().run()
+    r.thread.join(20)
+    at.run()
+    assert_clean(at)
+    assert r.status == "stopped" and 0 < r.result.evaluations < 5_000_000
+    assert f"**{r.name}** · stopped" in text(at)
+
+
+def test_a_run_that_fails_shows_its_message():
+    at = optimize_page()
+    at.multiselect(key="opt_algorithms").set_value(["ga"])
+    at.number_input(key="opt_ga_elite").set_value(60)  # elite must be smaller than the population (50)
+    at.button(key="opt_start").click().run()
+    wait_for_runs(at)
+    assert not at.exception
+    [err] = at.error
+    assert "elite must be smaller than the population" in err.value
+
+
+def test_simulator_settings_are_shared_with_the_trace_page():
+    at = optimize_page()
+    at.number_input(key="opt_batches").set_value(4)
+    at.number_input(key="opt_in_flight").set_value(2).run()
+    assert at.session_state["sim"]["batches"] == 4 and at.session_state["sim"]["in_flight"] == 2
+    goto(at, "trace")
+    assert_clean(at)
+    assert at.number_input(key="trace_batches").value == 4
+    assert "4 batch(es), 2 in flight" in sidebar_text(at)
+
+
+def test_worker_processes_evaluate_in_parallel():
+    # Worker processes (multiprocessing spawn) re-import the main script, app.py: it must not start the app there.
+    at = optimize_page(evaluations=600)
+    at.multiselect(key="opt_algorithms").set_value(["random"])
+    at.number_input(key="opt_workers").set_value(2)
+    at.button(key="opt_start").click().run()
+    wait_for_runs(at, timeout=120)
+    assert_clean(at)
+    [r] = runs(at)
+    assert r.status == "done" and r.result.evaluations == 600 and r.spec.workers == 2

@@ -1,0 +1,135 @@
+"""Trace page (AppTest): Gantt rows, critical path, memory, bottlenecks, placement picker, large traces."""
+
+import json
+import re
+
+from apptest_util import APP, assert_clean, decode, figures, frame, goto, metrics, start, text
+from streamlit.testing.v1 import AppTest
+
+from placement_core import load_devices, load_network, placement_to_dict, random_placement
+
+
+def trace_page(at=None):
+    at = at or start()
+    goto(at, "trace")
+    assert_clean(at)
+    return at
+
+
+def gantt(at):
+    return next(f for f in figures(at) if f["layout"]["xaxis"]["title"]["text"] == "time (ms)"
+                and "Memory" not in str(f["layout"].get("title", "")))
+
+
+def line_rows(fig):
+    ys = set()
+    for t in fig["data"]:
+        if t["type"] == "scattergl" and t.get("mode") == "lines":
+            ys |= {v for v in decode(t["y"]) if v == v}
+    return ys
+
+
+def test_gantt_has_one_row_per_device_and_channel():
+    at = trace_page()
+    fig = gantt(at)
+    d = load_devices("malvik-4gpu")
+    assert fig["layout"]["yaxis"]["ticktext"] == d.names + [f"{c.name} (link)" for c in d.channels]
+    assert len(fig["layout"]["yaxis"]["tickvals"]) == 5 + 4
+    assert line_rows(fig) == {-1}  # everything on gpu0 (row 1): no transfers
+    hover = [t for t in fig["data"] if t.get("mode") == "markers"]
+    assert sum(len(t["hovertext"]) for t in hover) == int(metrics(at)["Events"]) == 2 * 176 + 107
+    assert fig["layout"]["xaxis"]["title"]["text"] == "time (ms)"
+
+
+def test_random_placement_uses_links_and_fills_the_bottleneck_panel():
+    at = trace_page()
+    at.number_input(key="trace_seed").set_value(3)
+    at.button(key="trace_use_random").click().run()
+    assert_clean(at)
+    assert at.session_state["placement_label"] == "random (seed 3)"
+    rows = line_rows(gantt(at))
+    assert rows <= {-i for i in range(9)} and rows & {-5, -6, -7, -8}  # some transfers on channel rows
+    channels = frame(at, "channel")
+    assert list(channels["channel"]) == ["pcie0", "pcie1", "pcie2", "pcie3"]
+    assert (channels["utilisation (%)"] > 0).all()
+    largest = frame(at, "tensor")
+    assert list(largest["size (MB)"]) == sorted(largest["size (MB)"], reverse=True) and len(largest) == 15
+    devices = frame(at, "device")
+    assert list(devices["device"]) == ["cpu0", "gpu0", "gpu1", "gpu2", "gpu3"]
+    assert (devices["busy (ms)"] + devices["idle (ms)"]).round(6).nunique() == 1  # = the makespan
+
+
+def test_critical_path_on_demand():
+    at = trace_page()
+    assert "critical path" not in [t.get("name") for t in gantt(at)["data"]]
+    at.toggle(key="trace_critical").set_value(True).run()
+    assert_clean(at)
+    assert "critical path" in [t.get("name") for t in gantt(at)["data"]]
+    # one device, never idle: the path runs through every forward and backward (and the weight updates
+    # between them; a zero-length op may be passed by a data dependency ending at the same instant)
+    m = re.search(r"Critical path: (\d+) events, 0 of them transfers taking 0 s of the 348 ms makespan", text(at))
+    assert m and 352 < int(m.group(1)) <= 459
+
+
+def test_memory_chart_has_capacity_lines():
+    at = trace_page()
+    mem = next(f for f in figures(at) if "Memory" in str(f["layout"].get("title", "")))
+    assert mem["layout"]["yaxis"]["title"]["text"] == "memory (GB)"
+    assert [s["y0"] for s in mem["layout"]["shapes"]] == [32]  # the four 32 GB GPUs share one line
+    assert "capacity of gpu0, gpu1, gpu2, gpu3: 32 GB" in [a["text"] for a in mem["layout"]["annotations"]]
+    assert "Capacity far above the chart (not drawn): cpu0 755 GB" in text(at)
+
+
+def test_placement_files_good_and_bad():
+    at = trace_page()
+    g, d = load_network("resnet50"), load_devices("malvik-4gpu")
+    good = placement_to_dict(random_placement(g, d, 5), g, d)
+    at.file_uploader(key="trace_upload").upload("p.json", json.dumps(good).encode(), "application/json").run()
+    assert_clean(at)
+    assert at.session_state["placement_label"] == "p.json"
+    assert (at.session_state["placement"] == random_placement(g, d, 5)).all()
+    good["assignment"]["conv1"] = "tpu9"
+    at.file_uploader(key="trace_upload").upload("q.json", json.dumps(good).encode(), "application/json").run()
+    assert not at.exception
+    [err] = at.error
+    assert "q.json: assignment.conv1: unknown device 'tpu9'" in err.value
+    assert at.session_state["placement_label"] == "p.json"
+    assert [b.proto.label for b in at.get("download_button")] == ["Download the trace (Chrome trace JSON)",
+                                                                  "Download the placement (JSON)"]
+
+
+def test_ten_batch_inception_trace_renders_within_the_default_timeout():
+    at = AppTest.from_file(APP)  # default timeout (3 s) for every run below
+    at.run()
+    at.selectbox(key="net_builtin").set_value("inception_v3").run()
+    g, d = load_network("inception_v3"), load_devices("malvik-4gpu")
+    at.session_state["sim"] = {"batches": 10, "in_flight": 4, "penalty": "thesis", "profile": "default"}
+    at.session_state["placement"] = random_placement(g, d, 1)
+    at.session_state["placement_label"] = "random (seed 1)"
+    at.switch_page("app_pages/trace.py").run()
+    assert_clean(at)
+    events = int(metrics(at)["Events"].replace(",", ""))
+    assert events > 10_000
+    fig = gantt(at)
+    assert all(t["type"] == "scattergl" for t in fig["data"])  # WebGL for every trace
+    hover = [t for t in fig["data"] if t.get("mode") == "markers"]
+    assert sum(len(t["hovertext"]) for t in hover) == events
+    assert len([t for t in fig["data"] if t.get("showlegend")]) == 10  # one legend entry per batch
+    at.toggle(key="trace_critical").set_value(True).run()
+    assert_clean(at)
+
+
+def test_pipeline_stages_with_batches_in_flight_keep_several_gpus_busy():
+    at = trace_page()
+    at.number_input(key="trace_batches").set_value(8)
+    at.number_input(key="trace_in_flight").set_value(4)
+    at.number_input(key="trace_stages").set_value(4)
+    at.button(key="trace_use_stages").click().run()
+    assert_clean(at)
+    assert at.session_state["placement_label"] == "4 pipeline stages"
+    assert set(at.session_state["placement"].tolist()) == {1, 2, 3, 4}  # the four GPUs
+    fig = gantt(at)
+    assert len([t for t in fig["data"] if t.get("showlegend")]) == 8  # one legend entry per batch
+    assert line_rows(fig) >= {-1, -2, -3, -4}
+    devices = frame(at, "device")
+    assert (devices.set_index("device").loc[["gpu0", "gpu1", "gpu2", "gpu3"], "busy (ms)"] > 0).all()
