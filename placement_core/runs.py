@@ -19,12 +19,17 @@ CHECKPOINT_EVERY = 500  # evaluations between checkpoints (at the next generatio
 def start_run(store: RunStore, problem: Problem, algorithm: str, *, evaluations: int | None = None,
               seconds: float | None = None, seed: int = 0, params: dict | None = None, label: str | None = None,
               workers: int = 1, dask=None, evaluator=None, progress=None, stop=None,
-              checkpoint_every: int = CHECKPOINT_EVERY, on_created=None):
-    """Create the run, then optimize; returns (run id, OptimizeResult). Bad input writes nothing."""
+              checkpoint_every: int = CHECKPOINT_EVERY, on_created=None, initial=None):
+    """Create the run, then optimize; returns (run id, OptimizeResult). Bad input writes nothing.
+
+    ``initial`` placements seed the search and are stored with the run, so a resume
+    before the first checkpoint starts exactly as the original did.
+    """
     check_budget(evaluations, seconds)
-    optimizer = make_optimizer(problem, algorithm, seed=seed, params=params, evaluations=evaluations)
+    optimizer = make_optimizer(problem, algorithm, seed=seed, params=params, evaluations=evaluations,
+                               initial=initial)
     run_id = store.create_run(problem, algorithm, optimizer.params, seed, evaluations=evaluations, seconds=seconds,
-                              label=label)
+                              label=label, initial=optimizer.initial)
     if on_created is not None:
         on_created(run_id)
     return run_id, _drive(store, run_id, optimizer, evaluations, seconds, None, workers, dask, evaluator, progress,
@@ -41,7 +46,7 @@ def resume_run(store: RunStore, run_id: int, *, workers: int = 1, dask=None, eva
                          fix="Start a new run, or resume one that was stopped or interrupted")
     problem = store.problem(run_id)
     optimizer = make_optimizer(problem, rec.algorithm, seed=rec.seed, params=rec.params,
-                               evaluations=rec.budget_evaluations)
+                               evaluations=rec.budget_evaluations, initial=store.initial(run_id))
     state = store.load_checkpoint(run_id)
     store.claim(run_id)
     return _drive(store, run_id, optimizer, rec.budget_evaluations, rec.budget_seconds, state, workers, dask,
@@ -69,3 +74,34 @@ def _drive(store, run_id, optimizer, evaluations, seconds, state, workers, dask,
         raise
     store.finish(run_id, result, status="stopped" if result.stopped else "done")
     return result
+
+
+def load_archive(store: RunStore, run_id: int, problem: Problem | None = None):
+    """A stored MAP-Elites run's archive, rebuilt as an :class:`~.optimize.archive.Archive` (None if it has none).
+
+    Descriptors are rebuilt by name with the stored sizes, so a reopened archive
+    bins, labels and draws exactly like the one the run produced.
+    """
+    import numpy as np
+
+    from .optimize.archive import Archive, CrossDeviceEdges, Elite, make_descriptors
+
+    rows = store.archive_rows(run_id)
+    if not rows:
+        return None
+    problem = problem or store.problem(run_id)
+    dims = store.get(run_id).extras.get("archive_dimensions") or []
+    descriptors = []
+    for d in dims:
+        if d["name"] == "cross_device_edges":
+            descriptors.append(CrossDeviceEdges(problem, bins=int(d["size"])))
+        else:
+            descriptors.extend(make_descriptors(problem, [d["name"]]))
+    if len(descriptors) != len(rows[0]["niche"]):
+        from .errors import InputError
+        raise InputError(f"run {run_id}'s archive has dimensions this version does not know", field="run",
+                         fix="Export it with `placement runs export --what archive` instead")
+    archive = Archive(problem, descriptors)
+    archive.elites = {r["niche"]: Elite(r["niche"], np.asarray(r["placement"], dtype=np.int32), float(r["objective"]),
+                                        tuple(float(v) for v in r["descriptors"])) for r in rows}
+    return archive

@@ -63,7 +63,8 @@ CREATE TABLE IF NOT EXISTS runs(
     extras TEXT,
     error TEXT,
     host TEXT,
-    pid INTEGER
+    pid INTEGER,
+    initial_hash TEXT REFERENCES blobs(hash)
 );
 CREATE TABLE IF NOT EXISTS history(
     run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
@@ -116,6 +117,17 @@ def home_dir(override: str | os.PathLike | None = None) -> Path:
 
 def _dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
+
+
+def content_hash(obj: Any) -> str:
+    """The key data is stored under: equal networks (or device graphs) get equal hashes."""
+    text = obj if isinstance(obj, str) else _dumps(obj)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def problem_hashes(graph: Graph, devices: DeviceGraph) -> tuple[str, str]:
+    """(network hash, device-graph hash) as :meth:`RunStore.network_hash` reports them for a run."""
+    return content_hash(network_to_dict(graph)), content_hash(devices_to_dict(devices))
 
 
 def machine_info() -> dict:
@@ -175,11 +187,18 @@ class RunStore:
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.execute("PRAGMA foreign_keys=ON")
             self._conn.executescript(_SCHEMA)
+            self._migrate()
             self._conn.execute("INSERT OR IGNORE INTO meta VALUES('schema_version', ?)", (str(SCHEMA_VERSION),))
         except sqlite3.DatabaseError as e:
             raise InputError(f"cannot open the run store ({e})", source=str(self.path),
                              fix="Move the file away (it will be recreated) or point PLACEMENT_HOME elsewhere") from None
         self._conn.row_factory = sqlite3.Row
+
+    def _migrate(self) -> None:
+        # Stores written before runs kept their seed placements lack the column; add it in place.
+        columns = {row[1] for row in self._conn.execute("PRAGMA table_info(runs)")}
+        if "initial_hash" not in columns:
+            self._conn.execute("ALTER TABLE runs ADD COLUMN initial_hash TEXT REFERENCES blobs(hash)")
 
     def close(self) -> None:
         self._conn.close()
@@ -202,9 +221,9 @@ class RunStore:
 
     # -- blobs ---------------------------------------------------------------------------------
     def _put_blob(self, conn, kind: str, obj: Any) -> str:
-        data = zlib.compress(_dumps(obj).encode())
-        h = hashlib.sha256(data).hexdigest()
-        conn.execute("INSERT OR IGNORE INTO blobs VALUES(?,?,?)", (h, kind, data))
+        text = _dumps(obj)
+        h = content_hash(text)
+        conn.execute("INSERT OR IGNORE INTO blobs VALUES(?,?,?)", (h, kind, zlib.compress(text.encode())))
         return h
 
     def _get_blob(self, h: str) -> Any:
@@ -215,19 +234,40 @@ class RunStore:
 
     # -- runs ----------------------------------------------------------------------------------
     def create_run(self, problem: Problem, algorithm: str, params: dict, seed: int, *,
-                   evaluations: int | None = None, seconds: float | None = None, label: str | None = None) -> int:
+                   evaluations: int | None = None, seconds: float | None = None, label: str | None = None,
+                   initial: np.ndarray | None = None) -> int:
+        """Record a new run; ``initial`` (the placements the search was seeded with) is kept for resuming."""
         now = time.time()
         with self._tx() as c:
             nh = self._put_blob(c, "network", network_to_dict(problem.graph))
             dh = self._put_blob(c, "devices", devices_to_dict(problem.devices))
+            ih = None
+            if initial is not None and len(initial):
+                ih = self._put_blob(c, "initial", np.asarray(initial, dtype=np.int32).tolist())
             cur = c.execute(
                 "INSERT INTO runs(created, updated, status, label, network_name, network_hash, devices_name, "
-                "devices_hash, problem, algorithm, params, seed, budget_evaluations, budget_seconds, host, pid) "
-                "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "devices_hash, problem, algorithm, params, seed, budget_evaluations, budget_seconds, host, pid, "
+                "initial_hash) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (now, now, "running", label, problem.graph.name, nh, problem.devices.name, dh,
                  _dumps(problem_spec(problem)), algorithm, _dumps(params), int(seed), evaluations, seconds,
-                 socket.gethostname(), os.getpid()))
+                 socket.gethostname(), os.getpid(), ih))
             return int(cur.lastrowid)
+
+    def initial(self, run_id: int) -> np.ndarray | None:
+        """The placements a run was seeded with, or None."""
+        row = self._conn.execute("SELECT initial_hash FROM runs WHERE id=?", (int(run_id),)).fetchone()
+        if row is None:
+            self.get(run_id)
+        if row["initial_hash"] is None:
+            return None
+        return np.array(self._get_blob(row["initial_hash"]), dtype=np.int32)
+
+    def input_hashes(self, run_id: int) -> tuple[str, str]:
+        """Content hashes of a run's network and device graph (equal hashes: the same problem inputs)."""
+        row = self._conn.execute("SELECT network_hash, devices_hash FROM runs WHERE id=?", (int(run_id),)).fetchone()
+        if row is None:
+            self.get(run_id)
+        return row["network_hash"], row["devices_hash"]
 
     def claim(self, run_id: int) -> None:
         """Mark a run as running in this process again (resume)."""

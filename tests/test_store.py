@@ -16,9 +16,9 @@ from placement_core import Problem, load_devices, load_network
 from placement_core.cli import main
 from placement_core.errors import InputError
 from placement_core.optimize import run
-from placement_core.runs import resume_run, start_run
+from placement_core.runs import load_archive, resume_run, start_run
 from placement_core.simulate.schedules import pipeline_problem
-from placement_core.store import RunStore
+from placement_core.store import RunStore, problem_hashes
 
 
 @pytest.fixture
@@ -87,6 +87,58 @@ def test_checkpoints_and_resume_in_process(store, problem):
     assert store.get(run_id).status == "done"
     with pytest.raises(InputError, match="already finished"):
         resume_run(store, run_id)
+
+
+def test_seed_placements_are_kept_for_a_resume_before_the_first_checkpoint(store, problem):
+    seeds = np.stack([np.full(problem.n_ops, 1, dtype=np.int32), np.arange(problem.n_ops, dtype=np.int32) % 5])
+    full = run(problem, "map-elites", evaluations=300, seed=4, initial=seeds)
+    # a run interrupted before its first checkpoint: only its record exists
+    run_id = store.create_run(problem, "map-elites", {}, 4, evaluations=300, initial=seeds)
+    store.stop(run_id)
+    assert np.array_equal(store.initial(run_id), seeds) and store.load_checkpoint(run_id) is None
+    resumed = resume_run(store, run_id)
+    assert np.array_equal(resumed.history, full.history)
+    assert resumed.best_objective == full.best_objective
+    # without the seeds the same seed gives another search: the stored seeds made the difference
+    plain = run(problem, "map-elites", evaluations=300, seed=4)
+    assert not np.array_equal(plain.history, full.history)
+
+
+def test_a_stored_archive_reopens_as_the_same_archive(store, problem):
+    run_id, result = start_run(store, problem, "map-elites", evaluations=800, seed=2,
+                               params={"cross_edge_bins": 17})
+    again = load_archive(store, run_id)
+    orig = result.archive
+    assert again.shape == orig.shape == (5, 5, 17)
+    assert [d.name for d in again.descriptors] == [d.name for d in orig.descriptors]
+    assert set(again.elites) == set(orig.elites)
+    for niche, e in orig.elites.items():
+        assert np.array_equal(again.elites[niche].placement, e.placement)
+        assert again.elites[niche].objective == e.objective
+        # re-binning the stored placement lands in the same niche
+        bins, _ = again.describe(e.placement[None, :])
+        assert tuple(int(b) for b in bins[0]) == niche
+    ga_id, _ = start_run(store, problem, "ga", evaluations=100, seed=2)
+    assert load_archive(store, ga_id) is None
+
+
+def test_equal_inputs_have_equal_hashes(store, problem):
+    run_id, _ = start_run(store, problem, "random", evaluations=10)
+    assert store.input_hashes(run_id) == problem_hashes(problem.graph, problem.devices)
+    other = problem_hashes(problem.graph.with_batch_size(64), problem.devices)
+    assert other[0] != store.input_hashes(run_id)[0] and other[1] == store.input_hashes(run_id)[1]
+
+
+def test_an_older_store_without_the_seed_column_is_upgraded(tmp_path, problem):
+    path = tmp_path / "runs.sqlite"
+    with RunStore(path=path) as s:
+        s.create_run(problem, "ga", {}, 0, evaluations=10)
+    with sqlite3.connect(path) as c:
+        c.execute("ALTER TABLE runs DROP COLUMN initial_hash")
+    with RunStore(path=path) as s:
+        assert s.initial(1) is None
+        assert s.create_run(problem, "ga", {}, 0, evaluations=10, initial=np.zeros((1, problem.n_ops))) == 2
+        assert s.initial(2).shape == (1, problem.n_ops)
 
 
 def _store_rows(path):
