@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
@@ -45,8 +47,8 @@ def torch_snippet(placement: np.ndarray, graph: Graph, devices: DeviceGraph) -> 
     mapping = {k: v for k, v in torch_device_map(placement, graph, devices).items()
                if any(o.module == k for o in graph.ops)}
     lines = [f"# Placement of {graph.name} on {devices.name}: move each submodule to its device.",
-             "# Tensors must follow: wrap the model with placement_core.torch (apply_placement) or move inputs",
-             "# in forward(); see docs/torch.md.",
+             "# Tensors must follow: run it with placement_core.torch.apply.place (which inserts the copies),",
+             "# or move inputs in forward(); see docs/torch.md.",
              "DEVICE_MAP = {"]
     lines += [f"    {k!r}: {v!r}," for k, v in mapping.items()]
     lines += ["}", "", "", "def place(model):",
@@ -70,7 +72,7 @@ def rows_to_csv(rows: Iterable[dict], path: str | Path | None = None) -> str:
     return text
 
 
-def rows_to_parquet(rows: list[dict], path: str | Path) -> None:
+def rows_to_parquet(rows: list[dict], path: str | Path | io.BytesIO) -> None:
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -80,7 +82,7 @@ def rows_to_parquet(rows: list[dict], path: str | Path) -> None:
     if not rows:
         raise InputError("there is nothing to export", field="--what")
     columns = {k: [r[k] for r in rows] for k in rows[0]}
-    pq.write_table(pa.table(columns), str(path))
+    pq.write_table(pa.table(columns), path if isinstance(path, io.BytesIO) else str(path))
 
 
 def archive_rows(elites, graph: Graph, devices: DeviceGraph, descriptor_names: list[str]) -> list[dict]:
@@ -94,3 +96,72 @@ def archive_rows(elites, graph: Graph, devices: DeviceGraph, descriptor_names: l
         row["assignment"] = " ".join(names[int(i)] for i in e["placement"])
         rows.append(row)
     return rows
+
+
+# -- exports of stored runs (the CLI's `placement runs export` and the dashboard's Runs page) -------------
+
+RUN_EXPORTS = {"placement": ("json",), "torch": ("json",), "snippet": ("py",), "archive": ("csv", "parquet"),
+               "history": ("csv",), "trace": ("json",), "benchmarks": ("csv",)}
+_MIME = {"json": "application/json", "py": "text/x-python", "csv": "text/csv",
+         "parquet": "application/vnd.apache.parquet"}
+
+
+@dataclass(frozen=True)
+class Export:
+    data: bytes
+    filename: str  # a suggested file name
+    mime: str
+
+
+def export_run(store, run_id: int, what: str, fmt: str | None = None) -> Export:
+    """One export of a stored run, as bytes; InputError says why when the run has nothing of that kind."""
+    from .placement import placement_to_dict
+
+    if what not in RUN_EXPORTS:
+        raise InputError(f"unknown export {what!r}", field="--what", fix="Use one of: " + ", ".join(RUN_EXPORTS))
+    allowed = RUN_EXPORTS[what]
+    fmt = fmt or allowed[0]
+    if fmt not in allowed:
+        raise InputError(f"{what} exports as {' or '.join(allowed)}, not {fmt}", field="--format")
+    r = store.get(run_id)
+    if what in ("placement", "torch", "snippet", "trace") and r.best_placement is None:
+        raise InputError(f"run {r.id} has no placement yet", field="run", fix="Wait for its first checkpoint")
+    problem = store.problem(r.id) if what in ("placement", "torch", "snippet", "trace", "archive") else None
+    if what == "placement":
+        text = json.dumps(placement_to_dict(r.best_placement, problem.graph, problem.devices), indent=1)
+    elif what == "torch":
+        text = json.dumps(torch_device_map(r.best_placement, problem.graph, problem.devices), indent=1)
+    elif what == "snippet":
+        text = torch_snippet(r.best_placement, problem.graph, problem.devices)
+    elif what == "trace":
+        from .simulate.chrome import chrome_trace
+        ev = problem.simulate(r.best_placement, trace=True)
+        text = json.dumps(chrome_trace(ev.result, problem.devices.names, [c.name for c in problem.devices.channels],
+                                       title=f"run {r.id}: {r.network_name} on {r.devices_name}"))
+    elif what == "archive":
+        elites = store.archive_rows(r.id)
+        if not elites:
+            raise InputError(f"run {r.id} ({r.algorithm}) has no archive", field="--what",
+                             fix="Archives come from map-elites runs")
+        dims = [d["name"] for d in r.extras.get("archive_dimensions", [])] or \
+            [f"dim{i}" for i in range(len(elites[0]["niche"]))]
+        rows = archive_rows(elites, problem.graph, problem.devices, dims)
+        if fmt == "parquet":
+            buf = io.BytesIO()
+            rows_to_parquet(rows, buf)
+            return Export(buf.getvalue(), f"run{r.id}-archive.parquet", _MIME[fmt])
+        text = rows_to_csv(rows)
+    elif what == "history":
+        text = rows_to_csv([{"evaluations": int(e), "best_s": b, "current_s": c}
+                            for e, b, c in store.history(r.id).tolist()])
+    else:  # benchmarks
+        rows = [{"benchmark": b["id"], "placement": b["label"], "runner": b["runner"], "devices": b["devices_spec"],
+                 "simulated_s": b["simulated_s"], "measured_median_s": b["measured_median_s"],
+                 "host": b["machine"].get("host")} for b in store.benchmarks(run_id=r.id)]
+        if not rows:
+            raise InputError(f"run {r.id} has no benchmarks", field="--what",
+                             fix="Benchmark its placement from the dashboard's Benchmark page")
+        text = rows_to_csv(rows)
+    suffix = {"placement": "placement", "torch": "torch-devices", "snippet": "placement", "trace": "trace",
+              "archive": "archive", "history": "history", "benchmarks": "benchmarks"}[what]
+    return Export(text.encode(), f"run{r.id}-{suffix}.{fmt}", _MIME[fmt])

@@ -98,7 +98,10 @@ CREATE TABLE IF NOT EXISTS benchmarks(
     simulated_s REAL,
     measured_median_s REAL,
     machine TEXT NOT NULL,
-    result TEXT NOT NULL
+    result TEXT NOT NULL,
+    label TEXT,
+    network_hash TEXT,
+    batch_size INTEGER
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status);
 """
@@ -194,11 +197,16 @@ class RunStore:
                              fix="Move the file away (it will be recreated) or point PLACEMENT_HOME elsewhere") from None
         self._conn.row_factory = sqlite3.Row
 
+    # Columns added after the first schema: older stores get them in place (all nullable).
+    _ADDED_COLUMNS = {"runs": {"initial_hash": "TEXT REFERENCES blobs(hash)"},
+                      "benchmarks": {"label": "TEXT", "network_hash": "TEXT", "batch_size": "INTEGER"}}
+
     def _migrate(self) -> None:
-        # Stores written before runs kept their seed placements lack the column; add it in place.
-        columns = {row[1] for row in self._conn.execute("PRAGMA table_info(runs)")}
-        if "initial_hash" not in columns:
-            self._conn.execute("ALTER TABLE runs ADD COLUMN initial_hash TEXT REFERENCES blobs(hash)")
+        for table, added in self._ADDED_COLUMNS.items():
+            columns = {row[1] for row in self._conn.execute(f"PRAGMA table_info({table})")}
+            for name, decl in added.items():
+                if name not in columns:
+                    self._conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
 
     def close(self) -> None:
         self._conn.close()
@@ -380,23 +388,42 @@ class RunStore:
     # -- benchmarks ----------------------------------------------------------------------------
     def add_benchmark(self, *, network_name: str, devices_spec: str, runner: str, placement: dict,
                       simulated_s: float | None, measured_median_s: float | None, result: dict,
-                      run_id: int | None = None) -> int:
+                      run_id: int | None = None, label: str | None = None, network_hash: str | None = None,
+                      batch_size: int | None = None) -> int:
+        """Record one measured placement (``placement``: op -> device name of the device graph)."""
         with self._tx() as c:
             cur = c.execute("INSERT INTO benchmarks(created, run_id, network_name, devices_spec, runner, placement, "
-                            "simulated_s, measured_median_s, machine, result) VALUES(?,?,?,?,?,?,?,?,?,?)",
-                            (time.time(), run_id, network_name, devices_spec, runner, _dumps(placement), simulated_s,
-                             measured_median_s, _dumps(machine_info()), _dumps(_jsonable(result))))
+                            "simulated_s, measured_median_s, machine, result, label, network_hash, batch_size) "
+                            "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                            (time.time(), run_id, network_name, devices_spec, runner, _dumps(placement),
+                             _finite_or_none(simulated_s), _finite_or_none(measured_median_s),
+                             _dumps(machine_info()), _dumps(_jsonable(result)), label, network_hash, batch_size))
             return int(cur.lastrowid)
 
-    def benchmarks(self, network_name: str | None = None) -> list[dict]:
-        sql = "SELECT * FROM benchmarks" + (" WHERE network_name=?" if network_name else "") + " ORDER BY id"
+    def benchmarks(self, network_name: str | None = None, *, run_id: int | None = None,
+                   network_hash: str | None = None) -> list[dict]:
+        """Stored measurements, oldest first, optionally only those of one network / run / network content."""
+        where, args = [], []
+        for column, value in (("network_name", network_name), ("run_id", run_id), ("network_hash", network_hash)):
+            if value is not None:
+                where.append(f"{column}=?")
+                args.append(value)
+        sql = "SELECT * FROM benchmarks" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
         out = []
-        for r in self._conn.execute(sql, (network_name,) if network_name else ()):
+        for r in self._conn.execute(sql, args):
             d = dict(r)
             for k in ("placement", "machine", "result"):
                 d[k] = json.loads(d[k])
             out.append(d)
         return out
+
+    def delete_benchmarks(self, ids: list[int]) -> None:
+        with self._tx() as c:
+            c.executemany("DELETE FROM benchmarks WHERE id=?", [(int(i),) for i in ids])
+
+
+def _finite_or_none(x) -> float | None:
+    return None if x is None else _finite(x)
 
 
 def _finite(x) -> float | None:

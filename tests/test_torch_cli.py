@@ -67,6 +67,14 @@ def test_benchmark_prints_median_steps_and_memory(capsys, tmp_path):
     r = json.loads(out)
     assert r["status"] == "ok" and len(r["steps_s"]) == 2 and r["median_step_s"] > 0
     assert r["peak_memory_bytes"]["cpu0"] > 0
+    # both measurements are in the run store, the dashboard's Benchmark page reads them from there
+    from placement_core.store import RunStore
+    with RunStore() as store:
+        stored = store.benchmarks()
+    assert [b["label"] for b in stored] == [str(placement), "single:cpu0"]
+    assert [b["runner"] for b in stored] == ["ranks", "inprocess"] and stored[1]["id"] == r["benchmark_id"]
+    assert stored[1]["measured_median_s"] == pytest.approx(r["median_step_s"])
+    assert set(stored[0]["placement"].values()) == {"cpu0", "cpu1"} and stored[1]["batch_size"] == 2
 
 
 def test_export_placement(capsys, tmp_path):

@@ -6,11 +6,9 @@ import time
 from pathlib import Path
 
 from ..errors import InputError
-from ..jsonio import write_json
+from ..exports import RUN_EXPORTS as FORMATS
 from .common import human_seconds, print_json, table
 
-FORMATS = {"placement": ("json",), "torch": ("json",), "snippet": ("py",), "archive": ("csv", "parquet"),
-           "history": ("csv",), "trace": ("json",), "benchmarks": ("csv",)}
 EXPORTS = tuple(FORMATS)
 
 
@@ -103,56 +101,13 @@ def cmd_show(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .. import exports
-    from ..placement import placement_to_dict
+    from ..exports import export_run
+    out = Path(args.out)
+    if out.is_dir():
+        raise InputError("is a directory", source=str(out), field="--out", fix="Give a file name")
     with open_store(args) as store:
-        r = store.get(args.run)
-        out = Path(args.out)
-        if out.is_dir():
-            raise InputError("is a directory", source=str(out), field="--out", fix="Give a file name")
-        what, fmt = args.what, args.format
-        allowed = FORMATS[what]
-        if fmt is not None and fmt not in allowed:
-            raise InputError(f"{what} exports as {' or '.join(allowed)}, not {fmt}", field="--format")
-        needs_best = what in ("placement", "torch", "snippet", "trace")
-        if needs_best and r.best_placement is None:
-            raise InputError(f"run {r.id} has no placement yet", field="run", fix="Wait for its first checkpoint")
-        problem = store.problem(r.id) if what in ("placement", "torch", "snippet", "trace", "archive") else None
-        if what == "placement":
-            write_json(out, placement_to_dict(r.best_placement, problem.graph, problem.devices))
-        elif what == "torch":
-            write_json(out, exports.torch_device_map(r.best_placement, problem.graph, problem.devices))
-        elif what == "snippet":
-            out.write_text(exports.torch_snippet(r.best_placement, problem.graph, problem.devices))
-        elif what == "trace":
-            from ..simulate.chrome import chrome_trace
-            ev = problem.simulate(r.best_placement, trace=True)
-            write_json(out, chrome_trace(ev.result, problem.devices.names, [c.name for c in problem.devices.channels],
-                                         title=f"run {r.id}: {r.network_name} on {r.devices_name}"), indent=None)
-        elif what == "archive":
-            elites = store.archive_rows(r.id)
-            if not elites:
-                raise InputError(f"run {r.id} ({r.algorithm}) has no archive", field="--what",
-                                 fix="Archives come from map-elites runs")
-            dims = [d["name"] for d in r.extras.get("archive_dimensions", [])] or \
-                [f"dim{i}" for i in range(len(elites[0]["niche"]))]
-            rows = exports.archive_rows(elites, problem.graph, problem.devices, dims)
-            if (fmt or "csv") == "parquet":
-                exports.rows_to_parquet(rows, out)
-            else:
-                exports.rows_to_csv(rows, out)
-        elif what == "history":
-            exports.rows_to_csv([{"evaluations": int(e), "best_s": b, "current_s": c}
-                                 for e, b, c in store.history(r.id).tolist()], out)
-        elif what == "benchmarks":
-            rows = [{"benchmark": b["id"], "runner": b["runner"], "devices": b["devices_spec"],
-                     "simulated_s": b["simulated_s"], "measured_median_s": b["measured_median_s"],
-                     "host": b["machine"].get("host")} for b in store.benchmarks()
-                    if b["run_id"] == r.id]
-            if not rows:
-                raise InputError(f"run {r.id} has no benchmarks", field="--what",
-                                 fix="Benchmark its placement from the dashboard or `placement benchmark`")
-            exports.rows_to_csv(rows, out)
+        exported = export_run(store, args.run, args.what, args.format)
+    out.write_bytes(exported.data)
     print(f"wrote {out}")
     return 0
 

@@ -54,6 +54,9 @@ def register(sub) -> None:
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before a run is stopped (default 600)")
     p.add_argument("--threads", type=positive_int, help="inprocess runner: torch threads (default: torch's)")
     p.add_argument("--seed", type=int, default=0, help="seed of the model's weights and the data (default 0)")
+    p.add_argument("--no-store", action="store_true", help="do not record the measurement in the run store")
+    p.add_argument("--home", metavar="DIR", help="data directory with runs.sqlite (default $PLACEMENT_HOME or "
+                                                 "~/.placement)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=cmd_benchmark)
 
@@ -218,6 +221,8 @@ def cmd_benchmark(args) -> int:
                        settings=settings, name=traced.graph.name)[0]
     report = {"model": args.model, "network": traced.graph.name, "batch_size": batch, "placement": args.placement,
               **result.to_dict()}
+    if not args.no_store:
+        report["benchmark_id"] = _store_benchmark(args, traced.graph.with_batch_size(batch), assignment, result)
     if args.json:
         print_json(report)
         return 0 if result.ok else 1
@@ -242,6 +247,18 @@ def cmd_benchmark(args) -> int:
             for d in result.devices]
     print(table(rows, ["device", "torch", "peak_memory_bytes", ""], right=(2, 3)))
     return 0 if result.ok else 1
+
+
+def _store_benchmark(args, graph, assignment: dict, result) -> int:
+    """Record the measurement, so the dashboard's Benchmark page and `placement runs` see it."""
+    from ..netformat import network_to_dict
+    from ..store import RunStore, content_hash
+
+    with RunStore(home=args.home) as store:
+        return store.add_benchmark(network_name=graph.name, devices_spec=args.devices, runner=args.runner,
+                                   placement=assignment, simulated_s=None, measured_median_s=result.median_step_s,
+                                   result=result.to_dict(), label=args.placement,
+                                   network_hash=content_hash(network_to_dict(graph)), batch_size=graph.batch_size)
 
 
 def cmd_calibrate(args) -> int:
