@@ -3,7 +3,7 @@
 import streamlit as st
 
 from dashboard import charts, state, ui
-from dashboard.runs import REGISTRY
+from dashboard.archiveview import archive_sources
 from placement_core.analysis import (archive_heatmap, compare_placements, elite_label, fmt_bytes, fmt_seconds,
                                      placement_summary, top_elites)
 
@@ -11,19 +11,24 @@ ui.header("Archive", "MAP-Elites keeps the best placement it found in every nich
           "the number of devices used and how many tensors cross devices. Instead of one answer you get a map "
           "of good, different placements to choose from, e.g. a slightly slower one that uses fewer devices.")
 s = state.ss()
-runs = [r for r in REGISTRY.runs(s.session_key) if r.result is not None and r.result.archive is not None]
+sources = []
+with ui.guarded("the list of archives"):
+    sources = archive_sources()
 
-if not runs:
-    st.info("No archive yet: run **MAP-Elites** on the Optimize page; its archive appears here when it finishes.",
+if not sources:
+    st.info("No archive yet: run **MAP-Elites** on the Optimize page; its archive appears here when it finishes "
+            "(stored MAP-Elites runs from earlier sessions and the command line appear too).",
             icon=":material/info:")
     st.page_link("app_pages/optimize.py", label="Go to Optimize", icon=":material/rocket_launch:")
 else:
-    by_id = {r.id: r for r in runs}
-    run_id = st.selectbox("MAP-Elites run", list(reversed(by_id)), key="arch_run",
-                          format_func=lambda i: f"{by_id[i].name} · {by_id[i].spec.network_label} on "
-                                                f"{by_id[i].spec.devices_label} · {len(by_id[i].result.archive)} elites")
-    run = by_id[run_id]
-    archive = run.result.archive
+    by_key = {src.key: src for src in sources}
+    if s.get("arch_run") not in by_key:
+        s.pop("arch_run", None)
+    key = st.selectbox("MAP-Elites run", list(by_key), key="arch_run",
+                       format_func=lambda k: by_key[k].description,
+                       help="This session's runs first, then every MAP-Elites run in the run store (see Runs).")
+    run = by_key[key]
+    archive = run.archive
     problem = archive.problem
     ranked = archive.ranked()
     with ui.guarded("the archive"):
@@ -32,7 +37,7 @@ else:
         c[1].metric("Niches filled", f"{archive.coverage:.1%}", help=f"of {archive.coverage and len(archive) / archive.coverage:,.0f} "
                     "niches (" + " × ".join(f"{d.size} {d.label}" for d in archive.descriptors) + ")")
         c[2].metric("Best objective", fmt_seconds(ranked[0].objective))
-        c[3].metric("Evaluations", f"{run.result.evaluations:,}")
+        c[3].metric("Evaluations", f"{run.evaluations:,}")
 
         dims = list(range(len(archive.descriptors)))
         labels = {i: archive.descriptors[i].label for i in dims}
@@ -40,11 +45,11 @@ else:
         dx = names.index("cross_device_edges") if "cross_device_edges" in names else 0
         dy = names.index("most_used_device") if "most_used_device" in names else (1 if dx == 0 else 0)
         c1, c2 = st.columns(2)
-        x_dim = c1.selectbox("Columns", dims, index=dims.index(dx), format_func=labels.get, key=f"arch_x_{run.id}")
-        y_dim = c2.selectbox("Rows", [i for i in dims if i != x_dim], format_func=labels.get, key=f"arch_y_{run.id}")
+        x_dim = c1.selectbox("Columns", dims, index=dims.index(dx), format_func=labels.get, key=f"arch_x_{run.key}")
+        y_dim = c2.selectbox("Rows", [i for i in dims if i != x_dim], format_func=labels.get, key=f"arch_y_{run.key}")
         heat = archive_heatmap(archive, x_dim, y_dim)
         others = [labels[i] for i in dims if i not in (x_dim, y_dim)]
-        pick_key = f"arch_pick_{run.id}"
+        pick_key = f"arch_pick_{run.key}"
         options = [e.niche for e in ranked]
         rank_of = {e.niche: k for k, e in enumerate(ranked, start=1)}
         picked = s.get(pick_key, options[0])
@@ -56,14 +61,14 @@ else:
         st.markdown("##### Map of the archive")
         st.caption(f"Each cell: the best elite over {', '.join(others) or 'nothing else'}; darker is slower. "
                    "Click a cell to inspect its elite, or choose one from the list below.")
-        event = st.plotly_chart(charts.heatmap_figure(heat, cell), key=f"arch_heat_{run.id}",
+        event = st.plotly_chart(charts.heatmap_figure(heat, cell), key=f"arch_heat_{run.key}",
                                 on_select="rerun", selection_mode="points", config={"displaylogo": False})
         points = (event or {}).get("selection", {}).get("points", []) if event else []
         if points:
             cd = points[0].get("customdata")
             sel = (int(cd[0]), int(cd[1])) if cd else None
-            if sel and s.get(f"arch_last_click_{run.id}") != sel and heat.niche[sel[0]][sel[1]] is not None:
-                s[f"arch_last_click_{run.id}"] = sel
+            if sel and s.get(f"arch_last_click_{run.key}") != sel and heat.niche[sel[0]][sel[1]] is not None:
+                s[f"arch_last_click_{run.key}"] = sel
                 s[pick_key] = heat.niche[sel[0]][sel[1]]
                 st.rerun()
 
@@ -87,10 +92,10 @@ else:
             b1, b2, _ = st.columns([1, 1, 3])
             label = f"elite #{rank_of[niche]} of {run.name}"
             if b1.button("Use this placement", type="primary", key="arch_use"):
-                state.adopt_run(run, elite.placement, label)
+                run.adopt(elite.placement, label)
                 st.rerun()
             if b2.button("Use it and show its trace", key="arch_trace"):
-                state.adopt_run(run, elite.placement, label)
+                run.adopt(elite.placement, label)
                 st.switch_page("app_pages/trace.py")
 
     with ui.guarded("the top elites"):
@@ -106,10 +111,8 @@ else:
     with ui.guarded("the comparison"):
         st.markdown("##### Compare two placements")
         candidates = {f"elite #{k}": e.placement for k, e in enumerate(ranked[:50], start=1)}
-        for r in runs + [r for r in REGISTRY.runs(s.session_key) if r.result is not None and r not in runs]:
-            if r.spec.graph_key == run.spec.graph_key and r.spec.devices_key == run.spec.devices_key:
-                candidates[f"best of {r.name}"] = r.result.best_placement
-        if state.graph_key() == run.spec.graph_key and state.devices_key() == run.spec.devices_key:
+        candidates.update(run.others)
+        if run.current_problem:
             candidates[f"current: {s.placement_label}"] = state.current_placement()
         keys = list(candidates)
         c1, c2 = st.columns(2)

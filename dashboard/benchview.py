@@ -65,6 +65,11 @@ class BenchJob:
     runner: str
     batch_size: int
     settings: object
+    network_name: str = ""
+    network_hash: str | None = None  # content of the network at the benchmark's batch size
+    run_ids: list = field(default_factory=list)  # the stored run each placement came from, or None
+    stored_ids: list = field(default_factory=list)  # the measurements' ids in the run store
+    store_note: str | None = None
     id: int = field(default_factory=lambda: next(_ids))
     status: str = "running"
     done: int = 0
@@ -77,6 +82,7 @@ class BenchJob:
         try:
             self.results = run_benchmark(self.source, self.shape, self.assignments, self.devices, self.runner,
                                          self.batch_size, self.settings, self._progress)
+            self._record()
             self.status = "done"
         except InputError as e:
             self.error, self.status = str(e), "failed"
@@ -86,6 +92,22 @@ class BenchJob:
 
     def _progress(self, done: int, total: int) -> None:
         self.done = done
+
+    def _record(self) -> None:
+        """Keep every measurement in the run store (the scatter of earlier measurements reads it back)."""
+        from placement_core.store import RunStore
+        try:
+            with RunStore() as store:
+                run_ids = self.run_ids or [None] * len(self.labels)
+                self.stored_ids = [
+                    store.add_benchmark(network_name=self.network_name, devices_spec=self.devices, runner=self.runner,
+                                        placement=a, simulated_s=sim, measured_median_s=r.median_step_s,
+                                        result=r.to_dict(), run_id=run_id, label=label,
+                                        network_hash=self.network_hash, batch_size=self.batch_size)
+                    for label, sim, a, r, run_id in zip(self.labels, self.simulated, self.assignments, self.results,
+                                                        run_ids)]
+        except InputError as e:
+            self.store_note = f"The measurements were not stored: {e}"
 
 
 _JOBS: dict[str, list[BenchJob]] = {}
@@ -115,12 +137,15 @@ def collect(session: str) -> None:
         if job.error:
             s.bench_error = job.error
             continue
-        for label, sim, r in zip(job.labels, job.simulated, job.results):
+        if job.store_note:
+            s.bench_error = job.store_note
+        ids = job.stored_ids or [None] * len(job.labels)
+        for label, sim, r, stored_id in zip(job.labels, job.simulated, job.results, ids):
             q = r.quartiles_s
             points.append({"placement": label, "status": r.status, "simulated_s": sim,
                            "measured_s": r.median_step_s, "iqr_s": None if q is None else q[1] - q[0],
                            "devices": job.devices, "runner": job.runner, "batch": job.batch_size,
-                           "message": r.message})
+                           "message": r.message, "stored_id": stored_id})
 
 
 def local_device_names(spec: str) -> list[str]:
@@ -128,20 +153,35 @@ def local_device_names(spec: str) -> list[str]:
     return [d.name for d in parse_devices(spec)]
 
 
-def candidates() -> dict[str, np.ndarray]:
-    """Placements that can be benchmarked on the current network and devices."""
+def candidates() -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """Placements that can be benchmarked on the current network and devices, and the stored run of each."""
+    from . import stored
+
     s = state.ss()
     out = {f"current: {s.placement_label}": state.current_placement()}
-    for r in REGISTRY.runs(s.session_key):
+    origin: dict[str, int] = {}
+    live = REGISTRY.runs(s.session_key)
+    for r in live:
         if r.result is not None and r.spec.graph_key == state.graph_key() and r.spec.devices_key == state.devices_key():
             out[f"best of {r.name}"] = r.result.best_placement
+            if r.store_id is not None:
+                origin[f"best of {r.name}"] = r.store_id
             if r.result.archive is not None:
                 for k, e in enumerate(r.result.archive.ranked()[1:5], start=2):
                     out[f"elite #{k} of {r.name}"] = e.placement
+    seen = {r.store_id for r in live}
+    try:
+        with stored.open_store() as store:
+            for rec in store.runs(limit=200):
+                if rec.best_placement is not None and rec.id not in seen and stored.same_setup(store, rec):
+                    key = f"best of {stored.run_name(rec)} (stored)"
+                    out[key], origin[key] = rec.best_placement, rec.id
+    except InputError:
+        pass  # an unreadable store only hides stored runs here; the Runs page says what is wrong
     g, d = state.graph(), state.devices()
     for i, name in enumerate(d.names):
         out[f"all on {name}"] = np.full(len(g), i, dtype=np.int32)
-    return out
+    return out, origin
 
 
 def render() -> None:
@@ -177,7 +217,7 @@ def render() -> None:
         st.info("This network was not made from a PyTorch model here: give its source to benchmark it.",
                 icon=":material/info:")
     local = local_device_names(spec)
-    options = candidates()
+    options, origin = candidates()
     chosen = st.multiselect("Placements", list(options), default=list(options)[:1], key="bench_chosen",
                             help="Several placements give a scatter of simulated against measured time.")
     used = sorted({int(x) for k in chosen for x in np.unique(options[k])})
@@ -197,6 +237,9 @@ def render() -> None:
         sample = parse_shape(shape)
         sim_problem = Problem(g.with_batch_size(int(batch)), d, profile=s.sim["profile"],
                               settings=SimSettings(), penalty=s.sim["penalty"])
+        from placement_core.netformat import network_to_dict
+        from placement_core.store import content_hash
+
         labels, sims, assignments = [], [], []
         for k in chosen:
             p = options[k]
@@ -204,7 +247,10 @@ def render() -> None:
             sims.append(float(sim_problem.simulate(p).result.batch_time))
             assignments.append({op.name: mapping[int(p[i])] for i, op in enumerate(g.ops)})
         submit(s.session_key, BenchJob(labels, sims, assignments, source, (1,) + sample, spec, runner, int(batch),
-                                       BenchmarkSettings(steps=int(steps), warmup=int(warmup))))
+                                       BenchmarkSettings(steps=int(steps), warmup=int(warmup)),
+                                       network_name=g.name,
+                                       network_hash=content_hash(network_to_dict(sim_problem.graph)),
+                                       run_ids=[origin.get(k) for k in chosen]))
         st.rerun()
 
     @st.fragment(run_every=1.0 if running else None)
@@ -221,23 +267,61 @@ def render() -> None:
     collect(s.session_key)
     if s.get("bench_error"):
         st.error(s.bench_error, icon=":material/error:")
-    points = s.get("bench_points", [])
+    points = list(s.get("bench_points", []))
+    earlier = earlier_points({p["stored_id"] for p in points if p.get("stored_id") is not None})
+    if earlier:
+        if st.toggle(f"Include {len(earlier)} earlier measurement(s) of this network from the run store",
+                     key="bench_earlier", help="Measurements from other sessions and earlier days (with the "
+                     "simulated time recorded then); `placement benchmark` records them too, without a simulated "
+                     "time, so those are listed but not plotted."):
+            points = earlier + points
     if points:
         draw_results(points)
+
+
+def earlier_points(exclude: set[int]) -> list[dict]:
+    """Stored measurements of the current network (same content, at any batch size) not in ``exclude``."""
+    from placement_core.netformat import network_to_dict
+    from placement_core.store import content_hash
+
+    from . import stored
+
+    g = state.graph()
+    try:
+        with stored.open_store() as store:
+            rows = [b for b in store.benchmarks(network_name=g.name) if b["id"] not in exclude]
+    except InputError:
+        return []
+    hashes = {}
+    out = []
+    for b in rows:
+        batch = b.get("batch_size")
+        if batch is None or b.get("network_hash") is None:
+            continue
+        if batch not in hashes:
+            hashes[batch] = content_hash(network_to_dict(g.with_batch_size(int(batch))))
+        if hashes[batch] != b["network_hash"]:
+            continue
+        r = b["result"]
+        out.append({"placement": f"{b['label'] or 'placement'} (stored #{b['id']})", "status": r.get("status", "ok"),
+                    "simulated_s": b["simulated_s"], "measured_s": b["measured_median_s"],
+                    "iqr_s": r.get("iqr_s"), "devices": b["devices_spec"], "runner": b["runner"],
+                    "batch": batch, "message": r.get("message") or "", "stored_id": b["id"]})
+    return out
 
 
 def draw_results(points: list[dict]) -> None:
     s = state.ss()
     st.markdown("##### Measured against simulated")
     st.dataframe([{"placement": p["placement"], "status": p["status"],
-                   "simulated (ms)": p["simulated_s"] * 1e3,
+                   "simulated (ms)": None if p["simulated_s"] is None else p["simulated_s"] * 1e3,
                    "measured median (ms)": None if p["measured_s"] is None else p["measured_s"] * 1e3,
                    "spread, IQR (ms)": None if p["iqr_s"] is None else p["iqr_s"] * 1e3,
                    "devices": p["devices"], "batch": p["batch"], "note": p["message"]} for p in points],
                  hide_index=True, key="bench_table",
                  column_config={k: st.column_config.NumberColumn(format="%.4g")
                                 for k in ("simulated (ms)", "measured median (ms)", "spread, IQR (ms)")})
-    ok = [p for p in points if p["status"] == "ok" and p["measured_s"] is not None]
+    ok = [p for p in points if p["status"] == "ok" and p["measured_s"] is not None and p["simulated_s"] is not None]
     if not ok:
         st.caption("No successful measurement yet.")
         return

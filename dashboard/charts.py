@@ -186,6 +186,23 @@ def progress_figure(views: list[dict]) -> go.Figure:
     return fig
 
 
+def history_figure(history: np.ndarray, name: str) -> go.Figure:
+    """A stored run's history: best so far and the optimizer's current objective against evaluations."""
+    h = np.asarray(history, dtype=float).reshape(-1, 3)
+    fig = go.Figure()
+    current = h[:, 2] * 1e3
+    finite = np.isfinite(current)
+    if finite.any():
+        fig.add_trace(go.Scattergl(x=h[finite, 0], y=current[finite], mode="lines", name="current",
+                                   line=dict(color=_mix(color(0), "#ffffff", 0.55), width=1.5)))
+    fig.add_trace(go.Scattergl(x=h[:, 0], y=h[:, 1] * 1e3, mode="lines", name="best so far",
+                               line=dict(color=color(0), width=2.5, shape="hv")))
+    fig.update_layout(**BASE_LAYOUT, height=300, title=f"{name}: objective over the run",
+                      xaxis=dict(title="evaluations"), yaxis=dict(title="objective (ms per batch)"),
+                      legend=dict(orientation="h", y=-0.3))
+    return fig
+
+
 # -- Archive ----------------------------------------------------------------------------------------
 
 def heatmap_figure(h: HeatmapData, selected: tuple[int, int] | None = None) -> go.Figure:

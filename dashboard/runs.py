@@ -1,10 +1,13 @@
 """Background optimization runs that survive page switches.
 
-A run executes ``placement_core.optimize.run`` in a daemon thread and records
-its progress under a lock; it never calls ``st.*``. Runs live in a
-process-level registry keyed by the browser session's key (kept in
-``st.session_state.session_key``), so switching pages, or the script rerunning,
-never loses them; the Optimize page polls them from a fragment.
+A run executes in a daemon thread and records its progress under a lock; it
+never calls ``st.*``. Runs live in a process-level registry keyed by the
+browser session's key (kept in ``st.session_state.session_key``), so switching
+pages, or the script rerunning, never loses them; the Optimize page polls them
+from a fragment. Every run is also recorded in the run store
+(``placement_core.runs.start_run``: checkpoints, history, archive), so it
+outlives the dashboard process and can be reopened or resumed from the Runs
+page or the CLI; a stored run is resumed here with ``RunSpec.resume_id``.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ class RunSpec:
     devices_label: str
     sim: dict
     initial: Any = None  # placements to seed the search with (k, ops) or None
+    resume_id: int | None = None  # continue this stored run (from its last checkpoint) instead of starting one
 
 
 @dataclass
@@ -65,12 +69,16 @@ class Run:
     snapshot: dict | None = None
     result: Any = None  # OptimizeResult when finished
     error: str | None = None
+    store_id: int | None = None  # the run's id in the run store, once recorded
+    store_note: str | None = None  # why it could not be recorded, if it could not
     stop_event: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
     thread: threading.Thread | None = None
 
     @property
     def name(self) -> str:
+        if self.spec.resume_id is not None:
+            return f"{self.spec.title} (stored run {self.spec.resume_id}, resumed)"
         return f"{self.spec.title} #{self.id}"
 
     @property
@@ -106,19 +114,42 @@ class Run:
                     "evaluations": self.evaluations, "budget": self.spec.evaluations, "best": self.best,
                     "evals_per_s": self.evals_per_s, "elapsed_s": self.elapsed_s, "fraction": self.fraction,
                     "curve": list(self.curve), "snapshot": self.snapshot, "error": self.error,
-                    "seconds": self.spec.seconds}
+                    "seconds": self.spec.seconds, "store_id": self.store_id}
+
+
+def _optimize(run: Run):
+    """Run (or resume) the optimization, recorded in the run store when it can be opened."""
+    from placement_core.optimize import run as optimize
+    from placement_core.runs import resume_run, start_run
+    from placement_core.store import RunStore
+
+    spec = run.spec
+    try:
+        store = RunStore()
+    except InputError as e:
+        if spec.resume_id is not None:
+            raise
+        run.store_note = f"not recorded in the run store: {e}"
+        return optimize(run.problem, spec.algorithm, evaluations=spec.evaluations, seconds=spec.seconds,
+                        seed=spec.seed, params=spec.params, initial=spec.initial, workers=spec.workers,
+                        progress=run.on_progress, stop=run.stop_event)
+    with store:
+        if spec.resume_id is not None:
+            run.store_id = spec.resume_id
+            return resume_run(store, spec.resume_id, workers=spec.workers, progress=run.on_progress,
+                              stop=run.stop_event)
+        _, result = start_run(store, run.problem, spec.algorithm, evaluations=spec.evaluations,
+                              seconds=spec.seconds, seed=spec.seed, params=spec.params, initial=spec.initial,
+                              workers=spec.workers, progress=run.on_progress, stop=run.stop_event,
+                              label=f"dashboard: {spec.network_label} on {spec.devices_label}",
+                              on_created=lambda run_id: setattr(run, "store_id", run_id))
+        return result
 
 
 def _work(run: Run) -> None:
-    from placement_core.optimize import run as optimize
-
-    spec = run.spec
     run.status = "running"
     try:
-        result = optimize(run.problem, spec.algorithm, evaluations=spec.evaluations, seconds=spec.seconds,
-                          seed=spec.seed, params=spec.params, initial=spec.initial, workers=spec.workers,
-                          progress=run.on_progress,
-                          stop=run.stop_event)
+        result = _optimize(run)
         with run.lock:
             run.result = result
             run.best = result.best_objective

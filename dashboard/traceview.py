@@ -68,3 +68,28 @@ def placement_picker() -> None:
             st.rerun()
     if up is not None and s.get("trace_upload_error"):
         c3.error(s.trace_upload_error, icon=":material/error:")
+    stored_run_picker()
+
+
+def stored_run_picker() -> None:
+    """The best placement of any stored run (with its network, devices and settings if they differ)."""
+    from . import stored
+
+    with stored.open_store() as store:
+        records = [r for r in store.runs(limit=200) if r.best_placement is not None]
+        if not records:
+            st.caption("Stored runs (Runs page) appear here once an optimization has recorded a placement.")
+            return
+        by_id = {r.id: r for r in records}
+        c1, c2 = st.columns([4, 1])
+        run_id = c1.selectbox("Best placement of a stored run", list(by_id), key="trace_stored",
+                              format_func=lambda i: stored.describe(by_id[i]),
+                              help="Runs from every session and the command line. A run made for another "
+                                   "network or device graph brings them along.")
+        c2.markdown("<div style='height: 1.75rem'></div>", unsafe_allow_html=True)
+        if c2.button("Use", key="trace_use_stored"):
+            rec = by_id[run_id]
+            note = stored.adopt(store, rec, rec.best_placement, f"best of {stored.run_name(rec)}").note
+            if note:
+                st.session_state.placement_note = note
+            st.rerun()

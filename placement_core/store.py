@@ -376,6 +376,11 @@ class RunStore:
                  "placement": np.array(json.loads(r["placement"]), dtype=np.int32)}
                 for r in self._conn.execute("SELECT * FROM archive WHERE run_id=? ORDER BY objective", (run_id,))]
 
+    def archive_sizes(self) -> dict[int, int]:
+        """run id -> number of stored elites, for the runs that have an archive."""
+        return {int(r[0]): int(r[1]) for r in
+                self._conn.execute("SELECT run_id, COUNT(*) FROM archive GROUP BY run_id")}
+
     def problem(self, run_id: int) -> Problem:
         row = self._conn.execute("SELECT network_hash, devices_hash, problem FROM runs WHERE id=?",
                                  (int(run_id),)).fetchone()

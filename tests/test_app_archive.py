@@ -61,7 +61,7 @@ def test_heatmap_shows_the_best_elite_of_every_projected_niche(with_archive):
 def test_other_dimensions_can_be_shown(with_archive):
     at, run = with_archive
     archive_page(at)
-    at.selectbox(key=f"arch_y_{run.id}").set_value(1).run()  # rows: devices used
+    at.selectbox(key=f"arch_y_live:{run.id}").set_value(1).run()  # rows: devices used
     assert_clean(at)
     z = np.array(decode(figures(at)[0]["data"][0]["z"]), dtype=float)
     projected = {(e.niche[1], e.niche[2]) for e in run.result.archive.elites.values()}
@@ -73,7 +73,7 @@ def test_picking_an_elite_from_the_list_shows_it(with_archive):
     at, run = with_archive
     archive_page(at)
     ranked = run.result.archive.ranked()
-    at.selectbox(key=f"arch_pick_{run.id}").set_value(ranked[2].niche).run()
+    at.selectbox(key=f"arch_pick_live:{run.id}").set_value(ranked[2].niche).run()
     assert_clean(at)
     assert "**Elite #3**" in text(at)
     m = {x.label: x.value for x in at.metric}
@@ -91,11 +91,11 @@ def test_clicking_a_heatmap_cell_picks_its_elite(with_archive):
     yi, xi = target.niche[0], target.niche[2]
     best_in_cell = min((e for e in run.result.archive.elites.values() if (e.niche[0], e.niche[2]) == (yi, xi)),
                        key=lambda e: e.objective)
-    at.session_state[f"arch_heat_{run.id}"] = {"selection": {"points": [{"customdata": [yi, xi]}],
+    at.session_state[f"arch_heat_live:{run.id}"] = {"selection": {"points": [{"customdata": [yi, xi]}],
                                                              "point_indices": [0], "box": [], "lasso": []}}
     at.run()
     assert_clean(at)
-    assert at.session_state[f"arch_pick_{run.id}"] == best_in_cell.niche
+    assert at.session_state[f"arch_pick_live:{run.id}"] == best_in_cell.niche
 
 
 def test_top_elites_and_comparison(with_archive):
@@ -118,7 +118,7 @@ def test_use_an_elite_and_open_its_trace(with_archive):
     at, run = with_archive
     archive_page(at)
     ranked = run.result.archive.ranked()
-    at.selectbox(key=f"arch_pick_{run.id}").set_value(ranked[1].niche).run()
+    at.selectbox(key=f"arch_pick_live:{run.id}").set_value(ranked[1].niche).run()
     at.button(key="arch_trace").click().run()
     assert_clean(at)
     assert at.title[0].value == "Trace"

@@ -13,8 +13,10 @@ from placement_core import InputError
 
 
 def fake_result(median_s):
-    return SimpleNamespace(status="ok", median_step_s=median_s, quartiles_s=(median_s * 0.9, median_s * 1.1),
-                           message="")
+    r = SimpleNamespace(status="ok", median_step_s=median_s, quartiles_s=(median_s * 0.9, median_s * 1.1),
+                        message="")
+    r.to_dict = lambda: {"status": "ok", "median_step_s": median_s, "iqr_s": median_s * 0.2, "message": ""}
+    return r
 
 
 def bench_page():
@@ -68,6 +70,22 @@ def test_measured_against_simulated_with_a_fake_runner(monkeypatch):
     assert fig["layout"]["xaxis"]["title"]["text"] == "simulated time per batch (ms)"
     at.button(key="bench_clear").click().run()
     assert "Measured against simulated" not in text(at)
+
+    # every measurement went to the run store; another session sees them as earlier measurements
+    from placement_core.store import RunStore
+    with RunStore() as store:
+        rows = store.benchmarks(network_name="resnet50")
+    assert [r["measured_median_s"] for r in rows] == [0.050, 0.020, 0.080]
+    assert [r["simulated_s"] * 1e3 for r in rows] == pytest.approx(sim)
+    assert [r["label"] for r in rows] == list(table["placement"]) and {r["batch_size"] for r in rows} == {8}
+    other = bench_page()
+    assert "Measured against simulated" not in text(other)
+    other.toggle(key="bench_earlier").set_value(True).run()
+    assert_clean(other)
+    again = frame(other, "placement")
+    assert list(again["measured median (ms)"]) == [50, 20, 80]
+    assert list(again["simulated (ms)"]) == pytest.approx(sim)
+    assert metrics(other)["Placements measured"] == "3"
 
 
 def test_a_failing_benchmark_shows_its_message(monkeypatch):

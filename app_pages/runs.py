@@ -1,0 +1,134 @@
+"""Runs: every stored optimization run; reopen, resume, export or delete one."""
+
+import time
+
+import streamlit as st
+
+from dashboard import charts, state, stored, ui
+from dashboard.runs import REGISTRY, RunSpec
+from placement_core import InputError
+from placement_core.analysis import fmt_seconds
+from placement_core.exports import RUN_EXPORTS, export_run
+
+ui.header("Runs", "Every optimization run on this machine, from this dashboard, other sessions and the "
+          "`placement` command line, kept in the run store with its history, archive and checkpoints. Reopen "
+          "one, resume one that was stopped or interrupted, export or delete it.")
+s = state.ss()
+
+EXPORT_TITLES = {"placement": "placement (placement/1 JSON)", "torch": "PyTorch device map (JSON)",
+                 "snippet": "PyTorch snippet (.py)", "history": "history (CSV)", "archive": "archive",
+                 "trace": "trace of the best placement (Chrome JSON)", "benchmarks": "benchmarks (CSV)"}
+
+with ui.guarded("the run store"), stored.open_store() as store:
+    records = store.runs()
+    st.caption(f"Store: `{store.path}` (set `PLACEMENT_HOME` to use another folder).")
+    if not records:
+        st.info("No stored runs yet. Start one on the Optimize page, or with `placement optimize` on the command "
+                "line; both record it here.", icon=":material/info:")
+        st.page_link("app_pages/optimize.py", label="Go to Optimize", icon=":material/rocket_launch:")
+        st.stop()
+    statuses = sorted({r.display_status for r in records})
+    shown = st.multiselect("Status", statuses, default=statuses, key="runs_status")
+    records = [r for r in records if r.display_status in shown]
+    sizes = store.archive_sizes()
+    st.dataframe([{"run": r.id, "status": r.display_status, "algorithm": stored.title(r.algorithm),
+                   "network": r.network_name, "devices": r.devices_name,
+                   "evaluations": r.evaluations, "budget": r.budget_evaluations,
+                   "best (ms)": None if r.best_objective is None else r.best_objective * 1e3,
+                   "elites": sizes.get(r.id), "created": time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created)),
+                   "label": r.label or ""} for r in records],
+                 hide_index=True, key="runs_table",
+                 column_config={"best (ms)": st.column_config.NumberColumn(format="%.4g")})
+    if not records:
+        st.stop()
+
+    by_id = {r.id: r for r in records}
+    run_id = st.selectbox("Run", list(by_id), key="runs_pick", format_func=lambda i: stored.describe(by_id[i]))
+    rec = by_id[run_id]
+
+with ui.guarded("the run"), stored.open_store() as store:
+    rec = store.get(run_id)
+    status = rec.display_status
+    with st.container(border=True):
+        st.markdown(f"**{stored.run_name(rec)}** · {rec.network_name} on {rec.devices_name} · {status}"
+                    + (f" · {rec.label}" if rec.label else ""))
+        m = st.columns(4)
+        m[0].metric("Status", status)
+        budget = f" of {rec.budget_evaluations:,}" if rec.budget_evaluations else ""
+        m[1].metric("Evaluations", f"{rec.evaluations:,}", help=f"{rec.evaluations:,}{budget}")
+        m[2].metric("Best objective", "–" if rec.best_objective is None else fmt_seconds(rec.best_objective),
+                    help="seconds per batch plus the memory penalty")
+        m[3].metric("Wall time", "–" if rec.wall_s is None else fmt_seconds(rec.wall_s))
+        spec = rec.problem
+        how = (f"{spec['batches']} batch(es), {spec['in_flight']} in flight" if spec["schedule"] == "thesis"
+               else f"{spec['schedule']}, {spec['micro_batches']} micro-batches")
+        st.caption(f"Simulator: {how}, {spec['profile']} costs, {spec['penalty']} penalty · seed {rec.seed} · "
+                   "parameters: " + (", ".join(f"{k} {v}" for k, v in rec.params.items()) or "none")
+                   + f" · started {time.strftime('%Y-%m-%d %H:%M', time.localtime(rec.created))} on {rec.host}")
+        if rec.error:
+            st.error(f"The run failed: {rec.error}", icon=":material/error:")
+        if status == "interrupted":
+            st.warning("Its process ended without finishing (killed or crashed). Resume continues from its last "
+                       "checkpoint.", icon=":material/warning:")
+        history = store.history(rec.id)
+        if len(history):
+            st.plotly_chart(charts.history_figure(history, stored.run_name(rec)), key="runs_history",
+                            config={"displaylogo": False})
+
+        has_best = rec.best_placement is not None
+        live = [r for r in REGISTRY.runs(s.session_key) if r.store_id == rec.id and r.active]
+        b = st.columns(5)
+        if b[0].button("Use its best placement", type="primary", key="runs_use", disabled=not has_best):
+            adopted = stored.adopt(store, rec, rec.best_placement, f"best of {stored.run_name(rec)}")
+            s.runs_note = adopted.note or f"The best placement of {stored.run_name(rec)} is now current."
+            st.rerun()
+        if b[1].button("Show its trace", key="runs_trace", disabled=not has_best):
+            stored.adopt(store, rec, rec.best_placement, f"best of {stored.run_name(rec)}")
+            st.switch_page("app_pages/trace.py")
+        if b[2].button("Open its archive", key="runs_archive", disabled=rec.id not in store.archive_sizes()):
+            s.arch_run = f"stored:{rec.id}"
+            st.switch_page("app_pages/archive.py")
+        resumable = status in stored.RESUMABLE and not live
+        if b[3].button("Resume", key="runs_resume", disabled=not resumable, icon=":material/play_arrow:",
+                       help="Continue from the last checkpoint in the background, in this process and serially, "
+                            "so it ends exactly where an uninterrupted run with the same seed would."):
+            problem = stored.stored_problem(store, rec.id)
+            net_hash, dev_hash = store.input_hashes(rec.id)
+            same = stored.same_setup(store, rec)
+            g, d = problem.graph, problem.devices
+            base = state.ss().base_graph_key if same else f"stored:{net_hash[:12]}"
+            run_spec = RunSpec(
+                algorithm=rec.algorithm, title=stored.title(rec.algorithm), params=rec.params,
+                evaluations=rec.budget_evaluations, seconds=rec.budget_seconds, seed=rec.seed, workers=1,
+                graph=g, graph_key=state.graph_key() if same else f"{base}@{g.batch_size}",
+                network_label=s.network_label if same else g.name, devices=d,
+                devices_key=state.devices_key() if same else f"stored:{dev_hash[:12]}",
+                devices_label=s.devices_label if same else d.name, sim=stored.sim_of(rec.problem),
+                resume_id=rec.id)
+            REGISTRY.start(s.session_key, run_spec, problem)
+            st.switch_page("app_pages/optimize.py")
+        if status == "running" and not live:
+            st.caption(f"Running in process {rec.pid} on {rec.host}; it can be resumed once it stops.")
+
+        c1, c2, c3 = st.columns([2, 1, 1])
+        kinds = [k for k in RUN_EXPORTS if k != "archive" or rec.id in store.archive_sizes()]
+        what = c1.selectbox("Export", kinds, key="runs_export", format_func=EXPORT_TITLES.get)
+        fmt = c2.selectbox("Format", RUN_EXPORTS[what], key=f"runs_export_fmt_{what}")
+        try:
+            exported = export_run(store, rec.id, what, fmt)
+        except InputError as e:  # say why this export is not available, keep the page
+            c3.caption(str(e))
+        else:
+            c3.download_button("Download", exported.data, file_name=exported.filename, mime=exported.mime,
+                               icon=":material/download:", on_click="ignore", key="runs_download")
+
+        with st.expander("Delete this run"):
+            sure = st.checkbox(f"Delete {stored.run_name(rec)} with its history, archive and checkpoint",
+                               key=f"runs_sure_{rec.id}")
+            if st.button("Delete", key="runs_delete", disabled=not sure or status == "running"):
+                store.delete(rec.id)
+                s.runs_note = f"Deleted {stored.run_name(rec)}."
+                s.pop("runs_pick", None)
+                st.rerun()
+    if s.get("runs_note"):
+        st.success(s.pop("runs_note"), icon=":material/check_circle:")

@@ -1,0 +1,83 @@
+"""Where the Archive page's archives come from: this session's MAP-Elites runs and the run store's.
+
+Both kinds are wrapped as an :class:`ArchiveSource`, so the page draws and
+adopts them the same way. A finished run of this session is also in the store;
+it is listed once, as the live run (which carries its full result).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from . import state, stored
+from .runs import REGISTRY
+
+
+@dataclass
+class ArchiveSource:
+    key: str  # "live:<registry id>" or "stored:<run id>"
+    name: str
+    description: str
+    archive: object  # placement_core.optimize.archive.Archive
+    evaluations: int
+    adopt: Callable[[np.ndarray, str], None]  # make a placement current, with this run's problem
+    others: dict[str, np.ndarray] = field(default_factory=dict)  # other runs' bests on the same problem
+    current_problem: bool = False  # made for the current network, devices and settings
+
+
+def _live_sources() -> list[ArchiveSource]:
+    s = state.ss()
+    runs = REGISTRY.runs(s.session_key)
+    out = []
+    for r in runs:
+        if r.result is None or r.result.archive is None:
+            continue
+        others = {f"best of {o.name}": o.result.best_placement for o in runs
+                  if o.result is not None and o.spec.graph_key == r.spec.graph_key
+                  and o.spec.devices_key == r.spec.devices_key}
+        out.append(ArchiveSource(
+            key=f"live:{r.id}", name=r.name,
+            description=f"{r.name} · {r.spec.network_label} on {r.spec.devices_label} · "
+                        f"{len(r.result.archive)} elites",
+            archive=r.result.archive, evaluations=r.result.evaluations,
+            adopt=lambda p, label, r=r: state.adopt_run(r, p, label), others=others,
+            current_problem=r.spec.graph_key == state.graph_key() and r.spec.devices_key == state.devices_key()))
+    return out
+
+
+def _stored_sources(skip: set[int]) -> list[ArchiveSource]:
+    out = []
+    with stored.open_store() as store:
+        sizes = store.archive_sizes()
+        for rec in store.runs():
+            if rec.id not in sizes or rec.id in skip:
+                continue
+            archive = stored.stored_archive(store, rec)
+            if archive is None:
+                continue
+            name = stored.run_name(rec)
+
+            def adopt(p, label, rec=rec):
+                with stored.open_store() as st_:
+                    note = stored.adopt(st_, rec, p, label).note
+                if note:
+                    state.ss().placement_note = note
+
+            out.append(ArchiveSource(
+                key=f"stored:{rec.id}", name=name,
+                description=f"{name} · {rec.network_name} on {rec.devices_name} · {sizes[rec.id]} elites · stored "
+                            f"{rec.display_status}",
+                archive=archive, evaluations=rec.evaluations, adopt=adopt,
+                others={} if rec.best_placement is None else {f"best of {name}": rec.best_placement},
+                current_problem=stored.same_setup(store, rec)))
+    return out
+
+
+def archive_sources() -> list[ArchiveSource]:
+    """This session's archives first (newest first), then the stored ones (newest first)."""
+    live = _live_sources()
+    skip = {r.store_id for r in REGISTRY.runs(state.ss().session_key) if r.store_id is not None}
+    return list(reversed(live)) + _stored_sources(skip)

@@ -1,0 +1,198 @@
+"""Runs page and stored runs across the dashboard (AppTest): list, reopen, resume, delete, pickers, sessions."""
+
+import math
+import subprocess
+import threading
+
+import numpy as np
+import pytest
+from apptest_util import assert_clean, decode, figures, goto, metrics, sidebar_text, start, text, wait_for_runs
+
+from dashboard.runs import REGISTRY
+from placement_core import Problem, load_devices, load_network
+from placement_core.analysis import fmt_seconds
+from placement_core.optimize import run as optimize
+from placement_core.runs import start_run
+from placement_core.store import RunStore
+
+
+def runs_page(at=None):
+    at = at or start()
+    goto(at, "runs")
+    assert_clean(at)
+    return at
+
+
+def dashboard_run(at, algorithm, evaluations=300):
+    goto(at, "optimize")
+    at.number_input(key="opt_evaluations").set_value(evaluations)
+    at.multiselect(key="opt_algorithms").set_value([algorithm])
+    at.button(key="opt_start").click().run()
+    wait_for_runs(at)
+    return [r for r in REGISTRY.runs(at.session_state["session_key"]) if r.spec.algorithm == algorithm][-1]
+
+
+def alexnet_problem():
+    return Problem(load_network("alexnet"), load_devices("malvik"))
+
+
+def stopped_run(problem, algorithm, evaluations, seed, stop_at):
+    """A run stored as the CLI would leave it after a stop at ``stop_at`` evaluations."""
+    stop = threading.Event()
+    with RunStore() as store:
+        run_id, partial = start_run(store, problem, algorithm, evaluations=evaluations, seed=seed, checkpoint_every=100,
+                                    stop=stop, progress=lambda p: stop.set() if p.evaluations >= stop_at else None)
+    assert partial.stopped
+    return run_id
+
+
+def test_an_empty_store_says_how_to_fill_it():
+    at = runs_page()
+    assert "No stored runs yet" in text(at)
+    assert "Go to Optimize" in [e.proto.label for e in at.get("page_link")]
+
+
+def test_a_dashboard_run_is_stored_and_reopened():
+    at = start()
+    run = dashboard_run(at, "ga")
+    assert run.store_id is not None
+    runs_page(at)
+    [row] = at.dataframe[0].value.to_dict("records")
+    assert (row["run"], row["status"], row["algorithm"], row["network"], row["evaluations"]) == (
+        run.store_id, "done", "Genetic algorithm", "resnet50", 300)
+    assert row["best (ms)"] == pytest.approx(run.result.best_objective * 1e3)
+    m = metrics(at)
+    assert m["Status"] == "done" and m["Evaluations"] == "300"
+    assert m["Best objective"] == fmt_seconds(run.result.best_objective)
+    [fig] = figures(at)
+    best = next(t for t in fig["data"] if t["name"] == "best so far")
+    assert decode(best["x"]) == run.result.history[:, 0].tolist()
+    assert decode(best["y"]) == pytest.approx((run.result.history[:, 1] * 1e3).tolist())
+    assert fig["layout"]["yaxis"]["title"]["text"] == "objective (ms per batch)"
+    at.button(key="runs_use").click().run()
+    assert_clean(at)
+    assert (at.session_state["placement"] == run.result.best_placement).all()
+    assert f"best of run {run.store_id} · Genetic algorithm" in sidebar_text(at)
+    assert "Download" in [b.proto.label for b in at.get("download_button")]
+
+
+def test_a_command_line_run_brings_its_builtin_network_and_devices():
+    problem = alexnet_problem()
+    with RunStore() as store:
+        run_id, result = start_run(store, problem, "random", evaluations=200, seed=1)
+    at = runs_page()
+    at.button(key="runs_use").click().run()
+    assert_clean(at)
+    s = at.session_state
+    # recognised as the built-in network and preset (not a copy), so other pages know where they came from
+    assert s["base_graph_key"] == "builtin:alexnet" and s["devices_key"] == "preset:malvik"
+    assert (s["placement"] == result.best_placement).all()
+    assert "AlexNet" in sidebar_text(at) and "malvik" in sidebar_text(at)
+    goto(at, "trace")
+    assert_clean(at)
+    assert metrics(at)["Objective"] == fmt_seconds(result.best_objective)
+
+
+def test_resume_an_interrupted_run_to_the_uninterrupted_result():
+    problem = alexnet_problem()
+    full = optimize(problem, "ga", evaluations=2000, seed=5)
+    run_id = stopped_run(problem, "ga", 2000, 5, stop_at=700)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    with RunStore() as store:  # as if its process had been killed: still "running", pid gone
+        store._conn.execute("UPDATE runs SET status='running', pid=? WHERE id=?", (dead.pid, run_id))
+    at = runs_page()
+    assert metrics(at)["Status"] == "interrupted"
+    assert "Its process ended without finishing" in text(at)
+    at.button(key="runs_resume").click().run()
+    assert_clean(at)
+    assert at.title[0].value == "Optimize"
+    wait_for_runs(at)
+    [resumed] = REGISTRY.runs(at.session_state["session_key"])
+    assert resumed.store_id == run_id and resumed.status == "done"
+    assert np.array_equal(resumed.result.best_placement, full.best_placement)
+    assert np.array_equal(resumed.result.history, full.history)
+    with RunStore() as store:
+        rec = store.get(run_id)
+    assert rec.status == "done" and rec.evaluations == 2000 and rec.best_objective == pytest.approx(full.best_objective)
+    runs_page(at)
+    assert at.button(key="runs_resume").disabled  # finished runs cannot be resumed
+
+
+def test_delete_needs_a_confirmation():
+    problem = alexnet_problem()
+    with RunStore() as store:
+        first, _ = start_run(store, problem, "random", evaluations=20, seed=1)
+        second, _ = start_run(store, problem, "random", evaluations=20, seed=2)
+    at = runs_page()
+    assert at.selectbox(key="runs_pick").value == second
+    assert at.button(key="runs_delete").disabled
+    at.checkbox(key=f"runs_sure_{second}").check().run()
+    at.button(key="runs_delete").click().run()
+    assert_clean(at)
+    assert f"Deleted run {second}" in text(at)
+    with RunStore() as store:
+        assert [r.id for r in store.runs()] == [first]
+    assert at.selectbox(key="runs_pick").options == [f"run {first} · Random search · alexnet on malvik · done · "
+                                                     f"20 evaluations · best {fmt_seconds(store_best(first))}"]
+
+
+def store_best(run_id):
+    with RunStore() as store:
+        return store.get(run_id).best_objective
+
+
+def test_a_stored_archive_opens_on_the_archive_page():
+    problem = Problem(load_network("resnet50"), load_devices("malvik-4gpu"))
+    with RunStore() as store:
+        run_id, result = start_run(store, problem, "map-elites", evaluations=600, seed=3)
+    at = runs_page()
+    at.button(key="runs_archive").click().run()
+    assert_clean(at)
+    assert at.title[0].value == "Archive"
+    assert at.selectbox(key="arch_run").value == f"stored:{run_id}"
+    assert metrics(at)["Elites"] == f"{len(result.archive):,}"
+    heat = figures(at)[0]["data"][0]
+    z = np.array([[math.nan if v is None else v for v in row] for row in decode(heat["z"])], dtype=float)
+    projected = {(e.niche[0], e.niche[2]) for e in result.archive.elites.values()}
+    assert int(np.isfinite(z).sum()) == len(projected)
+    best = result.archive.ranked()[0]
+    assert z[best.niche[0], best.niche[2]] == pytest.approx(best.objective * 1e3)
+    ranked = result.archive.ranked()
+    goto(at, "archive")  # AppTest reruns the page it was told to open, not the one the script switched to
+    at.selectbox(key=f"arch_pick_stored:{run_id}").set_value(ranked[1].niche).run()
+    at.button(key="arch_use").click().run()
+    assert_clean(at)
+    assert (at.session_state["placement"] == ranked[1].placement).all()
+    assert at.session_state["placement_label"] == f"elite #2 of run {run_id} · MAP-Elites"
+
+
+def test_the_trace_page_picks_a_stored_run():
+    problem = alexnet_problem()
+    with RunStore() as store:
+        run_id, result = start_run(store, problem, "hill-climbing", evaluations=300, seed=4)
+    at = start()
+    goto(at, "trace")
+    assert at.selectbox(key="trace_stored").value == run_id
+    at.button(key="trace_use_stored").click().run()
+    assert_clean(at)
+    assert at.session_state["base_graph_key"] == "builtin:alexnet"
+    assert metrics(at)["Objective"] == fmt_seconds(result.best_objective)
+
+
+def test_two_sessions_keep_their_own_state_and_share_the_store():
+    one, two = start(), start()
+    assert one.session_state["session_key"] != two.session_state["session_key"]
+    ga = dashboard_run(one, "ga", 200)
+    rnd = dashboard_run(two, "random", 200)
+    assert [r.spec.algorithm for r in REGISTRY.runs(one.session_state["session_key"])] == ["ga"]
+    assert [r.spec.algorithm for r in REGISTRY.runs(two.session_state["session_key"])] == ["random"]
+    goto(two, "trace")
+    two.number_input(key="trace_seed").set_value(9)
+    two.button(key="trace_use_random").click().run()
+    one.run()
+    assert two.session_state["placement_label"] == "random (seed 9)"
+    assert one.session_state["placement_label"] == "all on gpu0"  # untouched by the other session
+    for at in (one, two):
+        runs_page(at)
+        assert sorted(at.dataframe[0].value["run"]) == sorted([ga.store_id, rnd.store_id])
