@@ -12,6 +12,7 @@ import json
 import math
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -180,3 +181,34 @@ def test_cli_never_shows_a_traceback(tmp_path_factory, capsys, net, devs, pl, co
     else:
         result = json.loads(out)
         assert math.isfinite(result.get("makespan_s", result.get("best_objective_s")))
+
+
+# -- the dashboard's upload path: the same mutated files through the pages' file uploaders --------------
+
+@pytest.fixture(scope="module")
+def app():
+    from apptest_util import start
+    return start()
+
+
+@settings(max_examples=int(__import__("os").environ.get("FUZZ_APP_EXAMPLES", 25)), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(net=mutated(NETWORK), devs=mutated(DEVICES), pl=mutated(PLACEMENT))
+def test_dashboard_uploads_never_show_a_traceback(app, net, devs, pl):
+    """Every upload ends as a loaded file or an error message; a rejected file leaves the state as it was."""
+    from apptest_util import goto
+
+    at = app
+    for page, key, doc, state_key in (("network", "net_upload", net, "graph"),
+                                      ("devices", "dev_upload", devs, "devices"),
+                                      ("trace", "trace_upload", pl, "placement")):
+        goto(at, page)
+        before = at.session_state[state_key]
+        at.file_uploader(key=key).upload("fuzz.json", json.dumps(doc, allow_nan=True).encode(),
+                                         "application/json").run()
+        assert not at.exception, [e.value for e in at.exception]
+        errors = [e.value for e in at.error]
+        if errors:
+            assert all("Traceback" not in e and "fuzz.json" in e for e in errors), errors
+            after = at.session_state[state_key]
+            assert after is before or (isinstance(after, np.ndarray) and np.array_equal(after, before))
