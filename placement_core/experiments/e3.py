@@ -178,6 +178,18 @@ def plot(rows: list[dict], histories: dict, path: Path) -> None:
     plt.close(fig)
 
 
+DISCUSSION = "\n## Discussion"
+
+
+def kept_discussion(path: Path) -> str:
+    """The hand-written discussion at the end of an earlier table, kept when the tables are regenerated."""
+    if not path.exists():
+        return ""
+    text = path.read_text()
+    i = text.find(DISCUSSION)
+    return "" if i < 0 else text[i:]
+
+
 def main(argv: list[str] | None = None) -> int:
     from ..optimize import ALGORITHMS
     ap = argparse.ArgumentParser(prog="placement experiment e3", description=__doc__.splitlines()[0])
@@ -215,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         w.writeheader()
         w.writerows(rows)
     command = "python benchmarks/e3.py " + " ".join(argv or [])
-    Path(args.markdown).write_text(markdown(rows, command.strip()) + "\n")
+    Path(args.markdown).write_text(markdown(rows, command.strip()) + "\n" + kept_discussion(Path(args.markdown)))
     plot(rows, histories, out / "e3.png")
     print(f"wrote {out / 'results.csv'}, {out / 'e3.png'} and {args.markdown}")
     return 0
