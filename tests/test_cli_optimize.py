@@ -79,3 +79,21 @@ def test_algorithms_listing(capsys):
 def test_errors(capsys, argv, text):
     code, out, err = run(capsys, "optimize", "--network", "alexnet", "--devices", "malvik", *argv)
     assert code == 2 and err.startswith("error: ") and text in err and err.count("\n") == 1
+
+
+def test_experiment_e3_writes_its_table_and_keeps_the_discussion(tmp_path, capsys):
+    import csv
+
+    out, md = tmp_path / "e3", tmp_path / "e3.md"
+    argv = ["experiment", "e3", "--budget", "30", "--seeds", "2", "--versions", "normal", "--networks", "alexnet",
+            "--algorithms", "random,single", "--workers", "1", "--out", str(out), "--markdown", str(md)]
+    assert main(argv) == 0
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert [(r["algorithm"], r["seed"], r["evaluations"]) for r in rows] == [
+        ("random", "0", "30"), ("random", "1", "30"), ("single", "0", "3")]  # one per device of malvik
+    single = float(rows[2]["objective_s"])
+    assert f"| single | **{single:.4f}** |" in md.read_text()
+    md.write_text(md.read_text() + "\n## Discussion\n\nWritten by hand.\n")
+    assert main(argv) == 0
+    assert md.read_text().endswith("## Discussion\n\nWritten by hand.\n")
+    assert (out / "e3.png").stat().st_size > 0

@@ -14,11 +14,16 @@ import importlib
 from . import torch_cmds
 from .common import Parser
 
-EXPERIMENTS = [torch_cmds.register_e5]
+def register_e3(sub) -> None:
+    passthrough(sub, "e3", "the optimizers on the thesis' normal, limited and pipelined problems",
+                "placement_core.experiments.e3:main")
+
+
+EXPERIMENTS = [register_e3, torch_cmds.register_e5]
 
 
 def register(sub) -> None:
-    p = sub.add_parser("experiment", help="run one of the thesis' experiments (e5: simulator accuracy)",
+    p = sub.add_parser("experiment", help="run one of the thesis' experiments (e3: optimizers, e5: simulator accuracy)",
                        description="Reproduce the thesis' experiments on this machine.")
     experiments = p.add_subparsers(dest="experiment", metavar="EXPERIMENT", parser_class=Parser)
     experiments.required = True
