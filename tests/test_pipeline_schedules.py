@@ -121,6 +121,7 @@ def test_cli_reports_bubble_and_idle_time(capsys, tmp_path):
                      "--schedule", schedule, "--micro-batches", str(m), "--comm-efficiency", "1", "--json"])
         r = json.loads(capsys.readouterr().out)
         assert code == 0 and r["schedule"] == schedule and r["micro_batches"] == m
+        assert (r["batch_size"], r["micro_batch_size"]) == (graph.batch_size, graph.batch_size // m)
         # the stage times here are for the whole batch, so a micro-batch takes 1/m of them
         assert r["makespan_s"] == pytest.approx((m + 2) * (T_F + T_B) / m)
         assert r["bubble_fraction"] == pytest.approx(2 / (m + 2))

@@ -73,9 +73,13 @@ def simulation_report(problem, placement_spec: str, ev) -> dict:
                 for j, c in enumerate(problem.devices.channels)}
     used = r.busy > 0
     bubble = float(r.idle_fraction()[used].mean()) if used.any() else 0.0
-    return {"network": problem.graph.name, "ops": len(problem.graph), "batch_size": problem.graph.batch_size,
+    m = problem.settings.micro_batches
+    pipelined = problem.settings.schedule != "thesis"
+    return {"network": problem.graph.name, "ops": len(problem.graph), "batch_size": problem.graph.batch_size * m,
+            "micro_batch_size": problem.graph.batch_size,
             "device_graph": problem.devices.name, "profile": problem.profile.name, "placement": placement_spec,
-            "batches": r.batches, "in_flight": problem.settings.in_flight,
+            # gpipe/1f1b admit every micro-batch of the one batch at once; "in flight" is the thesis scheme's
+            "batches": r.batches, "in_flight": 1 if pipelined else problem.settings.in_flight,
             "schedule": problem.settings.schedule, "micro_batches": problem.settings.micro_batches,
             "bubble_fraction": bubble,
             "forward_only": problem.settings.forward_only, "makespan_s": r.makespan,
@@ -103,8 +107,8 @@ def cmd_simulate(args) -> int:
     if report["schedule"] == "thesis":
         how = f"{r.batches} batch(es), {report['in_flight']} in flight"
     else:
-        how = f"{report['schedule']} schedule, {report['micro_batches']} micro-batches of {report['batch_size']}"
-    print(f"{report['network']} ({report['ops']} ops, batch {report['batch_size'] * report['micro_batches']}) on "
+        how = f"{report['schedule']} schedule, {report['micro_batches']} micro-batches of {report['micro_batch_size']}"
+    print(f"{report['network']} ({report['ops']} ops, batch {report['batch_size']}) on "
           f"{report['device_graph']}, profile {report['profile']}, {how}"
           + (", forward only" if report["forward_only"] else ""))
     print(f"placement {args.placement}: makespan {human_seconds(r.makespan)}, batch time "
