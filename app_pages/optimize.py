@@ -15,8 +15,8 @@ s = state.ss()
 g, d = state.graph(), state.devices()
 
 with ui.guarded("the simulator settings"):
-    with st.expander(f"Simulator settings — {s.sim['batches']} batch(es), {s.sim['in_flight']} in flight, "
-                     f"{s.sim['penalty']} penalty", expanded=False):
+    with st.expander(f"Simulator settings — {ui.sim_summary(s.sim)}, {s.sim['penalty']} penalty", expanded=False,
+                     key="opt_settings"):
         ui.sim_controls("opt")
         st.caption("These settings are shared by every page (the Trace shows the step the optimizer scored).")
 
@@ -108,7 +108,7 @@ with ui.guarded("the results"):
             with st.container(border=True):
                 c1, c2, c3, c4, c5 = st.columns([3, 2, 2, 2, 2])
                 c1.markdown(f"**{r.name}** · {r.status}  \n<small>{r.spec.network_label} on {r.spec.devices_label}"
-                            f" · {r.spec.sim['batches']} batch(es)</small>", unsafe_allow_html=True)
+                            f" · {ui.sim_summary(r.spec.sim)}</small>", unsafe_allow_html=True)
                 if res is None:
                     c2.error(r.error or "no result", icon=":material/error:")
                     if c5.button("Dismiss", key=f"rm_{r.id}"):

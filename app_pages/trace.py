@@ -16,11 +16,12 @@ ui.header("Trace", "What the simulator did with the current placement: every op 
 s = state.ss()
 
 with ui.guarded("the settings"):
-    with st.expander(f"Placement: **{s.placement_label}** · {s.sim['batches']} batch(es), "
-                     f"{s.sim['in_flight']} in flight — change"):
+    with st.expander(f"Placement: **{s.placement_label}** · {ui.sim_summary(s.sim)} — change",
+                     key="trace_settings"):
         ui.sim_controls("trace")
         st.caption("Pipelining: several batches in flight let devices work on different batches at once. "
-                   "Try 10 batches with 4 in flight on a placement that uses several GPUs.")
+                   "Try 10 batches with 4 in flight on a placement that uses several GPUs, or the GPipe and "
+                   "1F1B schedules (the Pipeline page compares them).")
         placement_picker()
 
 with ui.guarded("the trace"):
@@ -28,8 +29,9 @@ with ui.guarded("the trace"):
     view = trace_view(problem, state.current_placement())
     ev, res = view["evaluation"], view["evaluation"].result
     m = st.columns(5)
+    pipelined = s.sim["schedule"] != "thesis"
     m[0].metric("Time per batch", fmt_seconds(res.batch_time), help=f"makespan {fmt_seconds(res.makespan)} "
-                f"over {res.batches} batch(es)")
+                f"over {res.batches} batch(es)" + (f" of {s.sim['micro_batches']} micro-batches" if pipelined else ""))
     m[1].metric("Objective", fmt_seconds(ev.objective), help="time per batch + memory penalty")
     m[2].metric("Transfers", f"{res.transfers:,}", help=f"{fmt_bytes(float(res.channel_bytes.sum()))} moved")
     m[3].metric("Fits in memory", "yes" if ev.feasible else "no",
@@ -40,7 +42,8 @@ with ui.guarded("the trace"):
                          help="The chain of ops and transfers that fixes the makespan: speeding up anything "
                               "off this path cannot shorten the step.")
     fig = charts.gantt_figure(view["segments"], view["rows"], len(problem.devices), res.makespan,
-                              view["critical"] if critical else None, res.trace)
+                              view["critical"] if critical else None, res.trace,
+                              unit="micro-batch" if pipelined else "batch")
     st.plotly_chart(fig, key="trace_gantt", config={"scrollZoom": True, "displaylogo": False})
     if critical:
         path = view["critical"]

@@ -282,7 +282,8 @@ def placement_strip_figure(placements: list, labels: list[str], device_names: li
 # -- Trace ------------------------------------------------------------------------------------------
 
 def gantt_figure(segments: list[GanttSegments], rows: list[str], n_devices: int, makespan: float,
-                 critical: list | None = None, trace=None) -> go.Figure:
+                 critical: list | None = None, trace=None, unit: str = "batch") -> go.Figure:
+    """``unit`` names what the trace's batches are in the legend ("micro-batch" for GPipe and 1F1B)."""
     fig = go.Figure()
     width = 16 if len(rows) <= 12 else 10
     batches = sorted({seg.batch for seg in segments})
@@ -292,7 +293,9 @@ def gantt_figure(segments: list[GanttSegments], rows: list[str], n_devices: int,
         c = shade(seg.batch, seg.phase)
         x, y = _segments_xy(seg.start, seg.end, seg.row)
         group = f"b{seg.batch}" if per_batch else f"b{seg.batch}-{seg.phase}"
-        name = f"batch {seg.batch + 1}" if per_batch else f"batch {seg.batch + 1} · {PHASE_NAMES.get(seg.phase, seg.phase)}"
+        name = f"{unit} {seg.batch + 1}"
+        if not per_batch:
+            name += f" · {PHASE_NAMES.get(seg.phase, seg.phase)}"
         show = seg.kind == "op" and group not in shown
         shown.add(group)
         fig.add_trace(go.Scattergl(x=x, y=y, mode="lines", line=dict(color=c, width=width), name=name,
@@ -383,4 +386,134 @@ def agreement_figure(simulated, measured, labels, fit: tuple[float, float] | Non
     fig.update_layout(**BASE_LAYOUT, height=420, xaxis=dict(title="simulated time per batch (ms)", range=[0, hi]),
                       yaxis=dict(title="measured time per batch (ms)", range=[0, hi]),
                       legend=dict(orientation="h", y=-0.2))
+    return fig
+
+
+# -- Pipeline ---------------------------------------------------------------------------------------
+
+SCHEDULE_COLORS = {"thesis": "#7F7F7F", "gpipe": "#3A5FA0", "1f1b": "#C0392B"}
+UPDATE_COLOR = "#A0A0A0"
+PHASE_LETTERS = {"fwd": "F", "bwd": "B", "update": "U"}
+
+
+def schedule_gantt_figure(blocks, rows: list[str], n_devices: int, x_max: float, title: str,
+                          unit: str = "micro-batch", legend_units: int = 12) -> go.Figure:
+    """A pipeline timeline from :func:`placement_core.analysis.pipeline.schedule_blocks`: one bar per block,
+    labelled F k / B k, micro-batch k in ``color(k)`` (forward full, backward lighter), weight updates grey,
+    transfers as thinner bars on the link rows. ``x_max`` (seconds) is shared by the charts compared.
+    The legend names each micro-batch's colour (up to ``legend_units`` of them) and explains the shades."""
+    labels = [r if i < n_devices else f"{r} (link)" for i, r in enumerate(rows)]
+    groups: dict[tuple, list] = {}
+    for b in blocks:
+        groups.setdefault((b.phase == "update", b.unit if b.phase != "update" else 0, b.phase, b.kind), []).append(b)
+    units = sorted({b.unit for b in blocks if b.phase != "update"})
+    per_unit = len(units) <= legend_units
+    fig = go.Figure()
+    for key in sorted(groups, key=lambda k: (k[0], k[1], k[2] != "fwd", k[3] != "op")):
+        _, u, phase, kind = key
+        bs = groups[key]
+        is_op = kind == "op"
+        if phase == "update":
+            colour, tag, what, name, group = UPDATE_COLOR, "U", "weight update", "weight update", "update"
+            show = is_op
+        else:
+            colour, tag = shade(u, phase), f"{PHASE_LETTERS.get(phase, '?')}{u + 1}"
+            what = f"{unit} {u + 1} · {PHASE_NAMES.get(phase, phase)}"
+            name, group = f"{unit} {u + 1}", f"u{u}"  # one legend entry (forward colour) per micro-batch
+            show = is_op and phase == "fwd" and per_unit
+        fig.add_trace(go.Bar(
+            orientation="h", y=[labels[b.row] for b in bs], base=[b.start * 1e3 for b in bs],
+            x=[(b.end - b.start) * 1e3 for b in bs], width=0.78 if is_op else 0.4,
+            marker=dict(color=colour, line=dict(width=0.6, color="white")),
+            text=[tag if is_op else "" for b in bs], textposition="inside", insidetextanchor="middle",
+            textangle=0, textfont=dict(color="white" if phase == "fwd" else "#222", size=12),
+            name=name, legendgroup=group, showlegend=show,
+            customdata=[[b.start * 1e3, b.end * 1e3, b.busy * 1e3, b.events] for b in bs],
+            hovertemplate=(f"<b>{tag}</b> {what}<br>%{{y}}: %{{customdata[0]:.4g}} → %{{customdata[1]:.4g}} ms"
+                           + ("<br>%{customdata[3]} ops, busy %{customdata[2]:.4g} ms" if is_op else
+                              "<br>%{customdata[3]} transfers, %{customdata[2]:.4g} ms on the link")
+                           + "<extra></extra>")))
+    # the shades, explained once (legend-only entries)
+    for phase, text in (("fwd", "F k: forward (full colour)"), ("bwd", "B k: backward (lighter)")):
+        fig.add_trace(go.Bar(orientation="h", y=[None], x=[None], name=text, marker_color=shade(0, phase),
+                             showlegend=bool(units), legendgroup=f"shade-{phase}", hoverinfo="skip"))
+    shapes = []
+    if 0 < n_devices < len(rows):
+        shapes.append(dict(type="line", xref="paper", x0=0, x1=1, y0=n_devices - 0.5, y1=n_devices - 0.5,
+                           line=dict(color="#999", width=1, dash="dot")))
+    entries = (len(units) if per_unit else 0) + 3
+    legend_rows = -(-entries // 6)  # about six entries fit on a line
+    fig.update_layout(
+        **BASE_LAYOUT, barmode="overlay", bargap=0, height=150 + 40 * len(rows) + 22 * legend_rows, shapes=shapes,
+        title=dict(text=title, x=0, xanchor="left"), uniformtext=dict(minsize=9, mode="hide"),
+        xaxis=dict(title="time (ms)", range=[0, x_max * 1e3 * 1.01], showgrid=True, zeroline=False),
+        yaxis=dict(title="stage device", type="category", categoryorder="array", categoryarray=labels,
+                   range=[len(rows) - 0.5, -0.5], showgrid=False),
+        legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0, font=dict(size=11)))
+    fig.update_layout(margin=dict(l=10, r=10, t=45, b=10))
+    return fig
+
+
+def stage_memory_figure(devices: list[str], peaks: list[float], capacity: list[float], x_max: float | None = None,
+                        title: str = "Peak memory per stage") -> go.Figure:
+    """Horizontal bars: each stage device's peak memory (GB), red past its capacity (a black tick)."""
+    gb = [p / 1e9 for p in peaks]
+    caps = [c / 1e9 for c in capacity]
+    top = x_max / 1e9 if x_max else max(gb + [1e-9]) * 1.25
+    fig = go.Figure(go.Bar(
+        orientation="h", y=devices, x=gb, marker_color=["#E45756" if p > c else "#5B7FA6" for p, c in zip(gb, caps)],
+        text=[f"{p:.3g} GB · {p / c:.0%}" if c else f"{p:.3g} GB" for p, c in zip(gb, caps)],
+        textposition="auto", name="peak", showlegend=False,
+        hovertemplate="%{y}: peak %{x:.4g} GB<extra></extra>"))
+    shown = [(d, c) for d, c in zip(devices, caps) if c <= top]
+    if shown:
+        fig.add_trace(go.Scatter(x=[c for _, c in shown], y=[d for d, _ in shown], mode="markers", name="capacity",
+                                 marker=dict(symbol="line-ns", size=22, line=dict(width=3, color="#222")),
+                                 showlegend=False, hovertemplate="%{y}: capacity %{x:.4g} GB<extra></extra>"))
+    fig.update_layout(**BASE_LAYOUT, height=95 + 30 * len(devices), title=dict(text=title, x=0, font=dict(size=13)),
+                      xaxis=dict(title="memory (GB; tick: capacity)", range=[0, top]),
+                      yaxis=dict(autorange="reversed", type="category"))
+    fig.update_layout(margin=dict(l=10, r=10, t=35, b=10))
+    return fig
+
+
+def sweep_figure(rows: list[dict], chosen_m: int | None = None, capacity: float | None = None,
+                 names: dict | None = None) -> go.Figure:
+    """Step time and first-stage peak memory against the number of micro-batches, one line per schedule,
+    from :func:`placement_core.analysis.pipeline.sweep`."""
+    from plotly.subplots import make_subplots
+    names = names or {}
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1,
+                        subplot_titles=("Step time (one batch, flush included)", "Peak memory of the first stage"))
+    ms = sorted({r["micro_batches"] for r in rows})
+    for schedule in dict.fromkeys(r["schedule"] for r in rows):
+        rs = sorted((r for r in rows if r["schedule"] == schedule), key=lambda r: r["micro_batches"])
+        # GPipe wider underneath: where the schedules tie (an ideal pipeline) both lines stay visible
+        style = dict(color=SCHEDULE_COLORS.get(schedule, "#555"), width=5 if schedule == "gpipe" else 2.5,
+                     dash="dash" if schedule == "thesis" else "solid")
+        label = names.get(schedule, schedule)
+        x = [r["micro_batches"] for r in rs]
+        fig.add_trace(go.Scatter(x=x, y=[r["step_time_s"] * 1e3 for r in rs], mode="lines+markers", name=label,
+                                 legendgroup=schedule, line=style,
+                                 hovertemplate=f"{label}, m = %{{x}}: %{{y:.4g}} ms per batch<extra></extra>"),
+                      row=1, col=1)
+        fig.add_trace(go.Scatter(x=x, y=[r["first_stage_peak_bytes"] / 1e9 for r in rs], mode="lines+markers",
+                                 name=label, legendgroup=schedule, line=style, showlegend=False,
+                                 hovertemplate=f"{label}, m = %{{x}}: %{{y:.4g}} GB<extra></extra>"),
+                      row=1, col=2)
+    peak = max((r["first_stage_peak_bytes"] for r in rows), default=0.0) / 1e9
+    if capacity and capacity / 1e9 <= 2 * max(peak, 1e-9):
+        fig.add_hline(y=capacity / 1e9, row=1, col=2, line=dict(color="#222", dash="dash", width=1.5),
+                      annotation_text=f"capacity {fmt_bytes(capacity)}", annotation_position="top left",
+                      annotation_font_size=11)
+    if chosen_m:
+        for col in (1, 2):
+            fig.add_vline(x=chosen_m, row=1, col=col, line=dict(color="#999", dash="dot", width=1.5))
+    axis = dict(title="micro-batches per batch (m)", type="log", tickmode="array", tickvals=ms,
+                ticktext=[str(m) for m in ms])
+    fig.update_xaxes(**axis)
+    fig.update_yaxes(title_text="step time (ms)", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="peak memory (GB)", rangemode="tozero", row=1, col=2)
+    fig.update_layout(**BASE_LAYOUT, height=380, legend=dict(orientation="h", y=-0.25, x=0))
+    fig.update_layout(margin=dict(l=10, r=10, t=50, b=10))
     return fig

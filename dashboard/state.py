@@ -24,7 +24,11 @@ from placement_core.graph import Graph
 
 DEFAULT_NETWORK = "resnet50"
 DEFAULT_DEVICES = "malvik-4gpu"
-DEFAULT_SIM = {"batches": 1, "in_flight": 1, "penalty": "thesis", "profile": "default"}
+DEFAULT_SIM = {"batches": 1, "in_flight": 1, "penalty": "thesis", "profile": "default", "schedule": "thesis",
+               "micro_batches": 4}
+# Batches and in flight apply to the thesis scheme; micro-batches to GPipe and 1F1B (one batch, then a flush).
+SCHEDULES = {"thesis": "thesis (whole batches)", "gpipe": "GPipe (micro-batches)", "1f1b": "1F1B (micro-batches)"}
+SCHEDULE_NAMES = {"thesis": "thesis scheme", "gpipe": "GPipe", "1f1b": "1F1B"}
 PROFILES = {"default": "Roofline (default)", "exprimo-2020": "Thesis' Exprimo (exprimo-2020)"}
 PENALTIES = {
     "thesis": "thesis: +1 ms per MB over capacity",
@@ -64,7 +68,15 @@ def _problem(graph_key: str, devices_key: str, sim: tuple, _graph: Graph, _devic
 
 
 def build_problem(graph: Graph, devices: DeviceGraph, sim: dict) -> Problem:
-    """A Problem from the dashboard's simulator settings (runs build their own copy)."""
+    """A Problem from the dashboard's simulator settings (runs build their own copy).
+
+    GPipe and 1F1B simulate one batch split into ``micro_batches`` (the step ends with a flush, so batches do
+    not overlap): ``batches`` and ``in_flight`` apply to the thesis scheme only."""
+    sim = {**DEFAULT_SIM, **sim}
+    if sim["schedule"] != "thesis":
+        from placement_core.simulate.schedules import pipeline_problem
+        return pipeline_problem(graph, devices, sim["schedule"], int(sim["micro_batches"]), profile=sim["profile"],
+                                penalty=sim["penalty"])
     settings = SimSettings(batches=int(sim["batches"]), in_flight=int(sim["in_flight"]))
     return Problem(graph, devices, profile=sim["profile"], settings=settings, penalty=sim["penalty"])
 
@@ -87,6 +99,8 @@ def init() -> None:
         set_devices(builtin_device_graph(DEFAULT_DEVICES), f"preset:{DEFAULT_DEVICES}", DEFAULT_DEVICES)
     if "sim" not in s:
         s.sim = dict(DEFAULT_SIM)
+    elif DEFAULT_SIM.keys() - s.sim.keys():  # settings saved before a setting existed
+        s.sim = {**DEFAULT_SIM, **s.sim}
     if "placement" not in s or not placement_fits():
         set_default_placement()
 
@@ -244,9 +258,9 @@ SIM_WIDGET_PREFIXES = ("opt", "trace")
 def set_sim(new: dict, keep: str | None = None) -> None:
     """Change the simulator settings; the settings widgets of other pages re-read them."""
     s = ss()
-    s.sim = dict(new)
+    s.sim = {**DEFAULT_SIM, **new}
     for prefix in SIM_WIDGET_PREFIXES:
         if prefix == keep:
             continue
-        for name in ("batches", "in_flight", "penalty", "profile"):
+        for name in DEFAULT_SIM:
             s.pop(f"{prefix}_{name}", None)

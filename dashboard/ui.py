@@ -52,8 +52,8 @@ def sidebar() -> None:
             detail = f"cannot simulate: {e}"
         st.markdown(f"**Placement** · {s.placement_label}  \n<small>{detail}</small>", unsafe_allow_html=True)
         sim = s.sim
-        st.markdown(f"<small>Simulator: {sim['batches']} batch(es), {sim['in_flight']} in flight, "
-                    f"{sim['profile']} costs, {sim['penalty']} penalty</small>", unsafe_allow_html=True)
+        st.markdown(f"<small>Simulator: {sim_summary(sim)}, {sim['profile']} costs, {sim['penalty']} penalty"
+                    "</small>", unsafe_allow_html=True)
         from .runs import REGISTRY
         active = [r for r in REGISTRY.runs(s.session_key) if r.active]
         if active:
@@ -61,33 +61,96 @@ def sidebar() -> None:
             st.page_link("app_pages/optimize.py", label="Watch them", icon=":material/monitoring:")
 
 
+def sim_summary(sim: dict) -> str:
+    """The schedule part of the simulator settings in words: "thesis scheme, 4 batch(es), 2 in flight"."""
+    schedule = sim.get("schedule", "thesis")
+    if schedule == "thesis":
+        return f"thesis scheme, {sim['batches']} batch(es), {sim['in_flight']} in flight"
+    return f"{state.SCHEDULE_NAMES.get(schedule, schedule)} schedule, {sim['micro_batches']} micro-batches per batch"
+
+
 def sim_controls(prefix: str, compact: bool = False) -> None:
     """Simulator settings, stored in ``session_state.sim`` (the same on every page)."""
     sim = state.ss().sim
-    cols = st.columns(4 if not compact else 2)
-    batches = cols[0].number_input(
-        "Batches", 1, 1000, int(sim["batches"]), key=f"{prefix}_batches",
-        help="Batches in the simulated run. With more than one, the reported time is the makespan divided by "
-             "the number of batches: set batches 10 and 4 in flight to see pipelining (thesis E3).")
-    in_flight = cols[1].number_input(
-        "In flight", 1, 1000, int(sim["in_flight"]), key=f"{prefix}_in_flight",
-        help="At most this many batches are processed at once; a new one starts when every device holding an "
-             "input op is idle (the thesis' scheme).")
+    batch_size = state.graph().batch_size
+    cols = st.columns(4)
+    schedule = cols[0].selectbox(
+        "Schedule", list(state.SCHEDULES), index=list(state.SCHEDULES).index(sim["schedule"]),
+        format_func=lambda k: state.SCHEDULES[k], key=f"{prefix}_schedule", on_change=_sim_changed, args=(prefix,),
+        help="How training steps are run. thesis: whole batches, a new one admitted when the input devices are "
+             "idle, up to *in flight* at once. GPipe: the batch is split into micro-batches; every device runs "
+             "all their forwards, then all backwards, then one weight update. 1F1B (PipeDream-flush): the same "
+             "micro-batches, but after a short warm-up each stage alternates one forward and one backward, so "
+             "the first stage holds at most as many micro-batches' activations as there are stages. The "
+             "Pipeline page compares them side by side.")
+    pipelined = schedule != "thesis"
+    m_in = cols[1].number_input(
+        "Micro-batches", 1, 4096, int(sim["micro_batches"]), key=f"{prefix}_micro_batches", disabled=not pipelined,
+        on_change=_sim_changed, args=(prefix,),
+        help=f"GPipe and 1F1B: the batch of {batch_size} is split into this many equal micro-batches "
+             "(a divisor of the batch size). The time per batch is the whole step, flush included. Not used "
+             "by the thesis scheme.")
+    micro_batches = int(sim["micro_batches"])
+    if batch_size % int(m_in) == 0:
+        micro_batches = int(m_in)
+    elif pipelined:  # keep the last valid count; say which ones work
+        from placement_core.analysis.pipeline import divisors
+        ok = divisors(batch_size)
+        still = f"; still simulating with {micro_batches}" if batch_size % micro_batches == 0 else ""
+        st.error(f"{int(m_in)} micro-batches do not split the batch of {batch_size} evenly{still}. "
+                 f"Use a divisor of the batch size: {', '.join(map(str, ok))}.", icon=":material/error:")
+    flush = ("GPipe and 1F1B end every step with a flush, so batches do not overlap: they simulate one batch "
+             "(its micro-batches); batches and in flight apply to the thesis scheme only.")
+    batches = cols[2].number_input(
+        "Batches", 1, 1000, int(sim["batches"]), key=f"{prefix}_batches", disabled=pipelined,
+        on_change=_sim_changed, args=(prefix,),
+        help=flush if pipelined else
+        "Batches in the simulated run. With more than one, the reported time is the makespan divided by "
+        "the number of batches: set batches 10 and 4 in flight to see pipelining (thesis E3).")
+    in_flight = cols[3].number_input(
+        "In flight", 1, 1000, int(sim["in_flight"]), key=f"{prefix}_in_flight", disabled=pipelined,
+        on_change=_sim_changed, args=(prefix,),
+        help=flush if pipelined else
+        "At most this many batches are processed at once; a new one starts when every device holding an "
+        "input op is idle (the thesis' scheme).")
     if compact:
         penalty, profile = sim["penalty"], sim["profile"]
     else:
-        penalty = cols[2].selectbox(
+        cols = st.columns(2)
+        penalty = cols[0].selectbox(
             "Memory penalty", list(state.PENALTIES), index=list(state.PENALTIES).index(sim["penalty"]),
-            format_func=lambda k: state.PENALTIES[k], key=f"{prefix}_penalty",
+            format_func=lambda k: state.PENALTIES[k], key=f"{prefix}_penalty", on_change=_sim_changed,
+            args=(prefix,),
             help="How a placement that needs more memory than a device has is scored.")
-        profile = cols[3].selectbox(
+        profile = cols[1].selectbox(
             "Cost profile", list(state.PROFILES), index=list(state.PROFILES).index(sim["profile"]),
-            format_func=lambda k: state.PROFILES[k], key=f"{prefix}_profile",
+            format_func=lambda k: state.PROFILES[k], key=f"{prefix}_profile", on_change=_sim_changed,
+            args=(prefix,),
             help="Roofline: max(compute, memory traffic) per op, transfers at 25 % of the link's bandwidth. "
                  "exprimo-2020 reproduces the thesis' published simulator exactly.")
-    if in_flight > batches:
+    if pipelined:
+        st.caption(f"{state.SCHEDULE_NAMES[schedule]}: one batch of {batch_size} as {micro_batches} micro-batches "
+                   f"of {batch_size // micro_batches if batch_size % micro_batches == 0 else '?'}; "
+                   "batches and in flight apply to the thesis scheme only.")
+    elif in_flight > batches:
         st.caption(f"{in_flight} in flight with {batches} batch(es) behaves like {batches} in flight.")
-    new = {"batches": int(batches), "in_flight": int(in_flight), "penalty": penalty, "profile": profile}
+    new = {"batches": int(batches), "in_flight": int(in_flight), "penalty": penalty, "profile": profile,
+           "schedule": schedule, "micro_batches": micro_batches}
+    if new != sim:
+        state.set_sim(new, keep=prefix)
+
+
+def _sim_changed(prefix: str) -> None:
+    """on_change of the settings widgets: store the new settings before the script reruns, so what is drawn
+    above the controls (an expander's label) already shows them. A micro-batch count that does not divide
+    the batch is not stored (sim_controls says why)."""
+    s = state.ss()
+    sim = s.sim
+    new = {name: s.get(f"{prefix}_{name}", sim[name]) for name in state.DEFAULT_SIM}
+    for name in ("batches", "in_flight", "micro_batches"):
+        new[name] = int(new[name])
+    if state.graph().batch_size % new["micro_batches"]:
+        new["micro_batches"] = sim["micro_batches"]
     if new != sim:
         state.set_sim(new, keep=prefix)
 

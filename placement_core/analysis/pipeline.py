@@ -101,3 +101,121 @@ def sweep(graph: Graph, devices: DeviceGraph, placement: np.ndarray, schedules=(
                          "max_stage_peak_bytes": max(peaks) if peaks else 0.0,
                          "feasible": run.evaluation.feasible})
     return rows
+
+
+# -- what the dashboard's Pipeline page shows ---------------------------------------------------------
+
+def divisors(n: int, limit: int | None = None) -> list[int]:
+    """Micro-batch counts that split a batch of ``n`` evenly (at most ``limit``)."""
+    top = n if limit is None else min(n, limit)
+    return [k for k in range(1, top + 1) if n % k == 0]
+
+
+def check_micro_batches(batch_size: int, micro_batches: int) -> int:
+    """``micro_batches`` if it splits the batch evenly, else an InputError listing the counts that do."""
+    m = int(micro_batches)
+    if m < 1 or batch_size % m:
+        raise InputError(f"{m} micro-batches do not split the batch of {batch_size} evenly",
+                         field="micro-batches",
+                         fix="Use a divisor of the batch size: " + ", ".join(map(str, divisors(batch_size))))
+    return m
+
+
+def textbook_bubble(p: int, m: int) -> float:
+    """GPipe's and 1F1B's bubble with p equal stages, free communication and updates: (p - 1)/(m + p - 1)."""
+    return (p - 1) / (m + p - 1) if p >= 1 and m >= 1 else 0.0
+
+
+@dataclass(frozen=True)
+class IdealPipelineProfile:
+    """Another profile's op times with free communication and free weight updates: the textbook pipeline,
+    where p equal stages take exactly (m + p - 1)(t_f + t_b) and the bubble is (p - 1)/(m + p - 1)."""
+
+    base: object
+
+    @property
+    def name(self) -> str:
+        return f"{self.base.name} (ideal pipeline)"
+
+    def arrays(self, graph: Graph, devices: DeviceGraph):
+        from dataclasses import replace
+        a = self.base.arrays(graph, devices)
+        return replace(a, update=np.zeros_like(a.update), ch_latency=np.zeros_like(a.ch_latency),
+                       ch_inv_rate=np.zeros_like(a.ch_inv_rate), min_transfer=np.zeros_like(a.min_transfer))
+
+
+def ideal_profile(profile: str | object = "default", **kw) -> IdealPipelineProfile:
+    """``profile`` (a name or a profile object) with transfers and weight updates that take no time."""
+    from ..cost import get_profile
+    return IdealPipelineProfile(get_profile(profile, **kw) if isinstance(profile, str) else profile)
+
+
+@dataclass(frozen=True)
+class Block:
+    """Consecutive events on one Gantt row with the same unit (micro-batch) and phase, drawn as one bar."""
+
+    row: int
+    kind: str  # "op" | "transfer"
+    unit: int  # micro-batch (or batch) index from 0; weight updates keep their first event's
+    phase: str  # "fwd" | "bwd" | "update"
+    start: float
+    end: float
+    events: int
+    busy: float  # seconds of work (or transfer) inside the block
+
+
+def schedule_blocks(trace, rows: list[str], *, tolerance: float = 1e-9) -> list[Block]:
+    """Merge a trace into blocks: on each row (device or channel), an event joins the block before it when it
+    has the same micro-batch and phase (any micro-batch for weight updates) and starts no later than
+    ``tolerance`` × the trace's span after that block ends. Idle gaps therefore stay visible; events that
+    take no time (an input op, a free transfer) and events on rows not in ``rows`` are left out. Blocks come
+    per row in time order."""
+    row_of = {name: i for i, name in enumerate(rows)}
+    span = max((e.end for e in trace), default=0.0)
+    eps = tolerance * span
+    per_row: dict[int, list] = {}
+    for e in trace:
+        r = row_of.get(e.resource)
+        if r is not None and e.end - e.start > eps:
+            per_row.setdefault(r, []).append(e)
+    blocks: list[Block] = []
+    for r in sorted(per_row):
+        cur = None
+        for e in sorted(per_row[r], key=lambda e: (e.start, e.end)):
+            same = cur is not None and cur["phase"] == e.phase and (
+                e.phase == "update" or cur["unit"] == e.batch) and e.start <= cur["end"] + eps
+            if same:
+                cur["end"] = max(cur["end"], e.end)
+                cur["events"] += 1
+                cur["busy"] += e.end - e.start
+                continue
+            if cur is not None:
+                blocks.append(Block(**cur))
+            cur = {"row": r, "kind": e.kind, "unit": e.batch, "phase": e.phase, "start": e.start, "end": e.end,
+                   "events": 1, "busy": e.end - e.start}
+        if cur is not None:
+            blocks.append(Block(**cur))
+    return blocks
+
+
+def schedule_rows(run: ScheduleRun, devices: DeviceGraph) -> list[str]:
+    """Gantt rows for a schedule: the stage devices in stage order, then the channels that were busy."""
+    res = run.evaluation.result
+    return ([devices.names[d] for d in run.stage_devices]
+            + [c.name for c, busy in zip(devices.channels, res.channel_busy) if busy > 0])
+
+
+def best_micro_batches(rows: list[dict]) -> dict[str, dict]:
+    """Per schedule, the sweep row with the shortest step among those that fit in memory (None if none fits)."""
+    best: dict[str, dict] = {}
+    for r in rows:
+        best.setdefault(r["schedule"], None)
+        if r["feasible"] and (best[r["schedule"]] is None or r["step_time_s"] < best[r["schedule"]]["step_time_s"]):
+            best[r["schedule"]] = r
+    return best
+
+
+def is_contiguous(placement) -> bool:
+    """Every device's ops form one run in topological order (a pipeline split, not an interleaving)."""
+    p = np.asarray(placement)
+    return len(p) == 0 or int((np.diff(p) != 0).sum()) == len(np.unique(p)) - 1

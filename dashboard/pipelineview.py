@@ -1,0 +1,59 @@
+"""The Pipeline page's cached simulations: the schedules side by side and the micro-batch sweep."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+from placement_core.analysis.pipeline import (ScheduleRun, divisors, ideal_profile, run_schedule, schedule_blocks,
+                                              schedule_rows, sweep)
+from placement_core.devices import DeviceGraph
+from placement_core.graph import Graph
+
+SWEEP_MAX_M = 64  # the sweep tries every divisor of the batch up to this (and the chosen m)
+
+
+def problem_kw(profile: str, penalty: str, ideal: bool) -> dict:
+    """Problem keywords for the page's settings (the ideal pipeline: free transfers and weight updates)."""
+    return {"profile": ideal_profile(profile) if ideal else profile, "penalty": penalty}
+
+
+@st.cache_resource(max_entries=8, show_spinner="Simulating the schedules…")
+def _runs(graph_key: str, devices_key: str, placement_key: bytes, schedules: tuple, m: int, profile: str,
+          penalty: str, ideal: bool, _graph: Graph, _devices: DeviceGraph, _placement) -> list[dict]:
+    out = []
+    for schedule in schedules:
+        run = run_schedule(_graph, _devices, _placement, schedule, m, trace=True,
+                           **problem_kw(profile, penalty, ideal))
+        rows = schedule_rows(run, _devices)
+        out.append({"run": run, "rows": rows, "blocks": schedule_blocks(run.evaluation.result.trace, rows)})
+    return out
+
+
+def schedule_runs(graph_key: str, devices_key: str, graph: Graph, devices: DeviceGraph, placement,
+                  schedules, m: int, profile: str, penalty: str, ideal: bool) -> list[dict]:
+    """For each schedule: its :class:`ScheduleRun` (traced), Gantt rows and blocks. Cached per inputs."""
+    placement = np.asarray(placement, dtype=np.int32)
+    return _runs(graph_key, devices_key, placement.tobytes(), tuple(schedules), int(m), profile, penalty,
+                 bool(ideal), graph, devices, placement)
+
+
+def sweep_counts(batch_size: int, chosen: int) -> list[int]:
+    """The micro-batch counts of the sweep: every divisor of the batch up to 64, and the chosen one."""
+    return sorted(set(divisors(batch_size, SWEEP_MAX_M)) | {int(chosen)})
+
+
+@st.cache_data(max_entries=8, show_spinner="Sweeping the number of micro-batches…")
+def _sweep(graph_key: str, devices_key: str, placement_key: bytes, schedules: tuple, counts: tuple, profile: str,
+           penalty: str, ideal: bool, _graph: Graph, _devices: DeviceGraph, _placement) -> list[dict]:
+    return sweep(_graph, _devices, _placement, schedules, list(counts), **problem_kw(profile, penalty, ideal))
+
+
+def sweep_rows(graph_key: str, devices_key: str, graph: Graph, devices: DeviceGraph, placement, schedules,
+               counts, profile: str, penalty: str, ideal: bool) -> list[dict]:
+    placement = np.asarray(placement, dtype=np.int32)
+    return _sweep(graph_key, devices_key, placement.tobytes(), tuple(schedules), tuple(int(c) for c in counts),
+                  profile, penalty, bool(ideal), graph, devices, placement)
+
+
+__all__ = ["ScheduleRun", "problem_kw", "schedule_runs", "sweep_counts", "sweep_rows"]

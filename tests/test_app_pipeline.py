@@ -1,0 +1,294 @@
+"""Pipeline page (AppTest) and the GPipe/1F1B schedules in the shared simulator settings.
+
+The numbers on the page are checked against the simulator run independently here (``run_schedule``,
+``sweep``, ``pipeline_problem`` on the same inputs) and, for the ideal pipeline of p equal stages, against
+the closed forms: step (m + p - 1)(t_f + t_b), bubble (p - 1)/(m + p - 1).
+"""
+
+import json
+
+import pytest
+from apptest_util import assert_clean, figures, frame, goto, metrics, sidebar_text, start, text, wait_for_runs
+from helpers import devices, op
+
+from placement_core import load_devices, load_network
+from placement_core.analysis import fmt_seconds
+from placement_core.analysis.pipeline import even_stages, run_schedule, stages_of, sweep
+from placement_core.devices import devices_to_dict
+from placement_core.graph import Graph
+from placement_core.netformat import network_to_dict
+from placement_core.simulate.schedules import pipeline_problem
+
+RESNET, MALVIK = load_network("resnet50"), load_devices("malvik-4gpu")
+
+
+def pipeline_page(at=None, **widgets):
+    at = at or start()
+    goto(at, "pipeline")
+    assert_clean(at)
+    for key, value in widgets.items():
+        w = at.number_input(key=key) if key in ("pipe_stages", "pipe_micro_batches") else None
+        if key == "pipe_schedules":
+            w = at.multiselect(key=key)
+        elif key == "pipe_ideal":
+            w = at.toggle(key=key)
+        w.set_value(value)
+    if widgets:
+        at.run()
+        assert_clean(at)
+    return at
+
+
+def gantts(at) -> dict[str, dict]:
+    """The schedule timelines by schedule name (their titles start with it)."""
+    out = {}
+    for f in figures(at):
+        title = (f["layout"].get("title") or {}).get("text", "")
+        if "· step" in title:
+            out[title.split(" · ")[0]] = f
+    return out
+
+
+def memory_figures(at) -> list[dict]:
+    return [f for f in figures(at) if (f["layout"].get("title") or {}).get("text") == "Peak memory per stage"]
+
+
+def bars(fig):
+    """(label, colour, device row, width in ms) of every labelled bar (F k / B k / U)."""
+    out = []
+    for t in fig["data"]:
+        if t["type"] != "bar" or not t.get("text"):
+            continue
+        for label, y, x in zip(t["text"], t["y"], t["x"]):
+            if label:  # transfers on link rows carry no label
+                out.append((label, t["marker"]["color"], y, x))
+    return out
+
+
+def test_page_renders_cleanly_with_the_default_state():
+    at = pipeline_page()
+    # the default placement uses one device, so the page starts from an even split into 4 stages
+    assert at.radio(key="pipe_source").value == "even"
+    placement = even_stages(RESNET, MALVIK, 4)
+    table = frame(at, "stage")
+    assert list(table["device"]) == ["gpu0", "gpu1", "gpu2", "gpu3"]
+    assert list(table["ops"]) == [s.ops for s in stages_of(placement, RESNET, MALVIK)]
+    assert sum(table["ops"]) == len(RESNET)
+    assert list(table["first op"])[0] == "x" and list(table["last op"])[-1] == "fc"
+    assert set(gantts(at)) == {"GPipe", "1F1B (PipeDream-flush)"}
+    assert len(memory_figures(at)) == 2
+    for f in figures(at):
+        for axis in ("xaxis", "yaxis"):
+            if f["layout"].get(axis, {}).get("type") != "category" and "title" in f["layout"].get(axis, {}):
+                assert "(" in f["layout"][axis]["title"]["text"]  # a unit on every quantitative axis
+
+
+def test_numbers_shown_are_the_simulators():
+    p, m = 3, 8
+    at = pipeline_page(pipe_stages=p, pipe_micro_batches=m)
+    placement = even_stages(RESNET, MALVIK, p)
+    runs = {s: run_schedule(RESNET, MALVIK, placement, s, m) for s in ("gpipe", "1f1b")}
+    compare = frame(at, "schedule").set_index("schedule")
+    shown = [(m_.label, m_.value) for m_ in at.metric]
+    for name, s in (("GPipe", "gpipe"), ("1F1B (PipeDream-flush)", "1f1b")):
+        run = runs[s]
+        assert compare.loc[name, "step time (ms)"] == pytest.approx(run.step_time * 1e3, rel=1e-12)
+        assert compare.loc[name, "bubble (%)"] == pytest.approx(run.bubble_fraction * 100, rel=1e-12)
+        assert compare.loc[name, "textbook bubble (%)"] == pytest.approx(100 * (p - 1) / (m + p - 1))
+        assert compare.loc[name, "first-stage peak (GB)"] == pytest.approx(run.stage_peak_memory()[0] / 1e9)
+        assert ("Step time", fmt_seconds(run.step_time)) in shown
+        assert ("Bubble", f"{run.bubble_fraction:.1%}") in shown
+    # the bubble is the stage devices' mean idle share of the step: check it from busy times too
+    r = runs["gpipe"].evaluation.result
+    stage_devs = [MALVIK.index[s.device] for s in stages_of(placement, RESNET, MALVIK)]
+    assert runs["gpipe"].bubble_fraction == pytest.approx(1 - r.busy[stage_devs].mean() / r.makespan)
+    # peak memory per stage, next to each Gantt, in stage order
+    for fig, s in zip(memory_figures(at), ("gpipe", "1f1b")):
+        bar = fig["data"][0]
+        assert bar["y"] == ["gpu0", "gpu1", "gpu2"]
+        assert bar["x"] == pytest.approx([b / 1e9 for b in runs[s].stage_peak_memory()])
+    # GPipe holds all m micro-batches' activations on the first stage, 1F1B at most p of them
+    assert runs["1f1b"].stage_peak_memory()[0] < runs["gpipe"].stage_peak_memory()[0]
+
+
+def test_gantts_have_a_row_per_stage_and_one_colour_per_micro_batch():
+    p, m = 4, 4
+    at = pipeline_page(pipe_stages=p, pipe_micro_batches=m)
+    placement = even_stages(RESNET, MALVIK, p)
+    figs = gantts(at)
+    colours = {}
+    for name, s in (("GPipe", "gpipe"), ("1F1B (PipeDream-flush)", "1f1b")):
+        fig = figs[name]
+        run = run_schedule(RESNET, MALVIK, placement, s, m)
+        res = run.evaluation.result
+        links = [f"{c.name} (link)" for c, busy in zip(MALVIK.channels, res.channel_busy) if busy > 0]
+        assert fig["layout"]["yaxis"]["categoryarray"] == ["gpu0", "gpu1", "gpu2", "gpu3"] + links
+        assert fig["layout"]["xaxis"]["title"]["text"] == "time (ms)"
+        # every device's bars add up to its busy time in the simulator
+        for dev in ("gpu0", "gpu1", "gpu2", "gpu3"):
+            width = sum(x for t in fig["data"] if t["type"] == "bar" and t.get("text")
+                        for y, x, label in zip(t["y"], t["x"], t["text"]) if y == dev and label)
+            assert width == pytest.approx(res.busy[MALVIK.index[dev]] * 1e3, rel=1e-9)
+        labels = {}
+        for label, colour, _, _ in bars(fig):
+            assert labels.setdefault(label, colour) == colour  # one colour per micro-batch and phase
+        assert {f"F{k}" for k in range(1, m + 1)} | {f"B{k}" for k in range(1, m + 1)} <= set(labels)
+        colours[name] = labels
+    gpipe, ofob = colours.values()
+    assert {k: v for k, v in gpipe.items() if k != "U"} == {k: v for k, v in ofob.items() if k != "U"}
+    assert len({gpipe[f"F{k}"] for k in range(1, m + 1)}) == m  # micro-batches tell apart
+    assert all(gpipe[f"F{k}"] != gpipe[f"B{k}"] for k in range(1, m + 1))  # backward is another shade
+    # the same time axis on both, wide enough for the slower one
+    xr = [figs[n]["layout"]["xaxis"]["range"] for n in figs]
+    assert xr[0] == xr[1]
+    slowest = max(run_schedule(RESNET, MALVIK, placement, s, m).step_time for s in ("gpipe", "1f1b"))
+    assert slowest * 1e3 <= xr[0][1] <= slowest * 1e3 * 1.02
+    # the legend names micro-batches, grouped into forward and backward
+    legend = {t["name"] for f in figs.values() for t in f["data"] if t.get("showlegend")}
+    assert {f"micro-batch {k}" for k in range(1, m + 1)} <= legend
+
+
+def test_sweep_chart_is_the_sweep():
+    at = pipeline_page()
+    sweep_fig = next(f for f in figures(at) if "micro-batches per batch (m)" in str(f["layout"].get("xaxis")))
+    counts = [k for k in range(1, 65) if 128 % k == 0]
+    assert counts == [1, 2, 4, 8, 16, 32, 64]
+    rows = sweep(RESNET, MALVIK, even_stages(RESNET, MALVIK, 4), ("gpipe", "1f1b"), counts)
+    for s, name in (("gpipe", "GPipe"), ("1f1b", "1F1B (PipeDream-flush)")):
+        mine = [r for r in rows if r["schedule"] == s]
+        step, memory = [t for t in sweep_fig["data"] if t["name"] == name]
+        assert list(step["x"]) == counts and list(memory["x"]) == counts
+        assert step["y"] == pytest.approx([r["step_time_s"] * 1e3 for r in mine], rel=1e-12)
+        assert memory["y"] == pytest.approx([r["first_stage_peak_bytes"] / 1e9 for r in mine], rel=1e-12)
+    layout = sweep_fig["layout"]
+    assert layout["yaxis"]["title"]["text"] == "step time (ms)" and layout["yaxis2"]["title"]["text"] == \
+        "peak memory (GB)"
+    best_gpipe = min((r for r in rows if r["schedule"] == "gpipe" and r["feasible"]), key=lambda r: r["step_time_s"])
+    assert f"GPipe: m = {best_gpipe['micro_batches']} ({fmt_seconds(best_gpipe['step_time_s'])} per batch" in text(at)
+
+
+def test_micro_batches_that_do_not_divide_the_batch_are_an_error_message():
+    at = pipeline_page()
+    at.number_input(key="pipe_micro_batches").set_value(3).run()
+    assert not at.exception
+    [err] = at.error
+    assert "3 micro-batches do not split the batch of 128 evenly" in err.value
+    assert "1, 2, 4, 8, 16, 32, 64, 128" in err.value
+    assert not gantts(at)
+    at.number_input(key="pipe_micro_batches").set_value(16).run()
+    assert_clean(at)
+    assert len(gantts(at)) == 2
+
+
+def test_the_thesis_scheme_can_join_the_comparison():
+    at = pipeline_page(pipe_schedules=["gpipe", "1f1b", "thesis"])
+    assert len(gantts(at)) == 3
+    compare = frame(at, "schedule").set_index("schedule")
+    run = run_schedule(RESNET, MALVIK, even_stages(RESNET, MALVIK, 4), "thesis", 1)
+    assert compare.loc["Thesis scheme (whole batch)", "step time (ms)"] == pytest.approx(run.step_time * 1e3)
+    assert compare.loc["Thesis scheme (whole batch)", "micro-batches"] == 1
+
+
+T_F, T_B, P, BATCH = 1.0, 2.0, 4, 24
+
+
+def upload_equal_stages(at):
+    """P equal stages a0 -> a1 -> ... (t_f, t_b per batch), each sending 1 MB on a slow link and holding
+    weights (so transfers and updates take time unless the pipeline is ideal), on P cpu devices."""
+    ops = [op(f"a{s}", [f"a{s - 1}"] if s else [], fwd=T_F, bwd=T_B, out=1e6, params=1e6) for s in range(P)]
+    graph = Graph("equal-stages", ops, batch_size=BATCH)
+    at.file_uploader(key="net_upload").upload("stages.json", json.dumps(network_to_dict(graph)).encode(),
+                                              "application/json").run()
+    assert_clean(at)
+    goto(at, "devices")
+    at.file_uploader(key="dev_upload").upload("cpus.json", json.dumps(devices_to_dict(devices(P, bandwidth=1e6)))
+                                              .encode(), "application/json").run()
+    assert_clean(at)
+    return at
+
+
+@pytest.mark.parametrize("m", [1, 4, 6, 24])
+def test_ideal_pipeline_of_equal_stages_has_the_textbook_bubble(m):
+    at = upload_equal_stages(start())
+    at = pipeline_page(at, pipe_stages=P, pipe_micro_batches=m)
+    compare = frame(at, "schedule").set_index("schedule")
+    real = compare.loc["GPipe", "step time (ms)"]
+    at.toggle(key="pipe_ideal").set_value(True).run()
+    assert_clean(at)
+    assert list(frame(at, "stage")["device"]) == [f"d{s}" for s in range(P)]
+    compare = frame(at, "schedule").set_index("schedule")
+    bubble = (P - 1) / (m + P - 1)
+    step = (m + P - 1) * (T_F + T_B) / m  # times are per batch: a micro-batch takes 1/m of them
+    for name in ("GPipe", "1F1B (PipeDream-flush)"):
+        assert compare.loc[name, "bubble (%)"] == pytest.approx(100 * bubble, rel=1e-9)
+        assert compare.loc[name, "step time (ms)"] == pytest.approx(step * 1e3, rel=1e-9)
+    assert [v for k, v in [(x.label, x.value) for x in at.metric] if k == "Bubble"] == [f"{bubble:.1%}"] * 2
+    assert real > step * 1e3  # with transfers and weight updates the same pipeline is slower
+    figs = gantts(at)
+    assert all(f["layout"]["yaxis"]["categoryarray"] == [f"d{s}" for s in range(P)] for f in figs.values())
+
+
+def test_gpipe_in_the_shared_settings_reaches_the_sidebar_and_the_trace():
+    at = start()
+    goto(at, "trace")
+    at.number_input(key="trace_stages").set_value(4)
+    at.button(key="trace_use_stages").click().run()
+    assert_clean(at)
+    thesis_time = metrics(at)["Time per batch"]
+    assert at.number_input(key="trace_micro_batches").disabled
+    at.selectbox(key="trace_schedule").set_value("gpipe").run()
+    at.number_input(key="trace_micro_batches").set_value(8).run()
+    assert_clean(at)
+    assert at.session_state["sim"]["schedule"] == "gpipe" and at.session_state["sim"]["micro_batches"] == 8
+    assert at.number_input(key="trace_batches").disabled and at.number_input(key="trace_in_flight").disabled
+    assert "Simulator: GPipe schedule, 8 micro-batches per batch" in sidebar_text(at)
+    # the settings' expander says so in the same run (its label is drawn above the controls)
+    assert at.expander[0].label.endswith("· GPipe schedule, 8 micro-batches per batch — change")
+    placement = even_stages(RESNET, MALVIK, 4)
+    ev = pipeline_problem(RESNET, MALVIK, "gpipe", 8, profile="default", penalty="thesis").simulate(placement,
+                                                                                                   trace=True)
+    assert metrics(at)["Time per batch"] == fmt_seconds(ev.result.batch_time) != thesis_time
+    assert int(metrics(at)["Events"].replace(",", "")) == len(ev.result.trace)
+    gantt = next(f for f in figures(at) if f["layout"]["xaxis"]["title"]["text"] == "time (ms)"
+                 and "Memory" not in str(f["layout"].get("title", "")))
+    legend = [t["name"] for t in gantt["data"] if t.get("showlegend")]
+    assert legend == [f"micro-batch {k}" for k in range(1, 9)]  # micro-batches are the trace's batches
+    at.toggle(key="trace_critical").set_value(True).run()
+    assert_clean(at)
+    # a count that does not divide the batch is refused with the divisors; the last valid one stays
+    at.number_input(key="trace_micro_batches").set_value(3).run()
+    assert not at.exception
+    [err] = at.error
+    assert "3 micro-batches do not split the batch of 128 evenly; still simulating with 8" in err.value
+    assert at.session_state["sim"]["micro_batches"] == 8
+    # the Optimize page shows the same settings
+    goto(at, "optimize")
+    assert_clean(at)
+    assert at.selectbox(key="opt_schedule").value == "gpipe" and at.number_input(key="opt_micro_batches").value == 8
+
+
+def test_optimize_searches_under_the_schedule():
+    at = start()
+    goto(at, "optimize")
+    at.selectbox(key="opt_schedule").set_value("1f1b").run()
+    at.number_input(key="opt_micro_batches").set_value(4).run()
+    at.multiselect(key="opt_algorithms").set_value(["random"])
+    at.number_input(key="opt_evaluations").set_value(50)
+    at.button(key="opt_start").click().run()
+    wait_for_runs(at)
+    assert_clean(at)
+    from dashboard.runs import REGISTRY
+    [r] = REGISTRY.runs(at.session_state["session_key"])
+    assert r.spec.sim["schedule"] == "1f1b" and r.problem.settings.schedule == "1f1b"
+    expect = pipeline_problem(RESNET, MALVIK, "1f1b", 4, profile="default", penalty="thesis")
+    assert r.result.best_objective == pytest.approx(expect.evaluate(r.result.best_placement), rel=1e-12)
+    assert "1F1B schedule, 4 micro-batches per batch" in text(at)
+
+
+def test_settings_from_before_schedules_still_load():
+    at = start()
+    at.session_state["sim"] = {"batches": 2, "in_flight": 2, "penalty": "thesis", "profile": "default"}
+    goto(at, "trace")
+    assert_clean(at)
+    assert at.session_state["sim"]["schedule"] == "thesis" and at.session_state["sim"]["micro_batches"] == 4
+    assert "thesis scheme, 2 batch(es), 2 in flight" in sidebar_text(at)
