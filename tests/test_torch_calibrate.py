@@ -100,3 +100,17 @@ def test_saved_as_the_local_preset(calibration, tmp_path, monkeypatch):
     summed = load_timings(str(tmp_path / "out" / "timings.json"), coarse, groups)
     total = sum(t["cpu1"]["bwd"] for t in calibration.timings["ops"].values())
     assert summed["rest"]["cpu1"]["bwd"] == pytest.approx(total)
+
+
+def test_calibrating_a_gpu_measures_its_ops_and_its_link():
+    """Runs wherever a GPU is at hand: the GPU rank must trace shapes on the CPU copy of the model."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from placement_core.torch.calibrate import CalibrationSettings, calibrate
+    cal = calibrate(SOURCE, SHAPE, "cpu,cuda:0", batch_size=4, name="branchy",
+                    settings=CalibrationSettings(sizes=(1000, 100_000), steps=3, min_time=0.01, rounds=1,
+                                                 fit_placements=2, fit_rounds=1, fit_steps=2))
+    assert cal.devices.names == ["cpu0", "gpu0"]
+    assert all(cal.timings["ops"]["stem"][d]["fwd"] > 0 for d in cal.devices.names)
+    assert all(c.bandwidth > 0 for c in cal.devices.channels)

@@ -434,7 +434,9 @@ def measure_device(traced, dev: LocalDevice, spec: dict) -> dict:
         t["update"] = update * params.get(op, 0.0) / total_params
     # a whole single-device step, run by the benchmark's own executor (no messages, no barrier)
     node_rank = {n.name: 0 for n in gm.graph.nodes}
-    step = RankStep(gm, node_rank, 0, device, None, dry_run(gm, shape, batch), shape, batch, seed, barrier=False)
+    # shapes from the CPU copy: fake tensors cannot mix a CPU example input with CUDA weights
+    step = RankStep(gm, node_rank, 0, device, None, dry_run(traced.gm, shape, batch), shape, batch, seed,
+                    barrier=False)
     for _ in range(2):
         step.step()
     steps = [step.step().seconds for _ in range(int(spec["steps"]))]
