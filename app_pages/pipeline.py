@@ -47,7 +47,7 @@ with ui.guarded("the pipeline settings"):
              "is left. With p equal stages the step is exactly (m + p − 1)(t_f + t_b) and the bubble "
              "(p − 1)/(m + p − 1).")
 
-    placement = (even_stages(g, d, int(p_in), profile=sim["profile"]) if source == "even"
+    placement = (even_stages(g, d, int(p_in), **state.cost_kw(g, sim)) if source == "even"
                  else state.current_placement())
     stages = stages_of(placement, g, d)
     p = len(stages)
@@ -75,7 +75,7 @@ with ui.guarded("the schedules"):
         st.info("Choose at least one schedule.", icon=":material/info:")
     else:
         views = pipelineview.schedule_runs(state.graph_key(), state.devices_key(), g, d, placement, schedules, m,
-                                           sim["profile"], sim["penalty"], ideal)
+                                           state.cost_key(), state.cost_kw(g, sim), sim["penalty"], ideal)
         x_max = max(v["run"].step_time for v in views)
         capacity = {n: dv.memory_bytes for n, dv in zip(d.names, d.devices)}
         # one memory scale for every schedule, wide enough to show the capacities unless they are far above
@@ -125,7 +125,7 @@ if m is not None and schedules:
         st.markdown("##### Choosing m: step time and memory against the number of micro-batches")
         counts = pipelineview.sweep_counts(g.batch_size, m)
         rows = pipelineview.sweep_rows(state.graph_key(), state.devices_key(), g, d, placement, schedules, counts,
-                                       sim["profile"], sim["penalty"], ideal)
+                                       state.cost_key(), state.cost_kw(g, sim), sim["penalty"], ideal)
         first = stages[0].device
         fig = charts.sweep_figure(rows, m, d.devices[d.index[first]].memory_bytes, NAMES)
         st.plotly_chart(fig, key="pipe_sweep", config={"displaylogo": False})

@@ -235,8 +235,9 @@ def render() -> None:
         from dashboard.torch_import import parse_shape
 
         sample = parse_shape(shape)
-        sim_problem = Problem(g.with_batch_size(int(batch)), d, profile=s.sim["profile"],
-                              settings=SimSettings(), penalty=s.sim["penalty"])
+        # measured op times (a calibration of this network) are scaled linearly to the benchmark's batch
+        sim_problem = Problem(g.with_batch_size(int(batch)), d, settings=SimSettings(), penalty=s.sim["penalty"],
+                              **state.cost_kw(g, s.sim))
         from placement_core.netformat import network_to_dict
         from placement_core.store import content_hash
 

@@ -13,29 +13,34 @@ from placement_core.graph import Graph
 SWEEP_MAX_M = 64  # the sweep tries every divisor of the batch up to this (and the chosen m)
 
 
-def problem_kw(profile: str, penalty: str, ideal: bool) -> dict:
-    """Problem keywords for the page's settings (the ideal pipeline: free transfers and weight updates)."""
-    return {"profile": ideal_profile(profile) if ideal else profile, "penalty": penalty}
+def problem_kw(cost: dict, penalty: str, ideal: bool) -> dict:
+    """Problem keywords for the page's settings (``cost``: :func:`state.cost_kw`, the profile and any measured
+    op times; the ideal pipeline: free transfers and weight updates)."""
+    if not ideal:
+        return {**cost, "penalty": penalty}
+    rest = {k: v for k, v in cost.items() if k != "profile"}
+    return {"profile": ideal_profile(cost["profile"], **rest), "penalty": penalty}
 
 
 @st.cache_resource(max_entries=8, show_spinner="Simulating the schedules…")
-def _runs(graph_key: str, devices_key: str, placement_key: bytes, schedules: tuple, m: int, profile: str,
-          penalty: str, ideal: bool, _graph: Graph, _devices: DeviceGraph, _placement) -> list[dict]:
+def _runs(graph_key: str, devices_key: str, placement_key: bytes, schedules: tuple, m: int, cost_key: str,
+          penalty: str, ideal: bool, _graph: Graph, _devices: DeviceGraph, _placement, _cost: dict) -> list[dict]:
     out = []
     for schedule in schedules:
         run = run_schedule(_graph, _devices, _placement, schedule, m, trace=True,
-                           **problem_kw(profile, penalty, ideal))
+                           **problem_kw(_cost, penalty, ideal))
         rows = schedule_rows(run, _devices)
         out.append({"run": run, "rows": rows, "blocks": schedule_blocks(run.evaluation.result.trace, rows)})
     return out
 
 
 def schedule_runs(graph_key: str, devices_key: str, graph: Graph, devices: DeviceGraph, placement,
-                  schedules, m: int, profile: str, penalty: str, ideal: bool) -> list[dict]:
-    """For each schedule: its :class:`ScheduleRun` (traced), Gantt rows and blocks. Cached per inputs."""
+                  schedules, m: int, cost_key: str, cost: dict, penalty: str, ideal: bool) -> list[dict]:
+    """For each schedule: its :class:`ScheduleRun` (traced), Gantt rows and blocks. Cached per inputs
+    (``cost_key`` names ``cost``: the profile and the calibration file, if any)."""
     placement = np.asarray(placement, dtype=np.int32)
-    return _runs(graph_key, devices_key, placement.tobytes(), tuple(schedules), int(m), profile, penalty,
-                 bool(ideal), graph, devices, placement)
+    return _runs(graph_key, devices_key, placement.tobytes(), tuple(schedules), int(m), cost_key, penalty,
+                 bool(ideal), graph, devices, placement, cost)
 
 
 def sweep_counts(batch_size: int, chosen: int) -> list[int]:
@@ -44,16 +49,16 @@ def sweep_counts(batch_size: int, chosen: int) -> list[int]:
 
 
 @st.cache_data(max_entries=8, show_spinner="Sweeping the number of micro-batches…")
-def _sweep(graph_key: str, devices_key: str, placement_key: bytes, schedules: tuple, counts: tuple, profile: str,
-           penalty: str, ideal: bool, _graph: Graph, _devices: DeviceGraph, _placement) -> list[dict]:
-    return sweep(_graph, _devices, _placement, schedules, list(counts), **problem_kw(profile, penalty, ideal))
+def _sweep(graph_key: str, devices_key: str, placement_key: bytes, schedules: tuple, counts: tuple, cost_key: str,
+           penalty: str, ideal: bool, _graph: Graph, _devices: DeviceGraph, _placement, _cost: dict) -> list[dict]:
+    return sweep(_graph, _devices, _placement, schedules, list(counts), **problem_kw(_cost, penalty, ideal))
 
 
 def sweep_rows(graph_key: str, devices_key: str, graph: Graph, devices: DeviceGraph, placement, schedules,
-               counts, profile: str, penalty: str, ideal: bool) -> list[dict]:
+               counts, cost_key: str, cost: dict, penalty: str, ideal: bool) -> list[dict]:
     placement = np.asarray(placement, dtype=np.int32)
     return _sweep(graph_key, devices_key, placement.tobytes(), tuple(schedules), tuple(int(c) for c in counts),
-                  profile, penalty, bool(ideal), graph, devices, placement)
+                  cost_key, penalty, bool(ideal), graph, devices, placement, cost)
 
 
 __all__ = ["ScheduleRun", "problem_kw", "schedule_runs", "sweep_counts", "sweep_rows"]

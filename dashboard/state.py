@@ -25,7 +25,9 @@ from placement_core.graph import Graph
 DEFAULT_NETWORK = "resnet50"
 DEFAULT_DEVICES = "malvik-4gpu"
 DEFAULT_SIM = {"batches": 1, "in_flight": 1, "penalty": "thesis", "profile": "default", "schedule": "thesis",
-               "micro_batches": 4}
+               "micro_batches": 4, "timings": ""}
+# "timings": the name of a saved calibration (placement calibrate) whose measured op times replace the
+# cost formulas, when one exists for the current network at its batch size; "" = the formulas.
 # Batches and in flight apply to the thesis scheme; micro-batches to GPipe and 1F1B (one batch, then a flush).
 SCHEDULES = {"thesis": "thesis (whole batches)", "gpipe": "GPipe (micro-batches)", "1f1b": "1F1B (micro-batches)"}
 SCHEDULE_NAMES = {"thesis": "thesis scheme", "gpipe": "GPipe", "1f1b": "1F1B"}
@@ -63,22 +65,59 @@ def _network_at_batch(key: str, batch_size: int, _graph: Graph) -> Graph:
 
 
 @st.cache_resource(max_entries=16, show_spinner="Compiling the problem…")
-def _problem(graph_key: str, devices_key: str, sim: tuple, _graph: Graph, _devices: DeviceGraph) -> Problem:
+def _problem(graph_key: str, devices_key: str, sim: tuple, timings_key: str, _graph: Graph,
+             _devices: DeviceGraph) -> Problem:
     return build_problem(_graph, _devices, dict(sim))
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def _timing_table(path: str, mtime: float, graph_key: str, _graph: Graph) -> dict:
+    from placement_core.torch.timings import read_timings, timing_table
+    return timing_table(read_timings(path), _graph)
+
+
+def calibrations(graph: Graph) -> dict:
+    """Saved calibrations (name -> file) measured for this network at its batch size."""
+    from placement_core.torch.timings import saved_calibrations
+    return saved_calibrations(graph)
+
+
+def cost_kw(graph: Graph, sim: dict) -> dict:
+    """The cost part of a Problem's arguments: the profile, and the measured op times when the settings name
+    a calibration that exists for ``graph`` (otherwise the formulas: ``timings_note`` says why)."""
+    kw = {"profile": sim.get("profile", "default")}
+    path = calibrations(graph).get(sim.get("timings") or "")
+    if path is not None:
+        ops_key = digest("\n".join(op.name for op in graph.ops).encode())
+        kw["timings"] = _timing_table(str(path), path.stat().st_mtime, f"{graph.name}@{graph.batch_size}:{ops_key}",
+                                      graph)
+        kw["timings_batch"] = graph.batch_size
+    return kw
+
+
+def timings_note(graph: Graph, sim: dict) -> str | None:
+    """Why the named calibration is not used (it was measured for another network or batch), or None."""
+    name = sim.get("timings") or ""
+    if name and name not in calibrations(graph):
+        return (f"The calibration '{name}' was not measured for {graph.name} at batch {graph.batch_size}: "
+                "the cost formulas apply. Calibrate this model at this batch (placement calibrate).")
+    return None
 
 
 def build_problem(graph: Graph, devices: DeviceGraph, sim: dict) -> Problem:
     """A Problem from the dashboard's simulator settings (runs build their own copy).
 
     GPipe and 1F1B simulate one batch split into ``micro_batches`` (the step ends with a flush, so batches do
-    not overlap): ``batches`` and ``in_flight`` apply to the thesis scheme only."""
+    not overlap): ``batches`` and ``in_flight`` apply to the thesis scheme only. Measured op times (a saved
+    calibration) are scaled to the micro-batch."""
     sim = {**DEFAULT_SIM, **sim}
+    kw = cost_kw(graph, sim)
     if sim["schedule"] != "thesis":
         from placement_core.simulate.schedules import pipeline_problem
-        return pipeline_problem(graph, devices, sim["schedule"], int(sim["micro_batches"]), profile=sim["profile"],
-                                penalty=sim["penalty"])
+        return pipeline_problem(graph, devices, sim["schedule"], int(sim["micro_batches"]), penalty=sim["penalty"],
+                                **kw)
     settings = SimSettings(batches=int(sim["batches"]), in_flight=int(sim["in_flight"]))
-    return Problem(graph, devices, profile=sim["profile"], settings=settings, penalty=sim["penalty"])
+    return Problem(graph, devices, settings=settings, penalty=sim["penalty"], **kw)
 
 
 def digest(data: bytes) -> str:
@@ -127,7 +166,18 @@ def sim_tuple() -> tuple:
 
 def problem() -> Problem:
     """The current problem (network + devices + simulator settings), cached."""
-    return _problem(graph_key(), devices_key(), sim_tuple(), graph(), devices())
+    return _problem(graph_key(), devices_key(), sim_tuple(), _timings_key(), graph(), devices())
+
+
+def cost_key() -> str:
+    """Names the current cost settings (profile and calibration file) for caches."""
+    return f"{ss().sim['profile']}|{_timings_key()}"
+
+
+def _timings_key() -> str:
+    """Which calibration file (and version of it) the current problem uses: a re-calibration recompiles."""
+    path = calibrations(graph()).get(ss().sim.get("timings") or "")
+    return f"{path}@{path.stat().st_mtime}" if path is not None else ""
 
 
 def set_network(base: Graph, key: str, label: str, batch_size: int | None = None) -> None:

@@ -99,7 +99,8 @@ def setting_differences(problem) -> list[str]:
     g, d = problem.graph, problem.devices
     mine = problem_spec(state.build_problem(g, d, sim_of(problem_spec(problem))))
     theirs = problem_spec(problem)
-    return [f"{k} = {theirs[k]!r}" for k in theirs if theirs[k] != mine[k] and k != "timings"] + \
+    measured = ("timings", "timings_batch")
+    return [f"{k} = {theirs[k]!r}" for k in theirs if theirs[k] != mine.get(k) and k not in measured] + \
         (["a measured timing table"] if theirs.get("timings") and not mine.get("timings") else [])
 
 

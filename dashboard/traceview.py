@@ -43,7 +43,7 @@ def placement_picker() -> None:
                              "equal compute, one per GPU: the classic pipeline split. Then raise batches in flight.")
     if c0.button("Use", key="trace_use_stages"):
         from placement_core.analysis.pipeline import even_stages
-        state.set_placement(even_stages(g, d, int(stages), profile=s.sim["profile"]),
+        state.set_placement(even_stages(g, d, int(stages), **state.cost_kw(g, s.sim)),
                             f"{stages} pipeline stages")
         st.rerun()
     dev = c1.selectbox("Everything on one device", d.names, index=state.default_device(d), key="trace_single")

@@ -52,7 +52,9 @@ def sidebar() -> None:
             detail = f"cannot simulate: {e}"
         st.markdown(f"**Placement** · {s.placement_label}  \n<small>{detail}</small>", unsafe_allow_html=True)
         sim = s.sim
-        st.markdown(f"<small>Simulator: {sim_summary(sim)}, {sim['profile']} costs, {sim['penalty']} penalty"
+        costs = (f"measured op times ('{sim['timings']}')" if "timings" in state.cost_kw(g, sim)
+                 else f"{sim['profile']} costs")
+        st.markdown(f"<small>Simulator: {sim_summary(sim)}, {costs}, {sim['penalty']} penalty"
                     "</small>", unsafe_allow_html=True)
         from .runs import REGISTRY
         active = [r for r in REGISTRY.runs(s.session_key) if r.active]
@@ -113,10 +115,11 @@ def sim_controls(prefix: str, compact: bool = False) -> None:
         help=flush if pipelined else
         "At most this many batches are processed at once; a new one starts when every device holding an "
         "input op is idle (the thesis' scheme).")
+    timings = sim.get("timings", "")
     if compact:
         penalty, profile = sim["penalty"], sim["profile"]
     else:
-        cols = st.columns(2)
+        cols = st.columns(3)
         penalty = cols[0].selectbox(
             "Memory penalty", list(state.PENALTIES), index=list(state.PENALTIES).index(sim["penalty"]),
             format_func=lambda k: state.PENALTIES[k], key=f"{prefix}_penalty", on_change=_sim_changed,
@@ -128,6 +131,19 @@ def sim_controls(prefix: str, compact: bool = False) -> None:
             args=(prefix,),
             help="Roofline: max(compute, memory traffic) per op, transfers at 25 % of the link's bandwidth. "
                  "exprimo-2020 reproduces the thesis' published simulator exactly.")
+        saved = list(state.calibrations(state.graph()))
+        options = [""] + saved + ([timings] if timings and timings not in saved else [])
+        timings = cols[2].selectbox(
+            "Op times", options, index=options.index(timings), key=f"{prefix}_timings",
+            format_func=lambda k: f"measured: calibration '{k}'" if k else "from the cost profile",
+            on_change=_sim_changed, args=(prefix,), disabled=len(options) == 1,
+            help="Measured op times from `placement calibrate` replace the profile's formulas for the devices "
+                 "that were calibrated (use them with the calibrated device preset, e.g. 'local'). Offered when "
+                 "a calibration of this network at this batch size exists; under GPipe and 1F1B they are "
+                 "scaled to the micro-batch.")
+        note = state.timings_note(state.graph(), {**sim, "timings": timings})
+        if note:
+            st.warning(note, icon=":material/warning:")
     if pipelined:
         st.caption(f"{state.SCHEDULE_NAMES[schedule]}: one batch of {batch_size} as {micro_batches} micro-batches "
                    f"of {batch_size // micro_batches if batch_size % micro_batches == 0 else '?'}; "
@@ -135,7 +151,7 @@ def sim_controls(prefix: str, compact: bool = False) -> None:
     elif in_flight > batches:
         st.caption(f"{in_flight} in flight with {batches} batch(es) behaves like {batches} in flight.")
     new = {"batches": int(batches), "in_flight": int(in_flight), "penalty": penalty, "profile": profile,
-           "schedule": schedule, "micro_batches": micro_batches}
+           "schedule": schedule, "micro_batches": micro_batches, "timings": timings}
     if new != sim:
         state.set_sim(new, keep=prefix)
 

@@ -43,6 +43,7 @@ class RooflineProfile:
     comp_efficiency: float = 0.9
     comm_efficiency: float = 0.25
     timings: TimingTable = field(default_factory=dict)
+    timings_batch: int = 0  # the batch the timings were measured at (0: the graph's own)
     name: str = "default"
 
     def arrays(self, graph: Graph, devices: DeviceGraph) -> CostArrays:
@@ -55,7 +56,7 @@ class RooflineProfile:
         fwd = np.maximum(fwd_fl / peak, mem / bw)
         bwd = np.maximum(bwd_fl / peak, 2.0 * mem / bw)
         update = 3.0 * params / bw
-        fwd, bwd, update = _apply_measured(graph, devices, fwd, bwd, update, self.timings)
+        fwd, bwd, update = _apply_measured(graph, devices, fwd, bwd, update, self.timings, self.timings_batch)
         lat = np.array([c.latency for c in devices.channels], dtype=float)
         inv = np.array([1.0 / (c.bandwidth * self.comm_efficiency) for c in devices.channels], dtype=float)
         return CostArrays(fwd, bwd, update, 2, lat, inv, np.zeros(len(devices)))
@@ -76,6 +77,7 @@ class Exprimo2020Profile:
     comp_efficiency: float = 0.9
     comm_efficiency: float = 0.25
     timings: TimingTable = field(default_factory=dict)
+    timings_batch: int = 0
     name: str = "exprimo-2020"
 
     def arrays(self, graph: Graph, devices: DeviceGraph) -> CostArrays:
@@ -99,7 +101,7 @@ class Exprimo2020Profile:
                         total += np.maximum(b / mem_rate / eff, cycle)
                 out[i] = total
         update = np.zeros((n, d))
-        fwd, bwd, update = _apply_measured(graph, devices, fwd, bwd, update, self.timings)
+        fwd, bwd, update = _apply_measured(graph, devices, fwd, bwd, update, self.timings, self.timings_batch)
         lat = np.zeros(len(devices.channels))
         # Gbit/s -> bytes/s with G = 2^30: bandwidth_bytes * 8 / 1e9 * 2^30 / 8.
         inv = np.array([1.0 / (c.bandwidth / 1e9 * 2**30 * self.comm_efficiency) for c in devices.channels])
@@ -113,18 +115,26 @@ def _fallback_terms(graph: Graph, i: int) -> dict:
             "bwd": (op.bwd_flops, [op.output_bytes, op.param_bytes] + ins)}
 
 
-def _apply_measured(graph: Graph, devices: DeviceGraph, fwd, bwd, update, table: TimingTable):
-    """Measured times win over formulas: calibration table > op's own times; name > kind."""
+def _apply_measured(graph: Graph, devices: DeviceGraph, fwd, bwd, update, table: TimingTable,
+                    table_batch: int = 0):
+    """Measured times win over formulas: calibration table > op's own times; name > kind.
+
+    A table measured at another batch (``table_batch``; a pipeline simulates micro-batches of the
+    calibrated batch) has its forward and backward times scaled linearly to the graph's batch, as
+    :meth:`Graph.with_batch_size` does for an op's own times; weight updates do not depend on the batch.
+    """
     arrays = {"fwd": fwd, "bwd": bwd, "update": update}
+    k = graph.batch_size / table_batch if table_batch else 1.0
     for i, op in enumerate(graph.ops):
-        sources = [op.times, table.get(op.name, {})] if table else [op.times]
-        if not any(sources):
+        measured = table.get(op.name, {}) if table else {}
+        sources = [(op.times, 1.0), (measured, k)]
+        if not (op.times or measured):
             continue
         for j, dev in enumerate(devices.devices):
-            for src in sources:
+            for src, scale in sources:
                 for key in (dev.kind, dev.name):
                     for phase, t in src.get(key, {}).items():
-                        arrays[phase][i, j] = t
+                        arrays[phase][i, j] = t if phase == "update" else t * scale
     return fwd, bwd, update
 
 
@@ -132,7 +142,8 @@ PROFILES = {"default": RooflineProfile, "exprimo-2020": Exprimo2020Profile}
 
 
 def get_profile(name: str = "default", *, comp_efficiency: float | None = None,
-                comm_efficiency: float | None = None, timings: TimingTable | None = None):
+                comm_efficiency: float | None = None, timings: TimingTable | None = None,
+                timings_batch: int | None = None):
     if name not in PROFILES:
         raise InputError(f"unknown cost profile {name!r}", field="profile",
                          fix="Use one of: " + ", ".join(PROFILES))
@@ -145,4 +156,6 @@ def get_profile(name: str = "default", *, comp_efficiency: float | None = None,
             kwargs[key] = float(value)
     if timings:
         kwargs["timings"] = timings
+        if timings_batch:
+            kwargs["timings_batch"] = int(timings_batch)
     return PROFILES[name](**kwargs)

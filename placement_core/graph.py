@@ -114,8 +114,8 @@ class Graph:
 
         FLOPs, activation bytes and activation traffic scale linearly with the
         batch; parameters (and their share of the traffic) do not. Measured
-        times scale linearly too, which is only an approximation: re-measure
-        for accurate numbers.
+        forward and backward times scale linearly too, which is only an
+        approximation (re-measure for accurate numbers); weight updates do not.
         """
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InputError(f"batch size must be a positive integer, got {batch_size!r}",
@@ -139,7 +139,7 @@ class Graph:
                 output_bytes=op.output_bytes * k,
                 mem_bytes=activation_traffic * k + min(op.param_bytes, op.mem_bytes),
                 shape=tuple(shape),
-                times={d: {ph: t * k for ph, t in v.items()} for d, v in op.times.items()},
+                times={d: {ph: t if ph == "update" else t * k for ph, t in v.items()} for d, v in op.times.items()},
                 input_bytes={n: b * k for n, b in op.input_bytes.items()},
                 exprimo=ex,
             ))

@@ -44,7 +44,7 @@ class Problem:
     def __init__(self, graph: Graph, devices: DeviceGraph, *, profile: str | object = "default",
                  settings: SimSettings | None = None, penalty: str = "thesis",
                  comp_efficiency: float | None = None, comm_efficiency: float | None = None,
-                 timings=None, fast: bool = True):
+                 timings=None, timings_batch: int | None = None, fast: bool = True):
         if penalty not in PENALTIES:
             raise InputError(f"unknown memory penalty {penalty!r}", field="penalty",
                              fix="Use one of: " + ", ".join(PENALTIES))
@@ -52,7 +52,7 @@ class Problem:
         self.devices = devices
         if isinstance(profile, str):
             profile = get_profile(profile, comp_efficiency=comp_efficiency, comm_efficiency=comm_efficiency,
-                                  timings=timings)
+                                  timings=timings, timings_batch=timings_batch)
         self.profile = profile
         self.settings = (settings or SimSettings()).validate()
         self.penalty = penalty

@@ -455,13 +455,15 @@ def problem_spec(problem: Problem) -> dict:
     prof = problem.profile
     return {"profile": prof.name, "comp_efficiency": prof.comp_efficiency, "comm_efficiency": prof.comm_efficiency,
             "timings": _jsonable(dict(prof.timings)) if getattr(prof, "timings", None) else None,
+            "timings_batch": getattr(prof, "timings_batch", 0),
             "penalty": problem.penalty, "schedule": s.schedule, "micro_batches": s.micro_batches,
             "batches": s.batches // s.micro_batches, "in_flight": s.in_flight, "forward_only": s.forward_only}
 
 
 def problem_from_spec(spec: dict, graph: Graph, devices: DeviceGraph) -> Problem:
     profile = get_profile(spec["profile"], comp_efficiency=spec["comp_efficiency"],
-                          comm_efficiency=spec["comm_efficiency"], timings=spec.get("timings"))
+                          comm_efficiency=spec["comm_efficiency"], timings=spec.get("timings"),
+                          timings_batch=spec.get("timings_batch"))
     settings = schedule_settings(spec["schedule"], len(graph), micro_batches=spec["micro_batches"],
                                  batches=spec["batches"], in_flight=spec["in_flight"],
                                  forward_only=spec["forward_only"])

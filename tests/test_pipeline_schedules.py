@@ -129,3 +129,8 @@ def test_cli_reports_bubble_and_idle_time(capsys, tmp_path):
     code = main(["simulate", "--network", str(net), "--devices", str(devs), "--placement", str(place),
                  "--micro-batches", "4"])
     assert code == 2 and "needs --schedule gpipe or 1f1b" in capsys.readouterr().err
+    # batches in flight belong to the thesis scheme: a pipelined step refuses them rather than ignoring them
+    code = main(["simulate", "--network", str(net), "--devices", str(devs), "--placement", str(place),
+                 "--schedule", "gpipe", "--micro-batches", "4", "--in-flight", "3"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: --in-flight: only the thesis scheme has batches in flight")

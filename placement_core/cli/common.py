@@ -70,6 +70,9 @@ def add_problem_options(p: argparse.ArgumentParser, required: bool = True) -> No
                    help="batches in the system at once (default 1; the thesis' pipelining)")
     p.add_argument("--profile", default="default", choices=["default", "exprimo-2020"],
                    help="cost profile (default: roofline; exprimo-2020: the thesis' published model)")
+    p.add_argument("--timings", metavar="NAME|FILE",
+                   help="measured op times from `placement calibrate`: a calibration's preset name (local) or "
+                        "its timings.json; they replace the cost formulas on the calibrated devices")
     p.add_argument("--comp-efficiency", type=fraction, help="fraction of peak FLOPS reached (default 0.9)")
     p.add_argument("--comm-efficiency", type=fraction,
                    help="fraction of link bandwidth reached (default 0.25, thesis E1)")
@@ -94,11 +97,31 @@ def build_problem(args):
         if micro not in (None, 1):
             raise InputError("--micro-batches needs --schedule gpipe or 1f1b", field="--micro-batches")
         micro = 1
-    elif micro is None:
-        micro = 4
+    else:
+        if args.in_flight != 1:
+            raise InputError(f"only the thesis scheme has batches in flight; a {args.schedule} step runs its "
+                             "micro-batches and ends with a flush", field="--in-flight",
+                             fix="Drop --in-flight, or set the number of micro-batches with --micro-batches")
+        if micro is None:
+            micro = 4
+    timings = load_cli_timings(args.timings, args.network, graph) if getattr(args, "timings", None) else None
     return pipeline_problem(graph, devices, args.schedule, micro, batches=args.batches, in_flight=args.in_flight,
                             forward_only=args.forward_only, profile=args.profile, penalty=args.penalty,
-                            comp_efficiency=args.comp_efficiency, comm_efficiency=args.comm_efficiency)
+                            comp_efficiency=args.comp_efficiency, comm_efficiency=args.comm_efficiency,
+                            timings=timings, timings_batch=graph.batch_size if timings else None)
+
+
+def load_cli_timings(spec: str, network_spec: str, graph):
+    """The calibrated table for ``graph``; a coarsened network (import-model --groups) sums its groups' ops."""
+    from ..torch.coarsen import groups_path, read_groups
+    from ..torch.timings import load_timings
+
+    gp = groups_path(network_spec)
+    groups = read_groups(gp) if gp.is_file() else None
+    try:
+        return load_timings(spec, graph, groups)
+    except InputError as e:
+        raise InputError(e.problem, source=e.source, field="--timings", fix=e.fix) from None
 
 
 def print_json(data) -> None:

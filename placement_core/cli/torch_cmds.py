@@ -279,8 +279,11 @@ def cmd_calibrate(args) -> int:
     print(f"{cal.timings['network']} (batch {batch}) calibrated on {args.devices}")
     print(table(summary_rows(cal), ["device", "what", "compute / latency", "bandwidth", "step", "per-op sum"]))
     print("wrote " + ", ".join(str(p) for p in written))
-    print(f"use it: --devices {args.preset if args.preset else 'local'}; timings: "
-          f"placement_core.torch.timings.load_timings({args.preset!r}, graph)")
+    if args.preset:
+        print(f"use it: placement simulate|optimize --devices {args.preset} --timings {args.preset} "
+              "--network NET.json (the network from placement import-model, same input shape and batch)")
+    elif args.out:
+        print(f"use it: --devices {Path(args.out) / 'devices.json'} --timings {Path(args.out) / 'timings.json'}")
     return 0
 
 

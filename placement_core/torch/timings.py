@@ -107,6 +107,16 @@ def timing_table(doc: dict, graph: Graph, groups: Mapping[str, list[str]] | None
     return table
 
 
+def saved_calibrations(graph: Graph) -> dict[str, Path]:
+    """The saved calibrations (preset name -> file) measured for ``graph``'s network, input and batch."""
+    shape = input_shape_of(graph)
+    if shape is None:
+        return {}
+    name = f"{key_for(graph.name, shape, graph.batch_size)}.json"
+    root = user_dir() / "timings"
+    return {p.parent.name: p for p in sorted(root.glob(f"*/{name}")) if p.is_file()}
+
+
 def load_timings(spec: str, graph: Graph, groups: Mapping[str, list[str]] | None = None) -> dict:
     """The table for ``graph`` from a file, or from the saved calibration of a preset (``local``)."""
     path = Path(spec)
