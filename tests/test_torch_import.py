@@ -13,7 +13,7 @@ from placement_core.torch.sources import parse_shape, parse_source
 
 torch = pytest.importorskip("torch")
 
-from placement_core.torch.fx_import import import_module, trace_model  # noqa: E402
+from placement_core.torch.fx_import import import_module, trace_for_batch, trace_model  # noqa: E402
 from placement_core.torch.sources import load_model  # noqa: E402
 
 MODELS = str(Path(__file__).resolve().parent / "torch_models.py")
@@ -110,8 +110,67 @@ def test_sources_with_arguments_and_instances():
     assert parse_shape("1,3,32,32") == (1, 3, 32, 32) == parse_shape("1x3x32x32")
     with pytest.raises(InputError):
         parse_shape("1,three")
-    with pytest.raises(InputError):
-        trace_model(load_model("torchvision:resnet18"), (1, 3, 32, 32))  # BatchNorm at 1x1 needs batch >= 2
+    with pytest.raises(InputError, match="on an input of shape"):
+        trace_model(load_model(src("SmallCNN")), (2, 3, 10, 10))  # 4*5*5 = 100 features reach Linear(64, 10)
+
+
+def _same_network(a: Graph, b: Graph, skip=()) -> None:
+    assert a.batch_size == b.batch_size and [o.name for o in a.ops] == [o.name for o in b.ops]
+    for x, y in zip(a.ops, b.ops):
+        assert (x.kind, x.inputs, x.shape, x.module) == (y.kind, y.inputs, y.shape, y.module), x.name
+        if x.name in skip:
+            continue
+        for key in ("fwd_flops", "bwd_flops", "output_bytes", "param_bytes", "mem_bytes"):
+            assert getattr(x, key) == pytest.approx(getattr(y, key), rel=1e-12), (x.name, key)
+    if not skip:
+        assert a.totals() == pytest.approx(b.totals(), rel=1e-12)
+
+
+def test_resnet18_at_32x32_imports_from_a_batch_of_one():
+    # layer4 is 1x1 at a 32x32 input: BatchNorm in training mode refuses one value per channel, so the
+    # recording pass runs BatchNorm in eval mode (same shapes and FLOPs) and the batch is rescaled.
+    model = load_model("torchvision:resnet18")
+    g1 = import_module(model, (1, 3, 32, 32), name="resnet18", batch_size=8)
+    g8 = import_module(load_model("torchvision:resnet18"), (8, 3, 32, 32), name="resnet18")
+    _same_network(g1, g8)
+    assert g1.op("layer4.1.bn2").shape == (8, 512, 1, 1)
+    # conv + linear MACs per image, by hand: conv1 7x7 3->64 at 16x16; layer1 4 x 3x3 64->64 at 8x8;
+    # layers 2-4 each: a strided 3x3 C->2C, three 3x3 2C->2C and a 1x1 C->2C downsample at (8/2^k)^2,
+    # which all come to 8,388,608; fc 512->1000. FLOPs = 2 x MACs x batch 8.
+    layer = 64 * 128 * 9 * 16 + 3 * 128 * 128 * 9 * 16 + 64 * 128 * 16
+    assert layer == 8_388_608 == 128 * 256 * 9 * 4 + 3 * 256 * 256 * 9 * 4 + 128 * 256 * 4
+    macs = 3 * 64 * 49 * 16 * 16 + 4 * 64 * 64 * 9 * 8 * 8 + 3 * layer + 512 * 1000
+    assert sum(o.fwd_flops for o in g1.ops if o.kind in ("conv", "linear")) == 2 * macs * 8 == 600_375_296
+    assert g1.totals()["param_bytes"] == 4 * 11_689_512
+    # the trace leaves the model as it was: training mode, running statistics untouched
+    assert all(m.training for m in model.modules())
+    assert torch.equal(model.bn1.running_mean, torch.zeros(64)) and int(model.bn1.num_batches_tracked) == 0
+
+
+def test_dashboard_importer_traces_one_sample_at_the_users_batch():
+    from dashboard.torch_import import import_model
+    g = import_model("torchvision:resnet18", "3, 32, 32", 32)
+    assert g.batch_size == 32 and g.op("layer4.1.bn2").shape == (32, 512, 1, 1)
+    # the hand count of the test above, at batch 32
+    assert sum(o.fwd_flops for o in g.ops if o.kind in ("conv", "linear")) == 4 * 600_375_296
+
+
+def test_export_fallback_from_a_batch_of_one():
+    # torch.export runs the model in training mode and refuses batch 1 before the 1x1 BatchNorm:
+    # the model is exported at batch 2 and the graph rescaled.
+    traced = trace_model(load_model(src("PooledShapeBranch")), (1, 3, 8, 8), name="pooled")
+    assert traced.method == "export" and traced.batch == 2 and traced.graph.batch_size == 1
+    g = import_module(load_model(src("PooledShapeBranch")), (1, 3, 8, 8), name="pooled", batch_size=4)
+    g4 = import_module(load_model(src("PooledShapeBranch")), (4, 3, 8, 8), name="pooled")
+    assert [o.name for o in g.ops] == ["x", "c", "pool", "bn", "relu", "flatten", "fc"]
+    _same_network(g, g4, skip={"bn"})
+    assert g.op("c").fwd_flops == 2 * 3 * 3 * 3 * 8 * 6 * 6 * 4 and g.op("bn").shape == (4, 8, 1, 1)
+    # the exported BatchNorm also counts num_batches_tracked += 1 (1 FLOP, an 8-byte int64), which a
+    # rescaled graph scales with the batch like everything else: 4 FLOPs per element + 1, traced at 2
+    assert g4.op("bn").fwd_flops == 4 * 4 * 8 + 1 and g.op("bn").fwd_flops == 2 * (4 * 2 * 8 + 1)
+    assert g4.op("bn").output_bytes == 4 * 4 * 8 + 8 and g.op("bn").output_bytes == 2 * (4 * 2 * 8 + 8)
+    # a run at batch 4 gets a program exported at batch 4
+    assert trace_for_batch(load_model(src("PooledShapeBranch")), (1, 3, 8, 8), 4).batch == 4
 
 
 # -- coarsening (no torch needed, but cheap) -----------------------------------------------------------

@@ -83,6 +83,22 @@ class ShapeBranch(nn.Module):
         return self.fc(x.mean((2, 3)))
 
 
+class PooledShapeBranch(nn.Module):
+    """ShapeBranch with its BatchNorm after a global pool (1x1): torch.export refuses a batch of 1."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(3, 8, 3)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.bn = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        if x.shape[1] == 3:
+            x = self.c(x)
+        return self.fc(torch.flatten(torch.relu(self.bn(self.pool(x))), 1))
+
+
 class DataBranch(nn.Module):
     """Branches on a tensor's value: neither tracer can follow it."""
 

@@ -43,22 +43,43 @@ def _quiet():
             lg.disabled = False
 
 
+def _export(model: nn.Module, input_shape: tuple[int, ...]):
+    with _quiet():
+        return torch.export.export(model, (torch.randn(*input_shape),))
+
+
 def trace_exported(model: nn.Module, input_shape: tuple[int, ...], *, name: str, fx_reason: str) -> Traced:
-    example = torch.randn(*input_shape)
+    """The exported model's graph at ``input_shape[0]``.
+
+    torch.export runs the model in training mode, where BatchNorm refuses a batch
+    of 1 once the spatial size is 1x1; a batch of 1 that cannot be exported is
+    exported at batch 2 instead and the graph rescaled to 1 (``gm`` is then the
+    batch-2 program: :func:`.fx_import.trace_for_batch` exports again at the
+    batch a run uses).
+    """
+    traced_shape = tuple(input_shape)
     try:
-        with _quiet():
-            program = torch.export.export(model, (example,))
+        program = _export(model, traced_shape)
     except Exception as e:  # noqa: BLE001 - every export failure becomes one message
-        raise InputError(f"{type(model).__name__} cannot be traced: torch.fx: {fx_reason}; torch.export: "
-                         f"{_reason(e)}", field="model", fix=FIX) from None
+        program, error = None, e
+        if int(input_shape[0]) == 1:
+            traced_shape = (2, *input_shape[1:])
+            try:
+                program = _export(model, traced_shape)
+            except Exception:  # noqa: BLE001 - the batch-1 error is the one to report
+                program = None
+        if program is None:
+            raise InputError(f"{type(model).__name__} cannot be traced: torch.fx: {fx_reason}; torch.export: "
+                             f"{_reason(error)}", field="model", fix=FIX) from None
     gm = program.module()
-    recorder = record(gm, model, input_shape, count_buffers=False)
-    fine = Graph(name, recorded_ops(recorder), int(input_shape[0]))
+    recorder = record(gm, model, traced_shape, count_buffers=False)
+    fine = Graph(name, recorded_ops(recorder), int(traced_shape[0]))
     node_op = node_ops(recorder)
     groups, names, kinds = _leaf_module_groups(gm, model, fine)
-    graph = contract(fine, groups, names, kinds)
+    graph = contract(fine, groups, names, kinds).with_batch_size(int(input_shape[0]))
     group_of = {m: n for n, members in zip(names, groups) for m in members}
-    return Traced(gm, graph, {node: group_of[op] for node, op in node_op.items()}, "export")
+    return Traced(gm, graph, {node: group_of[op] for node, op in node_op.items()}, "export",
+                  batch=int(traced_shape[0]))
 
 
 def _leaf_module_groups(gm: torch.fx.GraphModule, model: nn.Module, fine: Graph):

@@ -14,6 +14,7 @@ cannot trace a model, it falls back to torch.export (:mod:`.export_import`).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 from collections import Counter
@@ -319,13 +320,16 @@ class Traced:
 
     ``node_op`` maps every fx node whose value holds tensors (ops, and ``getitem``
     on a multi-output op) to its op; parameters read through ``get_attr`` and
-    Python values (sizes) are not ops. ``graph`` is at the traced batch size.
+    Python values (sizes) are not ops. ``graph`` is at the example input's batch
+    size. An fx graph runs at any batch; an exported one only at ``batch`` (the
+    batch it was exported at, which is 2 for a batch of 1 that BatchNorm refused).
     """
 
     gm: torch.fx.GraphModule
     graph: Graph
     node_op: dict[str, str]
     method: str  # "fx" or "export"
+    batch: int | None = None  # the only batch an exported gm runs at; None: any
 
 
 def _check_shape(input_shape) -> tuple[int, ...]:
@@ -335,19 +339,40 @@ def _check_shape(input_shape) -> tuple[int, ...]:
     return tuple(int(s) for s in input_shape)
 
 
+@contextlib.contextmanager
+def batchnorm_eval(module: nn.Module):
+    """BatchNorm modules with running statistics in eval mode for the duration, then back.
+
+    The recording pass only needs shapes, bytes and FLOPs, which are the same in
+    both modes; in eval mode a batch of 1 is fine where training mode refuses
+    one value per channel (ResNet at 32x32 shrinks to 1x1), and the pass leaves
+    the running statistics alone. The graph itself stays the one traced in
+    training mode: fx calls the modules, whose mode is restored afterwards.
+    """
+    switched = [m for m in module.modules()
+                if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.training and m.running_mean is not None]
+    for m in switched:
+        m.train(False)
+    try:
+        yield
+    finally:
+        for m in switched:
+            m.train(True)
+
+
 def record(gm: torch.fx.GraphModule, model: nn.Module, input_shape: tuple[int, ...],
            count_buffers: bool = True) -> _Recorder:
-    """Run ``gm`` once on a random input, recording every node (no gradients)."""
+    """Run ``gm`` once on a random input, recording every node (no gradients; BatchNorm in eval mode)."""
     recorder = _Recorder(gm, count_buffers=count_buffers)
     example = torch.randn(*input_shape)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), batchnorm_eval(gm):
             recorder.run(example)
     except Exception as e:  # noqa: BLE001
         raise InputError(f"running {type(model).__name__} on an input of shape {tuple(input_shape)} failed: "
                          f"{_reason(e)}", field="input_shape",
-                         fix="Check the input shape the model expects (BatchNorm in training mode needs a "
-                             "batch of at least 2 when the spatial size shrinks to 1x1)") from None
+                         fix="Check the input shape the model expects (a batch norm without running statistics "
+                             "needs a batch of at least 2 when the spatial size shrinks to 1x1)") from None
     return recorder
 
 
@@ -390,7 +415,7 @@ def trace_for_batch(model: nn.Module, input_shape: tuple[int, ...], batch_size: 
     """A trace that runs at ``batch_size``: torch.export specialises to the example's batch, so
     an exported model is traced again at the batch it will run with (op names stay the same)."""
     traced = trace_model(model, input_shape, name=name)
-    if traced.method == "export" and int(input_shape[0]) != int(batch_size):
+    if traced.method == "export" and traced.batch != int(batch_size):
         traced = trace_model(model, (int(batch_size), *input_shape[1:]), name=name)
     return traced
 
