@@ -1,5 +1,6 @@
 """Benchmarking for real: two gloo ranks, the in-process runner, and the failures they report."""
 
+import time
 from pathlib import Path
 
 import pytest
@@ -84,9 +85,30 @@ def test_traffic_and_memory_follow_the_placement(two_ranks):
 def test_memory_limit_is_reported_not_raised(ops):
     r = benchmark(BRANCHY, SHAPE, [{op: "cpu0" for op in ops}], "cpu", runner="inprocess", batch_size=BATCH,
                   settings=BenchmarkSettings(steps=2, warmup=1, memory_limit=1000))[0]
-    assert r.status == "memory_limit" and "cpu0" in r.message and "1.0 kB" not in r.message
-    assert r.devices[0]["peak_memory_bytes"] > 1000 and r.devices[0]["memory_limit_bytes"] == 1000
+    peak = r.devices[0]["peak_memory_bytes"]
+    assert r.status == "memory_limit" and peak > 1000 and r.devices[0]["memory_limit_bytes"] == 1000
+    assert 10_000 <= peak < 1_000_000
+    assert r.message == f"peak memory above the limit of 1 kB on cpu0 (peak {peak / 1e3:.3g} kB)"
     assert r.steps_s == []
+
+
+def test_ranks_memory_limit_names_the_rank_that_went_over(ops):
+    """Each rank knows only its own peak; the message names the device over the limit, whichever rank."""
+    only_input = {op: ("cpu0" if op == "x" else "cpu1") for op in ops}
+    single = {op: "cpu0" for op in ops}
+    over_on_1, over_on_0 = benchmark(BRANCHY, SHAPE, [only_input, single], "cpu:2", batch_size=BATCH,
+                                     settings=BenchmarkSettings(steps=2, warmup=1, memory_limit=25e3, timeout=120))
+    peaks = over_on_1.to_dict()["peak_memory_bytes"]
+    # cpu0 holds nothing but the input batch: 4 x 3 x 8 x 8 floats
+    assert peaks["cpu0"] == BATCH * 3 * 8 * 8 * 4 == 3072
+    # cpu1 holds every weight, activation and gradient, as cpu0 does when it runs everything alone
+    whole = over_on_0.to_dict()["peak_memory_bytes"]
+    assert peaks["cpu1"] == whole["cpu0"] > 25e3 and whole["cpu1"] == 0
+    assert 10_000 <= peaks["cpu1"] < 1_000_000
+    for r, dev in ((over_on_1, "cpu1"), (over_on_0, "cpu0")):
+        assert r.status == "memory_limit" and r.steps_s == []
+        assert r.message == f"peak memory above the limit of 25 kB on {dev} (peak {whole['cpu0'] / 1e3:.3g} kB)"
+        assert all(d["memory_limit_bytes"] == 25e3 for d in r.devices)
 
 
 def test_exported_model_runs_at_another_batch_than_traced():
@@ -115,6 +137,19 @@ def test_runaway_step_is_stopped_by_the_timeout():
     r = benchmark(source, (2, 4), [{op: "cpu0" for op in names}], "cpu", runner="inprocess", batch_size=4,
                   settings=BenchmarkSettings(steps=2, warmup=1, timeout=3))[0]
     assert r.status == "timeout" and "3 s" in r.message
+
+
+def test_runaway_step_on_a_rank_is_stopped_by_the_timeout():
+    """Both placements sleep on the real batch: each is killed, the workers restarted for the second."""
+    source = f"{MODELS}:Sleepy"
+    names = [o.name for o in trace_model(load_model(source), (2, 4)).graph.ops]
+    split = {op: ("cpu0" if i == 0 else "cpu1") for i, op in enumerate(names)}
+    start = time.monotonic()
+    results = benchmark(source, (2, 4), [split, {op: "cpu1" for op in names}], "cpu:2", batch_size=4,
+                        settings=BenchmarkSettings(steps=2, warmup=1, timeout=3))
+    assert [(r.status, r.message) for r in results] == [("timeout", "killed after 3 s")] * 2
+    assert all(r.steps_s == [] for r in results)
+    assert time.monotonic() - start < 55  # a step sleeps 60 s: neither ran to its end
 
 
 def test_bad_requests_fail_before_any_worker_starts(ops):

@@ -272,6 +272,9 @@ def _merge_ranks(reports: dict[int, dict]) -> dict:
         first = first or next((r for r in bad if not _peer_failure(r.get("message", ""))), bad[0])
         out = {"status": first["status"], "message": first.get("message", "")}
         out["peak_memory_bytes"] = _merge_dicts(r.get("peak_memory_bytes") for r in ranks)
+        if first["status"] == "memory_limit" and first.get("limit") is not None:
+            # every rank knows only its own peak: name the devices that went over from all of them
+            out["message"] = limit_message(first["limit"], out["peak_memory_bytes"])
         return out
     steps = [max(vals) for vals in zip(*(r["steps_s"] for r in ranks))]
     warm = [max(vals) for vals in zip(*(r["warmup_s"] for r in ranks))]
@@ -285,6 +288,15 @@ def _merge_ranks(reports: dict[int, dict]) -> dict:
 def _peer_failure(message: str) -> bool:
     text = message.lower()
     return "closed by peer" in text or "connection reset" in text or "broken pipe" in text
+
+
+def limit_message(limit: float, peaks: Mapping[str, float | None]) -> str:
+    """``peak memory above the limit of 25 kB on cpu1 (peak 41 kB)``: the devices that went over."""
+    from ..analysis.units import fmt_bytes
+
+    over = [f"{d} (peak {fmt_bytes(b)})" for d, b in peaks.items() if b is not None and b > limit]
+    where = ", ".join(over[:-1]) + f" and {over[-1]}" if len(over) > 1 else (over[0] if over else "another rank")
+    return f"peak memory above the limit of {fmt_bytes(limit)} on {where}"
 
 
 def _merge_dicts(ds) -> dict:
@@ -357,10 +369,9 @@ class _Worker:
             warm.append(step(w == 0))
         peaks = self.peaks()
         if limit_exceeded(peaks):
-            over = {d: b for d, b in peaks.items() if self.limit is not None and b is not None and b > self.limit}
-            text = ", ".join(f"{d} {b / 1e6:.1f} MB" for d, b in over.items()) or "another rank"
-            return {"status": "memory_limit", "peak_memory_bytes": peaks,
-                    "message": f"peak memory above the limit of {self.limit / 1e6:.1f} MB on {text}"}
+            # a rank sees only its own peak; the caller names the devices from every rank's (_merge_ranks)
+            return {"status": "memory_limit", "peak_memory_bytes": peaks, "limit": self.limit,
+                    "message": limit_message(self.limit, peaks)}
         before = self.sent()
         runs = [step(False) for _ in range(self.spec["steps"])]
         after = self.sent()
