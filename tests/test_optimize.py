@@ -1,6 +1,7 @@
 """Optimizers: optimum on brute-forced tiny instances, budget, determinism, stop flag, backends, seeding."""
 
 import itertools
+import math
 import threading
 
 import numpy as np
@@ -45,21 +46,105 @@ def test_tiny_instance_is_not_trivial(tiny):
     assert len(argbest) <= 12
 
 
-# Success rates over ten seeds with the default (thesis / Post) settings and 2,000 evaluations, i.e.
-# 30 % of the 6,561 placements (random search succeeds about 7 times in 10, hill climbing 3-4 times).
-# CEM's closed-form update (no smoothing) can collapse onto a local optimum, which the lower rate
-# records honestly; with smoothing=0.5 it succeeds as often as the others.
-@pytest.mark.parametrize("algorithm, params, at_least", [
-    ("ga", {}, 9), ("map-elites", {}, 10), ("annealing", {}, 9), ("cem", {}, 6), ("cem", {"smoothing": 0.5}, 9)])
-def test_finds_brute_force_optimum(tiny, algorithm, params, at_least):
-    p, best, _ = tiny
-    hits = 0
-    for seed in range(10):
-        r = run(p, algorithm, evaluations=2000, seed=seed, params=params)
+# "Finds the optimum within a small budget": 600 evaluations (9 % of the 6,561 placements) in each of 100
+# seeds. Random search's chance of drawing one of the 4 optima in 600 uniform draws is
+# 1 - (1 - 4/6561)^600 = 30.6 %, and it is measured on the same seeds below; an algorithm must hit the
+# optimum in at least 55 of the 100 seeds. Measured on these seeds (hits of 100): random 34, GA 74,
+# MAP-Elites 95, annealing 66, CEM 73 (Post's defaults), CEM with smoothing 0.5 86.
+# CEM with Post's settings converges within a few updates and then stays where it is (see the docstring
+# of placement_core/optimize/cem.py): it hits in 68 / 73 / 78 seeds at 300 / 600 / 2,000 evaluations,
+# far above random search at small budgets, about level with it at 2,000.
+# Hill climbing (thesis Algorithm 1) is not held to this: it accepts only strict improvements, so it
+# stops for good at the first placement that no single-op move improves (26 of the 6,561 are such
+# minima, 8 of them at 15.4 s); it hits in 23 of 100 seeds at 200, 300, 400 and 600 evaluations alike,
+# which random search's closed-form rate passes at about 430 evaluations.
+SMALL_BUDGET = 600
+SEEDS = range(100)
+AT_LEAST = 55
+
+
+def binomial_interval(n: int, q: float, mass: float = 0.999) -> tuple[int, int]:
+    """Central interval of Binomial(n, q) holding at least ``mass`` of the probability (exact sums)."""
+    pmf = [math.comb(n, k) * q ** k * (1 - q) ** (n - k) for k in range(n + 1)]
+    tail = (1 - mass) / 2
+    lo = next(k for k in range(n + 1) if sum(pmf[:k + 1]) > tail)
+    hi = next(k for k in range(n, -1, -1) if sum(pmf[k:]) > tail)
+    return lo, hi
+
+
+def hits(problem, best, algorithm, params=None) -> int:
+    n = 0
+    for seed in SEEDS:
+        r = run(problem, algorithm, evaluations=SMALL_BUDGET, seed=seed, params=params or {})
+        assert r.evaluations == SMALL_BUDGET
         assert r.best_objective >= best - 1e-9  # nothing beats the brute-force optimum
-        assert p.evaluate(r.best_placement) == pytest.approx(r.best_objective)
-        hits += r.best_objective == pytest.approx(best)
-    assert hits >= at_least
+        assert problem.evaluate(r.best_placement) == pytest.approx(r.best_objective)
+        n += r.best_objective == pytest.approx(best)
+    return n
+
+
+@pytest.fixture(scope="module")
+def random_hits(tiny):
+    p, best, _ = tiny
+    return hits(p, best, "random")
+
+
+def test_random_search_hits_at_its_closed_form_rate(tiny, random_hits):
+    # Checks the brute-force count of optima and gives the baseline the thresholds are set against.
+    _, _, argbest = tiny
+    q = 1 - (1 - len(argbest) / 3 ** 8) ** SMALL_BUDGET
+    assert q == pytest.approx(0.306, abs=1e-3)
+    lo, hi = binomial_interval(len(SEEDS), q)
+    assert lo <= random_hits <= hi
+
+
+@pytest.mark.parametrize("algorithm, params", [
+    ("ga", {}), ("map-elites", {}), ("annealing", {}), ("cem", {}), ("cem", {"smoothing": 0.5})])
+def test_finds_brute_force_optimum_within_a_small_budget(tiny, random_hits, algorithm, params):
+    p, best, _ = tiny
+    # The threshold is well clear of what random search reaches at the same budget on the same seeds.
+    assert random_hits <= AT_LEAST - 15
+    assert hits(p, best, algorithm, params) >= AT_LEAST
+
+
+def test_cem_update_is_the_elite_frequencies_mixed_with_epsilon(tiny):
+    """One update worked out by hand (Post Eq. 10 and Algorithm 1, line 12)."""
+    p, _, _ = tiny
+    opt = make_optimizer(p, "cem", seed=0, params={"samples": 10, "elite_fraction": 0.2, "epsilon": 0.1,
+                                                   "steps": 100})
+    xs = opt.ask(10)
+    assert xs.shape == (10, 8)
+    xs = np.array([[0] * 8, [2] * 8, [1] * 8, [0, 1, 2, 0, 1, 2, 0, 1]] + [[2] * 8] * 6, dtype=np.int32)
+    fs = np.array([5.0, 1.0, 9.0, 3.0, 7.0, 3.0, 8.0, 8.0, 8.0, 8.0])
+    opt.tell(xs, fs)
+    # P = 0.2 * 10 = 2 elites: rows 1 (1.0) and 3 (3.0; row 5 ties at 3.0 but comes later).
+    # eps after 10 of 100 evaluations = 0.1 * (1 - 10/100) = 0.09; p = 0.91 * freq + 0.03.
+    elites = xs[[1, 3]]
+    expect = np.zeros((8, 3))
+    for e in elites:
+        expect[np.arange(8), e] += 0.5
+    expect = 0.91 * expect + 0.03
+    assert opt.probs == pytest.approx(expect)
+    assert opt.probs[0] == pytest.approx([0.485, 0.03, 0.485])  # op 0: devices 2 and 0 among the elites
+    assert opt.probs[2] == pytest.approx([0.03, 0.03, 0.94])  # op 2: both elites on device 2
+    assert opt.probs.sum(axis=1) == pytest.approx(np.ones(8))
+    # eps reaches 0 at the end of the schedule: a unanimous elite set then gives probability 1.
+    opt.used = 90
+    opt.tell(np.array([[1] * 8] * 10, dtype=np.int32), np.arange(10.0))
+    assert opt.probs[:, 1] == pytest.approx(np.ones(8)) and opt.probs.sum() == pytest.approx(8)
+
+
+def test_cem_samples_from_its_distribution(tiny):
+    p, _, _ = tiny
+    opt = make_optimizer(p, "cem", seed=1, params={"samples": 20_000})
+    opt.updates = 1  # past the first batch (which would start with any initial placements)
+    opt.probs = np.tile([0.2, 0.5, 0.3], (8, 1))
+    opt.probs[3] = [0.0, 0.0, 1.0]
+    xs = opt.ask(20_000)
+    freq = np.stack([(xs == d).mean(axis=0) for d in range(3)], axis=1)
+    # 4 standard deviations of a frequency from 20,000 draws: 4 * sqrt(0.25 / 20000) = 0.014
+    assert np.abs(freq - opt.probs).max() < 0.014
+    assert (xs[:, 3] == 2).all()
 
 
 @pytest.fixture(scope="module")
@@ -130,8 +215,16 @@ def test_stop_flag_is_honoured_within_one_step(mid):
 
 
 def test_time_budget(mid):
+    # No upper bound on the wall time (DESIGN §8): only that the run used its time and counted right.
     r = run(mid, "random", seconds=0.3, seed=0)
-    assert 0.3 <= r.wall_s < 2.0 and r.evaluations > 0
+    assert r.wall_s >= 0.3  # a time budget alone ends the run only once it is spent
+    assert not r.stopped and r.evaluations > 0
+    assert r.evaluations % 50 == 0  # whole batches of random search's 50, none cut short
+    assert r.history[-1, 0] == r.evaluations
+    assert np.array_equal(r.history[:, 0], 50 * np.arange(1, len(r.history) + 1))
+    # With both budgets, whichever runs out first ends the run: here the evaluations.
+    both = run(mid, "random", seconds=600, evaluations=120, seed=0)
+    assert both.evaluations == 120 and both.wall_s > 0
 
 
 def test_progress_snapshots(mid):

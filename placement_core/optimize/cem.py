@@ -1,11 +1,37 @@
 """Cross-entropy method for placement (Post, NeurIPS 2018, §3.2 and Theorem 1).
 
-One independent categorical distribution over devices per op. Each update
-samples ``samples`` placements, keeps the best ``elite_fraction``, and sets
-each op's probabilities to the device frequencies among those elites (the
-closed-form cross-entropy minimiser), mixed with the uniform distribution by
-epsilon, which decays linearly from ``epsilon`` to 0 over the run so the
-distribution cannot collapse early.
+One independent categorical distribution over devices per op, uniform at the
+start (Post's u(0) = 0). Each update samples ``samples`` placements, keeps the
+best ``elite_fraction`` of *that* batch (P = ρN placements, Theorem 1; ties at
+the threshold γ_t go to the earlier sample), and sets each op's probabilities
+to the device frequencies among those elites (Eq. 10, the closed-form
+cross-entropy minimiser), mixed with the uniform distribution: p = (1 − ε)·freq
++ ε/|D| (Algorithm 1, line 12), where ε decays linearly from ``epsilon`` to 0
+over ``steps`` evaluations (the budget when run through ``run``). The best
+placement ever evaluated is kept by the driver, not by the distribution.
+``smoothing`` < 1 blends the new frequencies with the old distribution (the
+smoothed update of de Boer et al.'s CE tutorial); it is not part of Post.
+
+The defaults are Post's (60 samples per update, elite fraction 0.1, ε = 0.1
+decaying to 0), and with them the method converges fast and for good: the
+frequencies of 6 elites move in steps of 1/6, so after a few updates every
+op's elites agree and the distribution sits on the ε floor (ε/|D| per other
+device). On the 8-op × 3-device brute-force instance of the tests (6,561
+placements, 4 optima at 14.4 s) the 6 elites of a batch are identical from a
+median of 5–6 updates (≈ 330 evaluations) on; over 100 seeds the method finds
+the optimum in 68 / 73 / 78 runs at 300 / 600 / 2,000 evaluations (random
+search: 17 / 31 / 71 %, the closed form 1 − (1 − 4/6561)^B), with the first
+hit after a median of 180 evaluations. Every miss has converged on one of the 15.4 s
+placements that are local minima under single-op moves, 4 ops away from the
+nearest optimum; leaving it needs 4 specific ops to draw a specific other
+device at once, ≈ (ε/|D|)^4 ≈ 1e-6 per sample, so more budget does not help.
+This is the method as published (Post interleaves it with PPO steps, which are
+not implemented here), not a defect of this implementation; the knobs that
+delay the collapse are measured on that instance (hits in 30 seeds at 300 /
+600 / 2,000 evaluations; defaults 19 / 21 / 24): smoothing 0.5 → 23 / 28 / 28,
+elite_fraction 0.2 → 21 / 26 / 27, epsilon 0.3 → 21 / 26 / 28. Counting every
+sample tied with the P-th best as an elite (Eq. 9's indicator read literally)
+gives 74 / 73 / 80 in 100 seeds, the same as the defaults.
 """
 
 from __future__ import annotations
