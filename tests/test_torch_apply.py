@@ -94,6 +94,8 @@ def test_exports_json_and_a_snippet_that_runs():
     code = placement_snippet(traced.graph, assignment, source=source, input_shape=(2, 6))
     scope: dict = {}
     exec(compile(code, "snippet.py", "exec"), scope)
+    # the module map, plus the input op, which belongs to no module
+    assert scope["MODULES"] == {"features": "cpu:0", "head": "cpu"} and scope["OPS"] == {"x": "cpu"}
     model = scope["model"]
     assert model.placement == assignment
     x = torch.randn(2, 6)
@@ -101,3 +103,51 @@ def test_exports_json_and_a_snippet_that_runs():
     assert torch.allclose(model(x), model(x))
     text = placement_snippet(traced.graph, assignment, source="torchvision:resnet18", input_shape=(2, 6))
     assert "torchvision.models.get_model('resnet18', weights=None)" in text
+
+
+def test_resnet18_snippet_lists_modules_and_reproduces_the_placement():
+    """A split inside layer3.0 (before its conv2): whole modules where they can be, ops where a module is split."""
+    shape = (2, 3, 32, 32)
+    graph = trace_model(load_model("torchvision:resnet18"), shape).graph
+    names = [o.name for o in graph.ops]
+    cut = names.index("layer3.0.conv2")
+    assignment = {name: DEVICES[i >= cut] for i, name in enumerate(names)}
+    code = placement_snippet(graph, assignment, source="torchvision:resnet18", input_shape=shape)
+    scope: dict = {}
+    torch.manual_seed(0)
+    exec(compile(code, "snippet.py", "exec"), scope)
+    cpu, other = DEVICES
+    assert scope["MODULES"] == {
+        "conv1": cpu, "bn1": cpu, "relu": cpu, "maxpool": cpu, "layer1": cpu, "layer2": cpu,
+        "layer3.0.conv1": cpu, "layer3.0.bn1": cpu,
+        "layer3.0.conv2": other, "layer3.0.bn2": other, "layer3.0.downsample": other, "layer3.1": other,
+        "layer4": other, "avgpool": other, "fc": other}
+    # layer3.0's ReLU is called on both sides of the cut; its residual add and the root's input and flatten
+    # belong to no module on one device
+    assert scope["OPS"] == {"x": cpu, "layer3.0.relu": cpu, "add_4": other, "layer3.0.relu#2": other,
+                            "flatten": other}
+    assert len(code.splitlines()) < 40 < len(graph)  # it listed all 70 ops before
+    model = scope["model"]
+    assert model.placement == assignment  # exactly, op by op
+    # transfers: the input to its device, then layer2's output (to the downsample) and layer3.0.relu's
+    # (to conv2) across the cut
+    moves = [n for n in model.graph.nodes if n.op == "call_function" and n.target.__name__ == "_move"]
+    assert [m.args[1] for m in moves] == [cpu, other, other]
+    torch.manual_seed(0)
+    reference = load_model("torchvision:resnet18")  # the snippet's model: same seed, same weights
+    x = torch.randn(shape)
+    assert torch.allclose(model(x), reference(x), atol=1e-5)
+
+
+def test_place_with_a_module_map():
+    source = f"{MODELS}:Nested"
+    traced = trace_model(load_model(source), (2, 6))
+    placed = place(load_model(source), {"x": "cpu", "features.2": "cpu"}, (2, 6),
+                   modules={"features": "cpu:0", "head": "cpu:0"})
+    # an op entry overrides its module's
+    assert placed.placement == {"x": "cpu", "features.0": "cpu:0", "features.1": "cpu:0", "features.2": "cpu",
+                                "head": "cpu:0"}
+    with pytest.raises(InputError, match="module 'feature' holds no op.*Did you mean 'features'"):
+        place(load_model(source), {"x": "cpu"}, (2, 6), modules={"feature": "cpu", "head": "cpu"})
+    with pytest.raises(InputError, match="no device for op"):
+        place(load_model(source), {}, (2, 6), modules={"features": "cpu"}, traced=traced)

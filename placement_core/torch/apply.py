@@ -114,9 +114,13 @@ def _move(value, device):
     return tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, value)
 
 
-def place(model, assignment: Mapping[str, str], input_shape, *, traced=None):
+def place(model, assignment: Mapping[str, str], input_shape, *, traced=None,
+          modules: Mapping[str, str] | None = None):
     """The model as an ``nn.Module`` whose ops run on ``assignment[op]`` (a torch device string).
 
+    ``modules`` (module path -> device, as :func:`module_devices` gives it) puts
+    every op of a module on that device; ``assignment`` then only needs the
+    ops no module covers, and overrides the modules where both name an op.
     The model's own modules and parameters are moved (like ``model.to``), so an
     optimizer over ``placed.parameters()`` trains the model. Pass the model on
     the CPU; inputs may be anywhere; outputs stay on the device of their op.
@@ -127,6 +131,8 @@ def place(model, assignment: Mapping[str, str], input_shape, *, traced=None):
     from .fx_import import trace_model
 
     traced = traced if traced is not None else trace_model(model, input_shape)
+    if modules:
+        assignment = expand_modules(traced.graph, assignment, modules)
     check_assignment(traced.graph, assignment)
     for op, dev in assignment.items():
         try:
@@ -219,6 +225,54 @@ def module_devices(graph, assignment: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def _module_prefixes(op) -> list[str]:
+    """The module paths an op belongs to, deepest first (as :func:`module_devices` counts them)."""
+    if op.kind == "input" or not op.module:
+        return []
+    out = []
+    for module in op.module.split(","):
+        parts = module.split(".")
+        out += [".".join(parts[:k]) for k in range(len(parts), 0, -1)]
+    return out
+
+
+def expand_modules(graph, ops: Mapping[str, str], modules: Mapping[str, str]) -> dict[str, str]:
+    """op -> device from a module -> device map plus op entries for what no module covers (ops win)."""
+    known = {p for op in graph.ops for p in _module_prefixes(op)}
+    for path in modules:
+        if path not in known:
+            close = difflib.get_close_matches(path, sorted(known), n=1)
+            raise InputError(f"module {path!r} holds no op of the model's graph", field="placement",
+                             fix=(f"Did you mean {close[0]!r}? " if close else "")
+                                 + "Use module paths such as layer1 or layer1.0.conv1")
+    out = {}
+    for op in graph.ops:
+        if op.name in ops:
+            out[op.name] = ops[op.name]
+            continue
+        device = next((modules[p] for p in _module_prefixes(op) if p in modules), None)
+        if device is not None:
+            out[op.name] = device
+    out.update({k: v for k, v in ops.items() if k not in out})  # unknown names: check_assignment says so
+    return out
+
+
+def short_placement(graph, assignment: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(modules, ops): :func:`module_devices`, plus the ops it does not cover; they expand to ``assignment``."""
+    full = {op.name: assignment[op.name] for op in graph.ops}
+    first: dict[str, int] = {}
+    for i, op in enumerate(graph.ops):
+        for p in _module_prefixes(op):
+            first.setdefault(p, i)
+    found = module_devices(graph, assignment)
+    modules = {p: found[p] for p in sorted(found, key=lambda p: (first[p], p.count(".")))}  # in graph order
+    covered = expand_modules(graph, {}, modules)
+    ops = {name: device for name, device in full.items() if covered.get(name) != device}
+    if expand_modules(graph, ops, modules) != full:  # cannot happen (a listed module's ops share a device)
+        return {}, full
+    return modules, ops
+
+
 def torch_placement_dict(graph, assignment: Mapping[str, str], *, source: str, input_shape) -> dict:
     """``placement-torch/1``: op -> torch device (authoritative) and module -> device (for reading)."""
     return {"format": TORCH_FORMAT, "model": source, "input_shape": list(input_shape),
@@ -236,11 +290,16 @@ def placement_snippet(graph, assignment: Mapping[str, str], *, source: str, inpu
     else:
         build = f"from placement_core.torch.sources import load_model\n\nmodel = load_model({source!r})"
     devices = sorted(set(assignment.values()))
+    modules, ops = short_placement(graph, assignment)
     lines = [f"# {graph.name} placed on {', '.join(devices)} ({len(graph)} ops), written by placement "
-             f"export-placement.", "# Keys are op names as `placement import-model` gives them.",
-             "from placement_core.torch.apply import place", build, "", "DEVICES = {"]
-    lines += [f"    {op.name!r}: {assignment[op.name]!r}," for op in graph.ops]
-    lines += ["}", f"model = place(model, DEVICES, input_shape={tuple(input_shape)!r})",
+             f"export-placement.",
+             "# MODULES puts every op of a module (by its path) on one device; OPS places the ops no module",
+             "# covers, by the names `placement import-model` gives them.",
+             "from placement_core.torch.apply import place", build, "", "MODULES = {"]
+    lines += [f"    {path!r}: {device!r}," for path, device in modules.items()]
+    lines += ["}", "OPS = {"]
+    lines += [f"    {name!r}: {device!r}," for name, device in ops.items()]
+    lines += ["}", f"model = place(model, OPS, input_shape={tuple(input_shape)!r}, modules=MODULES)",
               "# train as usual: optimizer = torch.optim.SGD(model.parameters(), lr=0.01); outputs stay on the "
               "device of the last op", ""]
     return "\n".join(lines)
