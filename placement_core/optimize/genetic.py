@@ -99,12 +99,11 @@ class GeneticAlgorithm(Optimizer):
                 ca, cb = ops.crossover(self.rng, xa, xb, p["crossover"])
             else:
                 ca, cb = xa.copy(), xb.copy()
-            alpha = self.rng.random()
-            ra = alpha * self.pop_rate[a] + (1 - alpha) * self.pop_rate[b]
-            rb = alpha * self.pop_rate[b] + (1 - alpha) * self.pop_rate[a]
+            ra, rb = ops.mix_rates(self.rng, self.pop_rate[a], self.pop_rate[b])
             for child, rate in ((ca, ra), (cb, rb)):
                 if p["self_adaptive"]:
-                    rate = float(self._clamp(rate + self.rng.normal(0, p["rate_drift"])))
+                    rate = ops.drift_rate(self.rng, rate, p["rate_drift"], p["min_mutation_rate"],
+                                          p["max_mutation_rate"])
                 child = ops.point_mutation(self.rng, child, rate, self.d)
                 if self.rng.random() < p["zone_mutation_rate"]:
                     child = ops.zone_mutation(self.rng, child, self.d)

@@ -81,6 +81,17 @@ def linear_rank_probabilities(n: int, s: float = 2.0) -> np.ndarray:
 
 
 def exponential_rank_probabilities(n: int) -> np.ndarray:
+    """Probability of picking each of n ranked individuals (best first), proportional to 1 - e^(-i).
+
+    i = n - 1 for the best down to 0 for the worst: the formula of the thesis' published code
+    (Exprimo), copied as it is. Note the discrepancy with the thesis' text (§3.2.2), which says
+    exponential ranking gives "the most selection pressure": 1 - e^(-i) saturates at 1 after a few
+    ranks, so apart from the last few individuals the distribution is uniform. For the GA's population
+    of 50 the best gets 1 / 48.418 = 0.0207 (uniform: 0.02; linear ranking with s = 2: 0.04) and only
+    the worst (0) and the next few (0.013, 0.018, ...) are disfavoured, i.e. *less* pressure than linear
+    ranking. A textbook exponential ranking (p_i ∝ c^(rank), c < 1) would match the text; we keep the
+    code's formula so that its runs can be compared with the thesis'.
+    """
     i = np.arange(n - 1, -1, -1)
     p = 1.0 - np.exp(-i.astype(float))
     if p.sum() == 0:
@@ -97,6 +108,18 @@ def stochastic_universal_sampling(rng: np.random.Generator, probabilities: np.nd
 
 
 def tournament(rng: np.random.Generator, objectives: np.ndarray, size: int, k: int) -> np.ndarray:
-    """k winners, each the best of ``size`` indices drawn uniformly."""
+    """k winners, each the best of ``size`` indices drawn uniformly (with replacement; ties: first drawn)."""
     draws = rng.integers(0, len(objectives), (k, size))
     return draws[np.arange(k), np.argmin(objectives[draws], axis=1)]
+
+
+def mix_rates(rng: np.random.Generator, rate_a: float, rate_b: float) -> tuple[float, float]:
+    """Self-adaptive mutation rates of two children (thesis §3.2.2): a random weight alpha in [0, 1),
+    child 1 gets alpha * a + (1 - alpha) * b, child 2 alpha * b + (1 - alpha) * a."""
+    alpha = rng.random()
+    return alpha * rate_a + (1 - alpha) * rate_b, alpha * rate_b + (1 - alpha) * rate_a
+
+
+def drift_rate(rng: np.random.Generator, rate: float, sd: float, low: float, high: float) -> float:
+    """A child's inherited rate plus Gaussian drift N(0, sd), clamped to [low, high]."""
+    return float(np.clip(rate + rng.normal(0, sd), low, high))
