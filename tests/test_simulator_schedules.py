@@ -137,3 +137,44 @@ def test_priority_order_replaces_fifo():
     ref = pri.simulate([0, 0, 0, 1], trace=True).result
     assert fifo.makespan == 1 + 5 + 1 + 1  # x, y, send, z
     assert fast.makespan == ref.makespan == 5 + 1 + 1  # y, send || x, z
+
+
+def test_memory_timeline_of_a_chain_split_over_two_devices():
+    # a (5 B of weights, 100 B out) -> b (40 B out) on d0, c (3 B of weights, 10 B out) on d1; fwd 1 s,
+    # bwd 2 s, update 0.5 s for the ops with weights; 100 B/s, so b's output and its gradient take 0.4 s.
+    # Schedule: a [0, 1], b [1, 2], b's output to d1 [2, 2.4], c [2.4, 3.4], c bwd [3.4, 5.4], gradient
+    # to d0 [5.4, 5.8] while c's update runs [5.4, 5.9], b bwd [5.8, 7.8], a bwd [7.8, 9.8], a's update
+    # [9.8, 10.3].
+    # Memory (DESIGN §4; default profile, so weights and their gradients: 2 copies), after each event:
+    #   d0:  0: 10 (a's weights)     1: +100 a's output = 110     2: +40 b's output = 150
+    #      2.4: b's output sent, freed = 110        5.8: + the 40 B gradient received = 150
+    #      7.8: b's backward frees the gradient (-40) and a's output (-100), makes a's (+100) = 110
+    #      9.8: a's backward consumes it = 10       10.3: a's update = 10
+    #   d1:  0: 6 (c's weights)      2.4: + the received copy of b's output = 46
+    #      3.4: c's forward stores nothing (no consumer) = 46
+    #      5.4: c's backward frees the copy (-40) and makes b's gradient (+40) = 46
+    #      5.8: the gradient has been sent = 6      5.9: c's update = 6
+    from placement_core.graph import Op
+    from placement_core.simulate.chrome import chrome_trace
+
+    def timed(name, inputs, out, params):
+        t = {"fwd": 1.0, "bwd": 2.0, **({"update": 0.5} if params else {})}
+        return Op(name=name, inputs=tuple(inputs), output_bytes=out, param_bytes=params, times={"cpu": t})
+
+    p = problem([timed("a", [], 100, 5), timed("b", ["a"], 40, 0), timed("c", ["b"], 10, 3)], devices(2))
+    fast, ref = both(p, [0, 0, 1])
+    expected = {0: [(0, 10), (1, 110), (2, 150), (2.4, 110), (5.8, 150), (7.8, 110), (9.8, 10), (10.3, 10)],
+                1: [(0, 6), (2.4, 46), (3.4, 46), (5.4, 46), (5.8, 6), (5.9, 6)]}
+    for d, series in expected.items():
+        got = [(t, b) for t, dev, b in ref.memory_timeline if dev == d]
+        assert got == [pytest.approx(x) for x in series], d
+    times = [t for t, _, _ in ref.memory_timeline]
+    assert times == sorted(times)  # in event order
+    for r in (fast, ref):
+        assert r.makespan == pytest.approx(10.3)
+        assert list(r.peak_memory) == [150, 46]
+    # The Chrome trace's memory counters are the same series (microseconds, bytes).
+    counters = [e for e in chrome_trace(ref, ["d0", "d1"], ["bus"])["traceEvents"] if e["ph"] == "C"]
+    for d, series in expected.items():
+        got = [(e["ts"] / 1e6, e["args"]["bytes"]) for e in counters if e["name"] == f"memory d{d}"]
+        assert got == [pytest.approx(x) for x in series]
