@@ -79,6 +79,12 @@ def require_number(value: Any, *, source: str | None, field: str, positive: bool
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InputError(f"expected a number, got {_describe(value)}", source=source, field=field,
                          fix="Write a plain JSON number")
+    if isinstance(value, int) and abs(value) > 1e300:  # beyond a float (~1.8e308): float() would overflow
+        if value < 0:
+            raise InputError(f"must not be negative, got {_fmt_huge(value)}", source=source, field=field,
+                             fix="Give a value of zero or more")
+        raise InputError(f"is implausibly large ({_fmt_huge(value)} > {_fmt(maximum)})", source=source,
+                         field=field, fix="Check the unit: sizes are bytes, times seconds, rates per second")
     value = float(value)
     if math.isnan(value) or math.isinf(value):
         raise InputError(f"expected a finite number, got {value}", source=source, field=field,
@@ -97,6 +103,12 @@ def require_number(value: Any, *, source: str | None, field: str, positive: bool
 
 def _fmt(value: float) -> str:
     return f"{value:g}"
+
+
+def _fmt_huge(value: int) -> str:
+    """An integer too large for a float, as its order of magnitude (never its thousands of digits)."""
+    digits = int(abs(value).bit_length() * 0.30103)  # log10(2): within one of the true digit count
+    return f"about {'-' if value < 0 else ''}1e{digits}"
 
 
 def _type_name(value: Any) -> str:

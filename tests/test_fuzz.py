@@ -42,6 +42,8 @@ PLACEMENT = {"format": "placement/1", "assignment": {"x": "cpu0", "fc1": "gpu0",
 
 WEIRD = st.one_of(
     st.none(), st.booleans(), st.integers(-10**30, 10**30), st.floats(allow_nan=True, allow_infinity=True),
+    # integers beyond a float (JSON allows them; float() overflows above ~1.8e308) and beyond SQLite's 64 bits
+    st.sampled_from([10**400, -10**400, 2**1024, 2**63, -2**63 - 1]), st.integers(-10**400, 10**400),
     st.text(max_size=30), st.sampled_from(["", "x", "cpu0", "gpu0", "fc1", "💥", "a" * 600, "SAME", "-1"]),
     st.lists(st.integers(-3, 3), max_size=4), st.just([]), st.just({}), st.just([[]]),
     st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
@@ -212,3 +214,44 @@ def test_dashboard_uploads_never_show_a_traceback(app, net, devs, pl):
             assert all("Traceback" not in e and "fuzz.json" in e for e in errors), errors
             after = at.session_state[state_key]
             assert after is before or (isinstance(after, np.ndarray) and np.array_equal(after, before))
+
+
+# -- integers too large for a float (JSON has no limit; float() overflows above ~1.8e308) ----------------
+
+HUGE = 10**400
+
+
+def _with(doc, path, value):
+    doc = copy.deepcopy(doc)
+    parent = doc
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = value
+    return doc
+
+
+@pytest.mark.parametrize("kind, path, field", [
+    ("network", ("ops", 1, "fwd_flops"), "ops[1].fwd_flops"),
+    ("network", ("ops", 0, "output_bytes"), "ops[0].output_bytes"),
+    ("network", ("ops", 3, "times", "gpu", "fwd"), "ops[3].times.gpu.fwd"),
+    ("network", ("ops", 3, "inputs", 0, "bytes"), "ops[3].inputs[0].bytes"),
+    ("devices", ("devices", 0, "peak_flops"), "devices[0].peak_flops"),
+    ("devices", ("channels", 0, "latency"), "channels[0].latency"),
+    ("exprimo-devices", ("devices", 1, "peak_gflops"), "devices[1].peak_gflops"),
+    ("exprimo-devices", ("comm_channels", 0, "bandwidth"), "comm_channels[0].bandwidth"),
+])
+@pytest.mark.parametrize("sign", [1, -1])
+def test_huge_integers_are_field_errors(capsys, tmp_path, kind, path, field, sign):
+    """10**400 is valid JSON but no float: a field error at the loader and at the CLI (it used to exit 1)."""
+    base = {"network": NETWORK, "devices": DEVICES, "exprimo-devices": EXPRIMO_DEVICES}[kind]
+    doc = _with(base, path, sign * HUGE)
+    f = tmp_path / "in.json"
+    f.write_text(json.dumps(doc))
+    with pytest.raises(InputError) as e:
+        (network_from_data if kind == "network" else devices_from_data)(doc, source=str(f))
+    problem = "is implausibly large (about 1e400 > " if sign > 0 else "must not be negative, got about -1e400"
+    assert e.value.message.startswith(f"{f}: {field}: {problem}")
+    net, devs = (str(f), "malvik") if kind == "network" else ("alexnet", str(f))
+    code = main(["simulate", "--network", net, "--devices", devs, "--placement", "single:cpu0"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err == f"error: {e.value.message}\n"
