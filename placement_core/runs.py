@@ -11,7 +11,7 @@ from .optimize import make_optimizer
 from .optimize.driver import check_budget, drive
 from .parallel import make_evaluator
 from .problem import Problem
-from .store import RunStore
+from .store import STOP_IT_FIRST, RunStore
 
 CHECKPOINT_EVERY = 500  # evaluations between checkpoints (at the next generation / step boundary)
 
@@ -22,42 +22,63 @@ def start_run(store: RunStore, problem: Problem, algorithm: str, *, evaluations:
               checkpoint_every: int = CHECKPOINT_EVERY, on_created=None, initial=None):
     """Create the run, then optimize; returns (run id, OptimizeResult). Bad input writes nothing.
 
-    ``initial`` placements seed the search and are stored with the run, so a resume
-    before the first checkpoint starts exactly as the original did.
+    The evaluator is built (a Dask scheduler connected to) before the run is recorded, so
+    an unreachable cluster leaves no failed run behind. ``initial`` placements seed the
+    search and are stored with the run, so a resume before the first checkpoint starts
+    exactly as the original did.
     """
     check_budget(evaluations, seconds)
     optimizer = make_optimizer(problem, algorithm, seed=seed, params=params, evaluations=evaluations,
                                initial=initial)
-    run_id = store.create_run(problem, algorithm, optimizer.params, seed, evaluations=evaluations, seconds=seconds,
-                              label=label, initial=optimizer.initial)
-    if on_created is not None:
-        on_created(run_id)
-    return run_id, _drive(store, run_id, optimizer, evaluations, seconds, None, workers, dask, evaluator, progress,
-                          stop, checkpoint_every)
+    own = evaluator is None
+    evaluator = evaluator or make_evaluator(problem, workers=workers, dask=dask)
+    try:
+        run_id = store.create_run(problem, algorithm, optimizer.params, seed, evaluations=evaluations,
+                                  seconds=seconds, label=label, initial=optimizer.initial)
+        if on_created is not None:
+            on_created(run_id)
+    except BaseException:
+        if own:
+            evaluator.close()
+        raise
+    return run_id, _drive(store, run_id, optimizer, evaluations, seconds, None, evaluator, own, progress, stop,
+                          checkpoint_every)
 
 
 def resume_run(store: RunStore, run_id: int, *, workers: int = 1, dask=None, evaluator=None, progress=None,
                stop=None, checkpoint_every: int = CHECKPOINT_EVERY):
-    """Continue a stopped or interrupted run from its last checkpoint (from the start if it has none)."""
+    """Continue a stopped or interrupted run from its last checkpoint (from the start if it has none).
+
+    A run that is still running in a live process is refused: two processes must never drive
+    one run. Nothing is written until the evaluator is ready and the run is claimed.
+    """
     rec = store.get(run_id)
     from .errors import InputError
     if rec.status == "done":
         raise InputError(f"run {run_id} has already finished", field="--resume",
                          fix="Start a new run, or resume one that was stopped or interrupted")
+    if rec.alive:
+        raise InputError(f"run {run_id} is still running ({rec.where}); two processes must not drive one run",
+                         field="--resume", fix=f"{STOP_IT_FIRST} resumed")
     problem = store.problem(run_id)
     optimizer = make_optimizer(problem, rec.algorithm, seed=rec.seed, params=rec.params,
                                evaluations=rec.budget_evaluations, initial=store.initial(run_id))
     state = store.load_checkpoint(run_id)
-    store.claim(run_id)
-    return _drive(store, run_id, optimizer, rec.budget_evaluations, rec.budget_seconds, state, workers, dask,
-                  evaluator, progress, stop, checkpoint_every)
-
-
-def _drive(store, run_id, optimizer, evaluations, seconds, state, workers, dask, evaluator, progress, stop,
-           checkpoint_every):
     own = evaluator is None
+    evaluator = evaluator or make_evaluator(problem, workers=workers, dask=dask)
     try:
-        evaluator = evaluator or make_evaluator(optimizer.problem, workers=workers, dask=dask)
+        store.claim(run_id, expected=rec)
+    except BaseException:
+        if own:
+            evaluator.close()
+        raise
+    return _drive(store, run_id, optimizer, rec.budget_evaluations, rec.budget_seconds, state, evaluator, own,
+                  progress, stop, checkpoint_every)
+
+
+def _drive(store, run_id, optimizer, evaluations, seconds, state, evaluator, own, progress, stop,
+           checkpoint_every):
+    try:
         try:
             result = drive(optimizer, evaluations=evaluations, seconds=seconds, evaluator=evaluator,
                            progress=progress, stop=stop, state=state,

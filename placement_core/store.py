@@ -170,6 +170,21 @@ class RunRecord:
             return "interrupted"
         return self.status
 
+    @property
+    def alive(self) -> bool:
+        """Running, and its process still drives it (or may: one on another host cannot be checked)."""
+        return self.display_status == "running"
+
+    @property
+    def where(self) -> str:
+        """``process 123 on host h``: where a running run is driven."""
+        return f"process {self.pid} on {self.host}" if self.pid else f"a process on {self.host}"
+
+
+# What to do about a run that is still running (delete, resume)
+STOP_IT_FIRST = ("Stop it first (Ctrl-C where it runs, or Stop on the dashboard's Optimize page) or wait until it "
+                 "finishes; a run whose process is gone shows as interrupted and can be")
+
 
 def _alive(pid: int) -> bool:
     try:
@@ -277,11 +292,22 @@ class RunStore:
             self.get(run_id)
         return row["network_hash"], row["devices_hash"]
 
-    def claim(self, run_id: int) -> None:
-        """Mark a run as running in this process again (resume)."""
+    def claim(self, run_id: int, expected: RunRecord | None = None) -> None:
+        """Mark a run as running in this process again (resume).
+
+        With ``expected`` (the record the caller checked), only if its status and process are
+        unchanged: of two processes resuming the same run at once, one gets an InputError.
+        """
         with self._tx() as c:
-            c.execute("UPDATE runs SET status='running', pid=?, host=?, updated=?, error=NULL WHERE id=?",
-                      (os.getpid(), socket.gethostname(), time.time(), run_id))
+            sql = "UPDATE runs SET status='running', pid=?, host=?, updated=?, error=NULL WHERE id=?"
+            args = [os.getpid(), socket.gethostname(), time.time(), run_id]
+            if expected is not None:
+                sql += " AND status=? AND pid IS ? AND host IS ?"
+                args += [expected.status, expected.pid, expected.host]
+            if c.execute(sql, args).rowcount == 0:
+                self.get(run_id)
+                raise InputError(f"run {run_id} was just resumed by another process", field="--resume",
+                                 fix="Let that process drive it; see `placement runs show` for its state")
 
     def checkpoint(self, run_id: int, state: dict) -> None:
         blob = zlib.compress(json.dumps(state, separators=(",", ":")).encode())
@@ -332,9 +358,19 @@ class RunStore:
                       (time.time(), run_id))
 
     def delete(self, run_id: int) -> None:
-        self.get(run_id)
+        """Delete a run and everything stored with it; a run that is still running is refused."""
+        rec = self.get(run_id)
+        if rec.alive:
+            raise InputError(f"run {rec.id} is still running ({rec.where})", field="run",
+                             fix=f"{STOP_IT_FIRST} deleted")
         with self._tx() as c:
-            c.execute("DELETE FROM runs WHERE id=?", (run_id,))
+            # only as checked: a resume that claimed the run in between keeps it
+            gone = c.execute("DELETE FROM runs WHERE id=? AND status=? AND pid IS ? AND host IS ?",
+                             (rec.id, rec.status, rec.pid, rec.host)).rowcount
+        if not gone:
+            self.get(run_id)
+            raise InputError(f"run {rec.id} was resumed while it was being deleted", field="run",
+                             fix=f"{STOP_IT_FIRST} deleted")
 
     # -- reading -------------------------------------------------------------------------------
     def _record(self, row: sqlite3.Row) -> RunRecord:

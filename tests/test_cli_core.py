@@ -154,3 +154,118 @@ def test_console_script_runs_without_traceback(tmp_path):
     assert proc.stderr.strip() == (f"error: {bad}: channels: no route for a -> b, b -> a; any two devices may have "
                                    "to exchange a tensor. Add each missing [SRC, DST] pair to the routes of the "
                                    "channel that carries it")
+
+
+# -- Exprimo placement files: Block names and stale keys are ignored, as Exprimo does -------------------
+
+TINY_OPS = ["data", "conv1", "pool1", "mix/a", "mix/b", "mix/inner/d", "mix/cat", "fc", "softmax"]
+
+
+def _exprimo_files(tmp_path, assignment):
+    net = tmp_path / "tiny.json"
+    net.write_text(json.dumps(NET))
+    placement = tmp_path / "assignment.json"
+    placement.write_text(json.dumps(assignment))
+    return str(net), str(placement)
+
+
+def test_exprimo_placements_ignore_keys_that_are_not_ops(capsys, tmp_path):
+    """Exprimo's own files carry Block names (mix, mix/inner) and keys of other networks (res2a, Logits)."""
+    ours = {**{n: 1 for n in TINY_OPS}, "data": 0, "conv1": 0}
+    extra = {"mix": 2, "mix/inner": 2, "res2a_branch1": 2, "Logits": [0, 2]}  # applied, they would use gpu1
+    net, placement = _exprimo_files(tmp_path, {**ours, **extra})
+    argv = ["simulate", "--network", net, "--devices", "malvik", "--placement", placement, "--profile",
+            "exprimo-2020"]
+    code, out, err = run(capsys, *argv, "--json")
+    assert code == 0 and err == "", err
+    r = json.loads(out)
+    assert r["ignored_placement_keys"] == 4
+    assert r["devices"]["gpu1"]["busy_s"] == 0 and r["devices"]["cpu0"]["busy_s"] > 0
+    # the same as the placement without the extra keys
+    (tmp_path / "plain").mkdir()
+    net2, placement2 = _exprimo_files(tmp_path / "plain", ours)
+    code, plain, _ = run(capsys, "simulate", "--network", net2, "--devices", "malvik", "--placement", placement2,
+                         "--profile", "exprimo-2020", "--json")
+    assert json.loads(plain)["makespan_s"] == r["makespan_s"] and json.loads(plain)["ignored_placement_keys"] == 0
+    code, out, err = run(capsys, *argv)
+    assert code == 0 and err == ""
+    assert ("note: 4 key(s) of the placement file are not ops of the network and were ignored, as Exprimo does "
+            "(Block names and stale keys): mix, mix/inner, res2a_branch1, Logits") in out
+    assert "(Block names and stale keys)" not in run(capsys, "simulate", "--network", net2, "--devices", "malvik",
+                                                     "--placement", placement2)[1]
+
+
+@pytest.mark.parametrize("assignment, text", [
+    # every op must still have a device
+    ({**{n: 1 for n in TINY_OPS if n != "fc"}, "mix": 1}, "assignment.json: placement: no device for op(s) fc. "
+                                                           "Assign every op of the network to a device"),
+    ({"conv1_x": 0, "res2a": 1}, "assignment.json: none of its 2 keys ('conv1_x', 'res2a') is an op of network "
+                                 "'tiny'. Use a placement made for this network"),
+    # an op's own entry is still checked
+    ({**{n: 1 for n in TINY_OPS}, "conv1": 9}, "assignment.json: conv1: device index 9 is out of range (0..2). Use an "
+                                               "index from 0 to 2: device graph 'malvik' has 3 device(s) (cpu0, "
+                                               "gpu0, gpu1)"),
+    ({**{n: 1 for n in TINY_OPS}, "conv1": [0, 1]}, "conv1: layer is sharded across devices [0, 1], which is not "
+                                                    "supported. Give each layer one device index"),
+    ({**{n: 1 for n in TINY_OPS}, "conv1": "gpu0"}, "conv1: expected a device index, got 'gpu0'"),
+])
+def test_exprimo_placement_errors(capsys, tmp_path, assignment, text):
+    net, placement = _exprimo_files(tmp_path, assignment)
+    code, out, err = run(capsys, "simulate", "--network", net, "--devices", "malvik", "--placement", placement)
+    assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith(f"error: {tmp_path}/")
+    assert text in err
+
+
+def test_placement_1_files_stay_strict(capsys, tmp_path):
+    """Our own format names every op: an unknown one is a mistake, not a Block name."""
+    net, _ = _exprimo_files(tmp_path, {})
+    placement = tmp_path / "p.json"
+    placement.write_text(json.dumps({"format": "placement/1", "assignment": {**{n: "gpu0" for n in TINY_OPS},
+                                                                             "mix": "gpu0"}}))
+    code, out, err = run(capsys, "simulate", "--network", net, "--devices", "malvik", "--placement", str(placement))
+    assert code == 2 and out == ""
+    assert err == (f"error: {placement}: assignment.mix: op 'mix' is not in network 'tiny'. Use a placement made "
+                   "for this network\n")
+
+
+def test_unknown_placement_format_names_the_accepted_ones(capsys, tmp_path):
+    placement = tmp_path / "p.json"
+    placement.write_text(json.dumps({"format": "placement/7", "assignment": {}}))
+    code, _, err = run(capsys, "simulate", "--network", "alexnet", "--devices", "malvik", "--placement",
+                       str(placement))
+    assert code == 2 and "format: unknown format 'placement/7'. Give a placement/1 placement, a placement-result/1 " \
+                          "file (from `placement optimize --out`) or an Exprimo placement" in err
+
+
+# -- files the CLI writes: checked before anything runs -------------------------------------------------
+
+@pytest.mark.parametrize("target, text", [
+    ("{tmp}/missing/t.json", "--trace: the folder '{tmp}/missing' does not exist. Create it first, or give a path in "
+                             "an existing folder"),
+    ("{tmp}", "--trace: is a directory. Give a file name, e.g. {tmp}/trace.json"),
+    ("{tmp}/file.txt/t.json", "--trace: '{tmp}/file.txt' is not a folder. Give a path in an existing folder"),
+])
+def test_trace_file_errors(capsys, tmp_path, target, text):
+    (tmp_path / "file.txt").write_text("x")
+    target, text = target.format(tmp=tmp_path), text.format(tmp=tmp_path)
+    code, out, err = run(capsys, "simulate", "--network", "alexnet", "--devices", "malvik", "--placement",
+                         "random:1", "--trace", target)
+    assert code == 2 and out == "" and err == f"error: {target}: {text}\n"
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() == 0,
+                    reason="root may write anywhere")
+def test_trace_into_a_read_only_folder(capsys, tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir(mode=0o555)
+    code, _, err = run(capsys, "simulate", "--network", "alexnet", "--devices", "malvik", "--placement", "random:1",
+                       "--trace", str(folder / "t.json"))
+    assert code == 2 and "--trace: the folder" in err and "is not writable" in err
+
+
+def test_simulate_json_describes_the_pipeline(capsys):
+    code, out, _ = run(capsys, "simulate", "--network", "alexnet", "--devices", "malvik", "--placement", "single:gpu0",
+                       "--schedule", "1f1b", "--micro-batches", "8", "--json")
+    r = json.loads(out)
+    assert (r["schedule"], r["micro_batches"], r["batch_size"], r["micro_batch_size"], r["batches"],
+            r["in_flight"]) == ("1f1b", 8, 128, 16, 1, 1)

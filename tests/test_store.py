@@ -282,6 +282,9 @@ def test_cli_runs_and_exports(capsys, tmp_path):
 
 @pytest.mark.parametrize("argv, text", [
     (["runs", "show", "7"], "there is no run 7"),
+    (["runs", "show", str(2**64)], "argument run: expected a run id, an integer from 1 to 9223372036854775807"),
+    (["runs", "delete", "-1"], "argument run: expected a run id"),
+    (["runs", "delete", "7"], "there is no run 7"),
     (["runs", "export", "7", "--out", "x.json"], "there is no run 7"),
     (["optimize", "--resume", "7"], "there is no run 7"),
     (["optimize", "--network", "alexnet"], "the following arguments are required: --devices, --algorithm"),
@@ -298,3 +301,96 @@ def test_cli_run_errors(capsys, tmp_path, argv, text):
         argv = argv + ["--home", home]
     code, out, err = cli(capsys, *argv)
     assert code == 2 and err.startswith("error: ") and text in err and err.count("\n") == 1
+
+
+# -- a run that is still running: not deleted, not resumed a second time ---------------------------------
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _set_process(home, run_id, pid, host=None):
+    import socket
+    with sqlite3.connect(home / "runs.sqlite") as c:
+        c.execute("UPDATE runs SET pid=?, host=? WHERE id=?", (pid, host or socket.gethostname(), run_id))
+
+
+def test_a_running_run_is_neither_deleted_nor_resumed_twice(capsys, tmp_path, problem):
+    import socket
+    with RunStore(home=tmp_path) as store:
+        run_id = store.create_run(problem, "random", {}, 0, evaluations=50)  # running in this (live) process
+        assert store.get(run_id).alive
+    for argv, action in ((["runs", "delete", str(run_id)], "deleted"), (["optimize", "--resume", str(run_id)],
+                                                                        "resumed")):
+        code, out, err = cli(capsys, *argv, "--home", str(tmp_path))
+        assert code == 2 and out == "" and err.count("\n") == 1
+        assert f"run {run_id} is still running (process {os.getpid()} on {socket.gethostname()})" in err
+        assert err.rstrip().endswith("Stop it first (Ctrl-C where it runs, or Stop on the dashboard's Optimize page) "
+                                     f"or wait until it finishes; a run whose process is gone shows as interrupted "
+                                     f"and can be {action}")
+    # a run on another host cannot be checked: refused as well, naming where it runs
+    _set_process(tmp_path, run_id, 4242, host="elsewhere")
+    code, _, err = cli(capsys, "runs", "delete", str(run_id), "--home", str(tmp_path))
+    assert code == 2 and "still running (process 4242 on elsewhere)" in err
+    with RunStore(home=tmp_path) as store:
+        rec = store.get(run_id)
+        assert (rec.status, rec.pid, rec.host) == ("running", 4242, "elsewhere")  # untouched
+    # once its process is gone the run is interrupted: it may be resumed, and deleted
+    _set_process(tmp_path, run_id, _dead_pid())
+    code, out, err = cli(capsys, "optimize", "--resume", str(run_id), "--home", str(tmp_path), "--json")
+    assert code == 0, err
+    assert json.loads(out)["evaluations"] == 50
+    other = None
+    with RunStore(home=tmp_path) as store:
+        other = store.create_run(problem, "random", {}, 0, evaluations=50)
+    _set_process(tmp_path, other, _dead_pid())
+    for rid in (run_id, other):
+        assert cli(capsys, "runs", "delete", str(rid), "--home", str(tmp_path))[:2] == (0, f"deleted run {rid}\n")
+    with RunStore(home=tmp_path) as store:
+        assert store.runs() == []
+
+
+def test_of_two_resumes_at_once_one_is_refused(store, problem):
+    run_id = store.create_run(problem, "random", {}, 0, evaluations=20)
+    store.stop(run_id)
+    seen = store.get(run_id)
+    store.claim(run_id, expected=seen)  # the other process got there first
+    with pytest.raises(InputError, match=f"run {run_id} was just resumed by another process"):
+        store.claim(run_id, expected=seen)
+    with pytest.raises(InputError, match="still running"):
+        resume_run(store, run_id)
+
+
+def test_a_resume_that_cannot_start_its_evaluator_changes_nothing(store, problem, monkeypatch):
+    import placement_core.runs as runs
+
+    run_id = store.create_run(problem, "random", {}, 0, evaluations=20)
+    store.stop(run_id)
+
+    def unreachable(*a, **kw):
+        raise InputError("cannot reach the Dask scheduler at 'tcp://127.0.0.1:1'", field="dask")
+
+    monkeypatch.setattr(runs, "make_evaluator", unreachable)
+    with pytest.raises(InputError, match="cannot reach"):
+        resume_run(store, run_id, dask="tcp://127.0.0.1:1")
+    with pytest.raises(InputError, match="cannot reach"):
+        start_run(store, problem, "random", evaluations=10, dask="tcp://127.0.0.1:1")
+    [rec] = store.runs()
+    assert (rec.id, rec.status, rec.error) == (run_id, "stopped", None)
+
+
+@pytest.mark.parametrize("target, text", [
+    ("{tmp}/none/x.json", "error: {tmp}/none/x.json: --out: the folder '{tmp}/none' does not exist. Create it "
+                          "first, or give a path in an existing folder"),
+    ("{tmp}", "error: {tmp}: --out: is a directory. Give a file name, e.g. {tmp}/run1-placement"),
+    ("", "error: --out: is empty. Give a file name such as run1-placement"),
+])
+def test_export_to_a_bad_path(capsys, tmp_path, target, text):
+    home = str(tmp_path / "h")
+    cli(capsys, "optimize", "--network", "alexnet", "--devices", "malvik", "--algorithm", "random", "--budget", "10",
+        "--home", home)
+    target, text = target.format(tmp=tmp_path), text.format(tmp=tmp_path)
+    code, out, err = cli(capsys, "runs", "export", "1", "--home", home, "--out", target)
+    assert code == 2 and out == "" and err.startswith(text) and err.count("\n") == 1

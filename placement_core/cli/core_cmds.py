@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ..catalog import builtin_devices, builtin_networks, load_devices, load_network
-from ..errors import InputError
 from ..jsonio import write_json
-from ..placement import parse_placement_spec
+from ..placement import describe_ignored, parse_placement_spec
 from .common import add_problem_options, build_problem, human_bytes, human_seconds, print_json, table
+from .validate import check_output_file
 
 
 def register(sub) -> None:
@@ -62,6 +60,30 @@ def cmd_devices(args) -> int:
     return 0
 
 
+def batch_summary(problem) -> dict:
+    """How the problem runs its batch: the fields ``simulate --json`` and ``optimize --json`` share.
+
+    Under gpipe/1f1b the problem's graph is one micro-batch; ``batch_size`` is the whole batch,
+    ``micro_batch_size`` the graph's, and ``batches`` counts whole batches (not micro-batches).
+    """
+    s = problem.settings
+    m = s.micro_batches
+    pipelined = s.schedule != "thesis"
+    return {"batch_size": problem.graph.batch_size * m, "micro_batch_size": problem.graph.batch_size,
+            "batches": s.batches // m,
+            # gpipe/1f1b admit every micro-batch of the one batch at once; "in flight" is the thesis scheme's
+            "in_flight": 1 if pipelined else s.in_flight,
+            "schedule": s.schedule, "micro_batches": m}
+
+
+def describe_batches(summary: dict) -> str:
+    """``4 batch(es), 2 in flight`` or ``gpipe schedule, 4 micro-batches of 32`` for the text output."""
+    if summary["schedule"] == "thesis":
+        return f"{summary['batches']} batch(es), {summary['in_flight']} in flight"
+    return (f"{summary['schedule']} schedule, {summary['micro_batches']} micro-batches of "
+            f"{summary['micro_batch_size']}")
+
+
 def simulation_report(problem, placement_spec: str, ev) -> dict:
     r = ev.result
     devices = {}
@@ -73,14 +95,8 @@ def simulation_report(problem, placement_spec: str, ev) -> dict:
                 for j, c in enumerate(problem.devices.channels)}
     used = r.busy > 0
     bubble = float(r.idle_fraction()[used].mean()) if used.any() else 0.0
-    m = problem.settings.micro_batches
-    pipelined = problem.settings.schedule != "thesis"
-    return {"network": problem.graph.name, "ops": len(problem.graph), "batch_size": problem.graph.batch_size * m,
-            "micro_batch_size": problem.graph.batch_size,
+    return {"network": problem.graph.name, "ops": len(problem.graph), **batch_summary(problem),
             "device_graph": problem.devices.name, "profile": problem.profile.name, "placement": placement_spec,
-            # gpipe/1f1b admit every micro-batch of the one batch at once; "in flight" is the thesis scheme's
-            "batches": r.batches, "in_flight": 1 if pipelined else problem.settings.in_flight,
-            "schedule": problem.settings.schedule, "micro_batches": problem.settings.micro_batches,
             "bubble_fraction": bubble,
             "forward_only": problem.settings.forward_only, "makespan_s": r.makespan,
             "batch_time_s": r.batch_time, "objective_s": ev.objective, "penalty": problem.penalty,
@@ -88,26 +104,23 @@ def simulation_report(problem, placement_spec: str, ev) -> dict:
 
 
 def cmd_simulate(args) -> int:
+    trace_path = check_output_file(args.trace, "--trace", "trace.json") if args.trace is not None else None
     problem = build_problem(args)
-    placement = parse_placement_spec(args.placement, problem.graph, problem.devices)
-    ev = problem.simulate(placement, trace=bool(args.trace))
-    if args.trace:
+    ignored: list[str] = []
+    placement = parse_placement_spec(args.placement, problem.graph, problem.devices, ignored=ignored)
+    ev = problem.simulate(placement, trace=trace_path is not None)
+    if trace_path is not None:
         from ..simulate.chrome import chrome_trace
-        path = Path(args.trace)
-        if path.is_dir():
-            raise InputError("is a directory", source=args.trace, field="--trace", fix="Give a file name")
-        write_json(path, chrome_trace(ev.result, problem.devices.names,
+        write_json(trace_path, chrome_trace(ev.result, problem.devices.names,
                                       [c.name for c in problem.devices.channels],
                                       title=f"{problem.graph.name} on {problem.devices.name}"), indent=None)
     report = simulation_report(problem, args.placement, ev)
+    report["ignored_placement_keys"] = len(ignored)  # Exprimo files: keys that are not ops (Block names, stale)
     if args.json:
         print_json(report)
         return 0
     r = ev.result
-    if report["schedule"] == "thesis":
-        how = f"{r.batches} batch(es), {report['in_flight']} in flight"
-    else:
-        how = f"{report['schedule']} schedule, {report['micro_batches']} micro-batches of {report['micro_batch_size']}"
+    how = describe_batches(report)
     print(f"{report['network']} ({report['ops']} ops, batch {report['batch_size']}) on "
           f"{report['device_graph']}, profile {report['profile']}, {how}"
           + (", forward only" if report["forward_only"] else ""))
@@ -115,6 +128,8 @@ def cmd_simulate(args) -> int:
           f"{human_seconds(r.batch_time)}, {r.transfers} transfers, "
           + ("fits in memory" if ev.feasible else "OVERFLOWS memory") + f", objective {ev.objective:.6g} s, "
           f"bubble {report['bubble_fraction']:.1%} (mean idle share of the devices used)")
+    if ignored:
+        print(f"note: {describe_ignored(ignored)}")
     print()
     rows = []
     for name, d in report["devices"].items():
@@ -129,6 +144,6 @@ def cmd_simulate(args) -> int:
                  f"{c['busy_s'] / r.makespan:.0%}" if r.makespan > 0 else "0%"]
                 for name, c in report["channels"].items()]
         print(table(rows, ["channel", "traffic", "busy", "util"], right=(1, 2, 3)))
-    if args.trace:
+    if trace_path is not None:
         print(f"\ntrace written to {args.trace} (open it in https://ui.perfetto.dev)")
     return 0

@@ -8,7 +8,9 @@ import time
 from ..errors import InputError
 from ..jsonio import write_json
 from ..placement import placement_to_dict
-from .common import add_problem_options, build_problem, human_seconds, positive_int, print_json
+from .common import add_problem_options, build_problem, human_seconds, print_json
+from .core_cmds import batch_summary, describe_batches
+from .validate import check_output_file, count_int, positive_seconds, run_id as run_id_arg, seed_int, workers_int
 
 
 def register(sub) -> None:
@@ -19,16 +21,18 @@ def register(sub) -> None:
     add_problem_options(p, required=False)  # not needed with --resume
     p.add_argument("--algorithm", choices=list(ALGORITHMS), metavar="NAME",
                    help="one of: " + ", ".join(ALGORITHMS))
-    p.add_argument("--budget", type=positive_int, help="evaluations (default 20000)")
-    p.add_argument("--seconds", type=float, help="wall-clock budget; with --budget, whichever ends first")
-    p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same result; default 0)")
+    p.add_argument("--budget", type=count_int, help="evaluations (default 20000)")
+    p.add_argument("--seconds", type=positive_seconds,
+                   help="wall-clock budget; with --budget, whichever ends first")
+    p.add_argument("--seed", type=seed_int, default=0,
+                   help="random seed, 0 to 2^63-1 (same seed, same result; default 0)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="algorithm parameter, repeatable (see `placement algorithms`)")
     par = p.add_mutually_exclusive_group()
-    par.add_argument("--workers", type=positive_int, default=1, help="local worker processes (default 1)")
+    par.add_argument("--workers", type=workers_int, default=1, help="local worker processes (default 1)")
     par.add_argument("--dask", metavar="ADDRESS", help="evaluate on a Dask cluster (tcp://host:8786)")
     p.add_argument("--out", metavar="FILE", help="write the result: placement/1 + history (+ archive, plan)")
-    p.add_argument("--resume", type=int, metavar="RUN_ID",
+    p.add_argument("--resume", type=run_id_arg, metavar="RUN_ID",
                    help="continue a stopped or interrupted stored run from its last checkpoint (the problem, "
                         "algorithm and budget are the run's own)")
     p.add_argument("--no-store", action="store_true", help="do not record the run in the run store")
@@ -84,8 +88,7 @@ def result_to_dict(result, problem) -> dict:
         "params": result.params,
         "seed": result.seed,
         "problem": {"network": problem.graph.name, "devices": problem.devices.name, "profile": problem.profile.name,
-                    "batch_size": problem.graph.batch_size, "batches": problem.settings.batches,
-                    "in_flight": problem.settings.in_flight, "forward_only": problem.settings.forward_only,
+                    **batch_summary(problem), "forward_only": problem.settings.forward_only,
                     "penalty": problem.penalty},
         "best_objective_s": result.best_objective,
         "batch_time_s": result.best.result.batch_time,
@@ -100,6 +103,9 @@ def result_to_dict(result, problem) -> dict:
     extras = result.extras
     if "planned_makespan_s" in extras:
         out["planned_makespan_s"] = extras["planned_makespan_s"]
+        # HEFT plans one step of the problem's graph: under gpipe/1f1b that is one micro-batch, while
+        # best_objective_s is the simulated time per whole batch; do not compare the two blindly
+        out["planned_for"] = "micro-batch" if problem.settings.schedule != "thesis" else "batch"
         out["plan"] = extras.get("plan", [])
     if extras.get("archive") is not None:
         archive = extras["archive"]
@@ -116,6 +122,7 @@ def cmd_optimize(args) -> int:
     from ..store import RunStore
 
     bar = ProgressBar(enabled=not args.quiet and sys.stderr.isatty())
+    out_path = check_output_file(args.out, "--out") if args.out is not None else None
     run_id = None
     if args.resume is not None:
         with RunStore(home=args.home) as store:
@@ -130,8 +137,6 @@ def cmd_optimize(args) -> int:
                              "(see `placement optimize --help`)")
         problem = build_problem(args)
         evaluations = args.budget if args.budget or args.seconds else 20000
-        if args.seconds is not None and not args.seconds > 0:
-            raise InputError(f"--seconds must be positive, got {args.seconds}", field="--seconds")
         params = parse_params(args.param)
         if args.no_store:
             result = run(problem, args.algorithm, evaluations=evaluations, seconds=args.seconds, seed=args.seed,
@@ -144,17 +149,21 @@ def cmd_optimize(args) -> int:
     data = result_to_dict(result, problem)
     if run_id is not None:
         data["run_id"] = run_id
-    if args.out:
-        write_json(args.out, data)
+    if out_path is not None:
+        write_json(out_path, data)
     if args.json:
         print_json(data)
         return 0
-    print(f"{result.algorithm} on {problem.graph.name} / {problem.devices.name}: best objective "
+    summary = data["problem"]
+    print(f"{result.algorithm} on {problem.graph.name} / {problem.devices.name} (batch {summary['batch_size']}, "
+          f"{describe_batches(summary)}): best objective "
           f"{result.best_objective:.6g} s (batch time {human_seconds(data['batch_time_s'])}, "
           + ("fits in memory" if data["feasible"] else "overflows memory")
           + f") after {result.evaluations} evaluations in {result.wall_s:.1f} s")
     if "planned_makespan_s" in data:
-        print(f"HEFT planned makespan {human_seconds(data['planned_makespan_s'])}")
+        unit = (f"one micro-batch of {summary['micro_batch_size']}, not the whole batch"
+                if data["planned_for"] == "micro-batch" else "one batch")
+        print(f"HEFT planned makespan {human_seconds(data['planned_makespan_s'])} (its own plan for {unit})")
     if "archive" in data:
         arch = result.extras["archive"]
         print(f"archive: {len(arch)} niches filled ({arch.coverage:.1%} of {'x'.join(map(str, arch.shape))})")

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
-from ..errors import InputError
 from ..exports import RUN_EXPORTS as FORMATS
 from .common import human_seconds, print_json, table
+from .validate import check_output_file, run_id, write_output_bytes
 
 EXPORTS = tuple(FORMATS)
 
@@ -28,21 +27,21 @@ def register(sub) -> None:
     p.set_defaults(handler=cmd_list)
     p = rsub.add_parser("show", help="one run: problem, parameters, result, history")
     add_home(p)
-    p.add_argument("run", type=int)
+    p.add_argument("run", type=run_id)
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_show)
     p = rsub.add_parser("export", help="export a run's placement, archive, history, trace or benchmarks")
     add_home(p)
-    p.add_argument("run", type=int)
+    p.add_argument("run", type=run_id)
     p.add_argument("--what", choices=EXPORTS, default="placement",
                    help="placement (placement/1 JSON), torch (device map JSON), snippet (Python), archive "
                         "(CSV/Parquet), history (CSV), trace (Chrome JSON), benchmarks (CSV)")
     p.add_argument("--format", choices=["json", "csv", "parquet", "py"], help="default: the natural one")
     p.add_argument("--out", required=True, metavar="FILE")
     p.set_defaults(handler=cmd_export)
-    p = rsub.add_parser("delete", help="delete a run and everything stored with it")
+    p = rsub.add_parser("delete", help="delete a run and everything stored with it (not while it runs)")
     add_home(p)
-    p.add_argument("run", type=int)
+    p.add_argument("run", type=run_id)
     p.set_defaults(handler=cmd_delete)
 
 
@@ -102,12 +101,10 @@ def cmd_show(args) -> int:
 
 def cmd_export(args) -> int:
     from ..exports import export_run
-    out = Path(args.out)
-    if out.is_dir():
-        raise InputError("is a directory", source=str(out), field="--out", fix="Give a file name")
+    out = check_output_file(args.out, "--out", f"run{args.run}-{args.what}")
     with open_store(args) as store:
         exported = export_run(store, args.run, args.what, args.format)
-    out.write_bytes(exported.data)
+    write_output_bytes(out, exported.data, "--out")
     print(f"wrote {out}")
     return 0
 

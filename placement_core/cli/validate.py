@@ -1,0 +1,120 @@
+"""Checks of command-line values before any work starts.
+
+Files the CLI writes (``--out``, ``--trace``) are checked up front and written
+atomically; integers that end up in SQLite or a random generator are
+range-checked when parsed. A bad value must fail at once with one ``error:``
+line (exit 2), not after a long optimization, and never as exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import tempfile
+from pathlib import Path
+
+from ..errors import InputError
+
+
+def check_output_file(spec: str, option: str, example: str = "result.json") -> Path:
+    """``spec`` as a Path that can be written: not a directory, in an existing, writable folder."""
+    if not spec or not spec.strip():
+        raise InputError("is empty", field=option, fix=f"Give a file name such as {example}")
+    path = Path(spec)
+    if path.is_dir():
+        raise InputError("is a directory", source=spec, field=option,
+                         fix=f"Give a file name, e.g. {path / example}")
+    parent = path.parent
+    if not parent.exists():
+        raise InputError(f"the folder {str(parent)!r} does not exist", source=spec, field=option,
+                         fix="Create it first, or give a path in an existing folder")
+    if not parent.is_dir():
+        raise InputError(f"{str(parent)!r} is not a folder", source=spec, field=option,
+                         fix="Give a path in an existing folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"the folder {str(parent)!r} is not writable", source=spec, field=option,
+                         fix="Give a path in a folder you can write to")
+    return path
+
+
+def write_output_bytes(path: str | os.PathLike, data: bytes, option: str) -> None:
+    """Write atomically (a crash leaves the old file or the new one); OSError becomes an InputError."""
+    path = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as e:
+        raise InputError(f"cannot be written ({e.strerror})", source=str(path), field=option,
+                         fix="Check that the folder exists and is writable") from None
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(e, OSError):
+            raise InputError(f"cannot be written ({e.strerror})", source=str(path), field=option,
+                             fix="Check the disk space and the permissions") from None
+        raise
+
+
+# -- argparse types ------------------------------------------------------------------------------------
+
+MAX_INT = 2**63 - 1  # SQLite's INTEGER and numpy's seeds stop here
+
+
+def _int_in(text: str, lo: int, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not lo <= value <= MAX_INT:
+        raise argparse.ArgumentTypeError(f"expected {what} from {lo} to {MAX_INT}, got {text!r}")
+    return value
+
+
+def seed_int(text: str) -> int:
+    """A random seed: 0 .. 2**63 - 1."""
+    return _int_in(text, 0, "an integer")
+
+
+def count_int(text: str) -> int:
+    """A positive count that is stored (a budget in evaluations): 1 .. 2**63 - 1."""
+    return _int_in(text, 1, "a positive integer")
+
+
+def run_id(text: str) -> int:
+    """A stored run's id: 1 .. 2**63 - 1."""
+    return _int_in(text, 1, "a run id, an integer")
+
+
+def positive_seconds(text: str) -> float:
+    """A positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive, finite number of seconds, got {text!r}")
+    return value
+
+
+MAX_WORKERS = 1024
+
+
+def workers_int(text: str) -> int:
+    """Local worker processes: 1 .. 1024 (each is a whole Python process)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"expected a number of worker processes from 1 to {MAX_WORKERS}, "
+                                         f"got {text!r}")
+    return value
