@@ -311,6 +311,16 @@ def earlier_points(exclude: set[int]) -> list[dict]:
     return out
 
 
+def points_csv(points: list[dict]) -> bytes:
+    """The benchmarked placements the page shows, as CSV (times in seconds, as the run store keeps them)."""
+    from placement_core.exports import rows_to_csv
+
+    return rows_to_csv([{"placement": p["placement"], "status": p["status"], "simulated_s": p["simulated_s"],
+                         "measured_median_s": p["measured_s"], "iqr_s": p["iqr_s"], "devices": p["devices"],
+                         "runner": p["runner"], "batch_size": p["batch"], "stored_benchmark": p.get("stored_id"),
+                         "note": p["message"]} for p in points]).encode()
+
+
 def draw_results(points: list[dict]) -> None:
     s = state.ss()
     st.markdown("##### Measured against simulated")
@@ -322,6 +332,9 @@ def draw_results(points: list[dict]) -> None:
                  hide_index=True, key="bench_table",
                  column_config={k: st.column_config.NumberColumn(format="%.4g")
                                 for k in ("simulated (ms)", "measured median (ms)", "spread, IQR (ms)")})
+    st.download_button("Download as CSV", points_csv(points), file_name=f"benchmarks-{state.graph().name}.csv",
+                       mime="text/csv", key="bench_csv", icon=":material/download:", on_click="ignore",
+                       help="The placements above with their simulated and measured times, in seconds.")
     ok = [p for p in points if p["status"] == "ok" and p["measured_s"] is not None and p["simulated_s"] is not None]
     if not ok:
         st.caption("No successful measurement yet.")

@@ -155,9 +155,7 @@ def export_run(store, run_id: int, what: str, fmt: str | None = None) -> Export:
         text = rows_to_csv([{"evaluations": int(e), "best_s": b, "current_s": c}
                             for e, b, c in store.history(r.id).tolist()])
     else:  # benchmarks
-        rows = [{"benchmark": b["id"], "placement": b["label"], "runner": b["runner"], "devices": b["devices_spec"],
-                 "simulated_s": b["simulated_s"], "measured_median_s": b["measured_median_s"],
-                 "host": b["machine"].get("host")} for b in store.benchmarks(run_id=r.id)]
+        rows = benchmark_rows(store.benchmarks(run_id=r.id))
         if not rows:
             raise InputError(f"run {r.id} has no benchmarks", field="--what",
                              fix="Benchmark its placement from the dashboard's Benchmark page")
@@ -165,3 +163,43 @@ def export_run(store, run_id: int, what: str, fmt: str | None = None) -> Export:
     suffix = {"placement": "placement", "torch": "torch-devices", "snippet": "placement", "trace": "trace",
               "archive": "archive", "history": "history", "benchmarks": "benchmarks"}[what]
     return Export(text.encode(), f"run{r.id}-{suffix}.{fmt}", _MIME[fmt])
+
+
+# -- benchmark comparisons: every stored measurement, or those of one network ------------------------------
+
+BENCHMARK_COLUMNS = ("benchmark", "created", "network", "batch_size", "run", "placement", "runner", "devices",
+                     "status", "simulated_s", "measured_median_s", "iqr_s", "host")
+
+
+def benchmark_rows(benchmarks: list[dict]) -> list[dict]:
+    """One flat row per stored measurement (``RunStore.benchmarks()``), columns :data:`BENCHMARK_COLUMNS`.
+
+    ``simulated_s`` is empty for measurements from ``placement benchmark`` (it simulates nothing);
+    ``run`` is the stored run the placement came from, if any.
+    """
+    import time
+
+    rows = []
+    for b in benchmarks:
+        result = b.get("result") or {}
+        rows.append({"benchmark": b["id"], "created": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(b["created"])),
+                     "network": b["network_name"], "batch_size": b.get("batch_size"), "run": b.get("run_id"),
+                     "placement": b.get("label"), "runner": b["runner"], "devices": b["devices_spec"],
+                     "status": result.get("status"), "simulated_s": b["simulated_s"],
+                     "measured_median_s": b["measured_median_s"], "iqr_s": result.get("iqr_s"),
+                     "host": (b.get("machine") or {}).get("host")})
+    return rows
+
+
+def export_benchmarks(store, network: str | None = None) -> Export:
+    """Every stored benchmark (of one network, by name) as CSV: the comparison of placements measured for real."""
+    rows = benchmark_rows(store.benchmarks(network_name=network))
+    if not rows:
+        where = f" of network {network!r}" if network else ""
+        names = sorted({b["network_name"] for b in store.benchmarks()}) if network else []
+        fix = ("Stored benchmarks are of: " + ", ".join(names)) if names else \
+            "Record some with `placement benchmark` or the dashboard's Benchmark page"
+        raise InputError(f"there are no benchmarks{where} in {store.path}", field="--network" if network else None,
+                         fix=fix)
+    name = f"benchmarks-{re.sub(r'[^A-Za-z0-9_.-]+', '_', network)}.csv" if network else "benchmarks.csv"
+    return Export(rows_to_csv(rows).encode(), name, _MIME["csv"])

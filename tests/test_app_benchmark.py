@@ -141,3 +141,44 @@ def test_drawing_the_pages_does_not_import_torch():
     """)
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert "torch imported: False" in out.stdout, out.stdout + out.stderr
+
+
+def test_the_benchmarked_placements_download_as_csv(monkeypatch):
+    """A "Download as CSV" button under the table carries its rows (times in seconds) for comparing elsewhere."""
+    import csv
+    import io
+
+    import streamlit as st
+
+    monkeypatch.setattr(benchview, "run_benchmark",
+                        lambda *a, **kw: [fake_result(t) for t in (0.050, 0.020)])
+    offered = []
+    original = st.download_button
+
+    def spy(label, data, *args, **kwargs):
+        offered.append((label, data, kwargs.get("file_name"), kwargs.get("mime")))
+        return original(label, data, *args, **kwargs)
+
+    at = bench_page()
+    assert not at.get("download_button")  # nothing measured yet, nothing to download
+    monkeypatch.setattr(st, "download_button", spy)
+    options = at.multiselect(key="bench_chosen").options
+    chosen = [o for o in options if o.startswith("all on")][:2]
+    at.multiselect(key="bench_chosen").set_value(chosen).run()
+    run_jobs(at)
+    assert_clean(at)
+    assert [b.proto.label for b in at.get("download_button")] == ["Download as CSV"]
+    label, data, file_name, mime = offered[-1]
+    assert (label, file_name, mime) == ("Download as CSV", "benchmarks-resnet50.csv", "text/csv")
+    rows = list(csv.DictReader(io.StringIO(data.decode())))
+    table = frame(at, "placement")
+    assert [r["placement"] for r in rows] == list(table["placement"]) == chosen
+    assert [float(r["measured_median_s"]) for r in rows] == [0.050, 0.020]
+    assert [float(r["iqr_s"]) for r in rows] == pytest.approx([0.050 * 0.2, 0.020 * 0.2])
+    assert [float(r["simulated_s"]) * 1e3 for r in rows] == pytest.approx(list(table["simulated (ms)"]))
+    assert {(r["status"], r["devices"], r["runner"], r["batch_size"]) for r in rows} == {("ok", "cpu:2", "ranks", "8")}
+    # the rows name the measurements kept in the run store
+    from placement_core.store import RunStore
+    with RunStore() as store:
+        assert [str(b["id"]) for b in store.benchmarks(network_name="resnet50")] == \
+            [r["stored_benchmark"] for r in rows]

@@ -394,3 +394,61 @@ def test_export_to_a_bad_path(capsys, tmp_path, target, text):
     target, text = target.format(tmp=tmp_path), text.format(tmp=tmp_path)
     code, out, err = cli(capsys, "runs", "export", "1", "--home", home, "--out", target)
     assert code == 2 and out == "" and err.startswith(text) and err.count("\n") == 1
+
+
+# -- benchmarks: every stored measurement as CSV from the command line -------------------------------------
+
+def _benchmark(store, network, label, measured, simulated=None, run_id=None, batch=8):
+    return store.add_benchmark(network_name=network, devices_spec="cpu:2", runner="ranks",
+                               placement={"x": "cpu0"}, simulated_s=simulated, measured_median_s=measured,
+                               result={"status": "ok", "median_step_s": measured, "iqr_s": measured / 10},
+                               run_id=run_id, label=label, batch_size=batch)
+
+
+def test_stored_benchmarks_export_as_csv(capsys, tmp_path, problem):
+    import csv
+    import io
+    import socket
+
+    home = tmp_path / "h"
+    with RunStore(home=home) as store:
+        run_id, _ = start_run(store, problem, "random", evaluations=10)
+        ids = [_benchmark(store, "alexnet", "single:cpu0", 0.25),  # from `placement benchmark`: no simulation
+               _benchmark(store, "resnet50", "all on gpu0", 0.5, simulated=0.4, batch=16),
+               _benchmark(store, "alexnet", f"best of run {run_id}", 0.125, simulated=0.1, run_id=run_id)]
+    columns = ["benchmark", "created", "network", "batch_size", "run", "placement", "runner", "devices", "status",
+               "simulated_s", "measured_median_s", "iqr_s", "host"]
+
+    out = tmp_path / "all.csv"
+    code, text, err = cli(capsys, "runs", "benchmarks", "--home", str(home), "--out", str(out))
+    assert (code, text) == (0, f"wrote {out} (3 benchmarks)\n"), err
+    rows = list(csv.DictReader(out.open()))
+    assert list(rows[0]) == columns
+    assert [r["benchmark"] for r in rows] == [str(i) for i in ids]
+    assert [(r["network"], r["placement"], r["measured_median_s"], r["simulated_s"], r["run"], r["batch_size"])
+            for r in rows] == [("alexnet", "single:cpu0", "0.25", "", "", "8"),
+                               ("resnet50", "all on gpu0", "0.5", "0.4", "", "16"),
+                               ("alexnet", f"best of run {run_id}", "0.125", "0.1", str(run_id), "8")]
+    assert {(r["status"], r["runner"], r["devices"], r["host"]) for r in rows} == {
+        ("ok", "ranks", "cpu:2", socket.gethostname())}
+    assert [float(r["iqr_s"]) for r in rows] == [0.025, 0.05, 0.0125]
+
+    # one network, printed
+    code, text, _ = cli(capsys, "runs", "benchmarks", "--home", str(home), "--network", "alexnet")
+    assert code == 0
+    assert [(r["benchmark"], r["placement"]) for r in csv.DictReader(io.StringIO(text))] == [
+        (str(ids[0]), "single:cpu0"), (str(ids[2]), f"best of run {run_id}")]
+    # a run's own benchmarks, the same columns
+    per_run = tmp_path / "run.csv"
+    assert cli(capsys, "runs", "export", str(run_id), "--what", "benchmarks", "--home", str(home), "--out",
+               str(per_run))[0] == 0
+    assert list(csv.DictReader(per_run.open())) == [rows[2]]
+
+    code, text, err = cli(capsys, "runs", "benchmarks", "--home", str(home), "--network", "vgg16")
+    assert code == 2 and text == "" and err == (f"error: --network: there are no benchmarks of network 'vgg16' in "
+                                                f"{home / 'runs.sqlite'}. Stored benchmarks are of: alexnet, "
+                                                "resnet50\n")
+    code, _, err = cli(capsys, "runs", "benchmarks", "--home", str(tmp_path / "empty"))
+    assert code == 2 and "there are no benchmarks in" in err and "Record some with `placement benchmark`" in err
+    code, _, err = cli(capsys, "runs", "benchmarks", "--home", str(home), "--out", str(tmp_path / "no" / "b.csv"))
+    assert code == 2 and f"--out: the folder '{tmp_path / 'no'}' does not exist" in err

@@ -1,7 +1,10 @@
-"""``placement runs list|show|export|delete``: the run store from the command line."""
+"""``placement runs list|show|export|delete|benchmarks``: the run store from the command line."""
 
 from __future__ import annotations
 
+import csv
+import io
+import sys
 import time
 
 from ..exports import RUN_EXPORTS as FORMATS
@@ -17,7 +20,7 @@ def add_home(p) -> None:
 
 
 def register(sub) -> None:
-    runs = sub.add_parser("runs", help="list, show, export or delete stored runs")
+    runs = sub.add_parser("runs", help="list, show, export or delete stored runs; export stored benchmarks")
     rsub = runs.add_subparsers(dest="runs_command", metavar="ACTION", parser_class=type(runs))
     rsub.required = True
     p = rsub.add_parser("list", help="all runs, newest first")
@@ -43,6 +46,15 @@ def register(sub) -> None:
     add_home(p)
     p.add_argument("run", type=run_id)
     p.set_defaults(handler=cmd_delete)
+    p = rsub.add_parser("benchmarks", help="every stored benchmark as CSV (from `placement benchmark` and the "
+                                           "dashboard), for comparing placements measured for real",
+                        description="Write every stored measurement (optionally of one network) as CSV: benchmark, "
+                                    "created, network, batch_size, run, placement, runner, devices, status, "
+                                    "simulated_s, measured_median_s, iqr_s, host.")
+    add_home(p)
+    p.add_argument("--network", metavar="NAME", help="only the benchmarks of this network (by name)")
+    p.add_argument("--out", metavar="FILE", help="CSV file to write (default: print the CSV)")
+    p.set_defaults(handler=cmd_benchmarks)
 
 
 def open_store(args):
@@ -106,6 +118,20 @@ def cmd_export(args) -> int:
         exported = export_run(store, args.run, args.what, args.format)
     write_output_bytes(out, exported.data, "--out")
     print(f"wrote {out}")
+    return 0
+
+
+def cmd_benchmarks(args) -> int:
+    from ..exports import export_benchmarks
+    out = check_output_file(args.out, "--out", "benchmarks.csv") if args.out is not None else None
+    with open_store(args) as store:
+        exported = export_benchmarks(store, args.network)
+    if out is None:
+        sys.stdout.write(exported.data.decode())
+        return 0
+    write_output_bytes(out, exported.data, "--out")
+    n = len(list(csv.reader(io.StringIO(exported.data.decode())))) - 1
+    print(f"wrote {out} ({n} benchmark{'s' if n != 1 else ''})")
     return 0
 
 
