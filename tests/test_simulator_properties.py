@@ -1,4 +1,10 @@
-"""Invariants of the simulator on random DAGs, random device graphs and random placements."""
+"""Invariants of the simulator on random DAGs, random device graphs and random placements.
+
+Every instance draws a cost profile (the default roofline, or ``exprimo-2020`` with its one-clock-cycle
+minimum per transfer and per cost term, gradients sent back to the input op and no weight update) and
+the simulator settings: random ones (batches in flight, admission, priorities, stage caps, per-step
+updates) or those of the thesis', GPipe's and 1F1B's schedules.
+"""
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -8,21 +14,30 @@ from placement_core.devices import Channel, Device, DeviceGraph
 from placement_core.graph import Graph, Op
 from placement_core.problem import Problem
 from placement_core.simulate import ADMIT_EAGER, SimSettings
+from placement_core.simulate.schedules import schedule_settings
 
 
 @st.composite
 def instances(draw):
     n = draw(st.integers(1, 12))
     nd = draw(st.integers(1, 4))
-    devs = [Device(f"dev{j}", "cpu", 1e9, 1e12, 1e9) for j in range(nd)]
+    profile = draw(st.sampled_from(["default", "exprimo-2020"]))
+    # exprimo-2020: every transfer and every non-zero cost term lasts at least one clock cycle of the
+    # device (1/clock_hz s; a slow clock makes that minimum matter at these sizes).
+    devs = [Device(f"dev{j}", "cpu", 1e9, 1e12, 1e9, clock_hz=draw(st.sampled_from([None, 0.5, 2.0, 20.0])))
+            for j in range(nd)]
     ops = []
     for i in range(n):
         parents = draw(st.lists(st.integers(0, i - 1), max_size=3, unique=True)) if i else []
-        times = {f"dev{j}": {"fwd": draw(st.floats(0.0, 5.0)), "bwd": draw(st.floats(0.0, 5.0))}
-                 for j in range(nd)}
-        ops.append(Op(name=f"op{i}", inputs=tuple(f"op{p}" for p in parents),
+        # Measured times, or none (then the profile's formula: FLOPs, memory traffic, clock cycles).
+        times = ({f"dev{j}": {"fwd": draw(st.floats(0.0, 5.0)), "bwd": draw(st.floats(0.0, 5.0))}
+                  for j in range(nd)} if draw(st.booleans()) else {})
+        # A source may be the network's input: no gradient goes back to it, except under exprimo-2020.
+        kind = draw(st.sampled_from(["input", "other"])) if not parents else "other"
+        ops.append(Op(name=f"op{i}", kind=kind, inputs=tuple(f"op{p}" for p in parents),
                       output_bytes=draw(st.integers(0, 1000)), param_bytes=draw(st.sampled_from([0, 0, 500])),
-                      times=times))
+                      fwd_flops=draw(st.sampled_from([0.0, 1e8, 2e9])), bwd_flops=draw(st.sampled_from([0.0, 3e9])),
+                      mem_bytes=draw(st.sampled_from([0.0, 5e8])), times=times))
     # channels: every ordered pair on one of k channels
     k = draw(st.integers(1, 3))
     routes = [[] for _ in range(k)]
@@ -33,21 +48,30 @@ def instances(draw):
     chans = [Channel(f"ch{c}", draw(st.floats(10.0, 1000.0)), draw(st.floats(0.0, 0.5)), tuple(r))
              for c, r in enumerate(routes)]
     placement = draw(st.lists(st.integers(0, nd - 1), min_size=n, max_size=n))
-    batches = draw(st.integers(1, 3))
-    priority = None
-    if draw(st.booleans()):
-        priority = np.array(draw(st.lists(st.integers(0, 3), min_size=batches * 3 * n, max_size=batches * 3 * n)),
-                            dtype=float)
-    sim = SimSettings(batches=batches, in_flight=draw(st.integers(1, batches)),
-                      forward_only=draw(st.booleans()),
-                      admission=draw(st.sampled_from([0, ADMIT_EAGER])),
-                      update_per_step=draw(st.booleans()), priority=priority,
-                      stage_caps=draw(st.booleans()))
-    return Graph("random", ops), DeviceGraph("random", devs, chans), np.array(placement, dtype=np.int32), sim
+    schedule = draw(st.sampled_from(["random", "random", "thesis", "gpipe", "1f1b"]))
+    forward_only = draw(st.booleans())
+    if schedule == "random":
+        batches = draw(st.integers(1, 3))
+        priority = None
+        if draw(st.booleans()):
+            priority = np.array(draw(st.lists(st.integers(0, 3), min_size=batches * 3 * n,
+                                              max_size=batches * 3 * n)), dtype=float)
+        sim = SimSettings(batches=batches, in_flight=draw(st.integers(1, batches)), forward_only=forward_only,
+                          admission=draw(st.sampled_from([0, ADMIT_EAGER])),
+                          update_per_step=draw(st.booleans()), priority=priority,
+                          stage_caps=draw(st.booleans()))
+    elif schedule == "thesis":
+        batches = draw(st.integers(1, 3))
+        sim = schedule_settings("thesis", n, batches=batches, in_flight=draw(st.integers(1, batches)),
+                                forward_only=forward_only)
+    else:
+        sim = schedule_settings(schedule, n, micro_batches=draw(st.integers(1, 4)), forward_only=forward_only)
+    return Graph("random", ops), DeviceGraph("random", devs, chans), np.array(placement, dtype=np.int32), sim, \
+        profile
 
 
-def make(graph, devs, sim):
-    return Problem(graph, devs, settings=sim, comm_efficiency=1.0)
+def make(graph, devs, sim, profile="default"):
+    return Problem(graph, devs, settings=sim, profile=profile, comm_efficiency=1.0)
 
 
 common = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -56,11 +80,12 @@ common = settings(max_examples=150, deadline=None, suppress_health_check=[Health
 @common
 @given(instances())
 def test_kernel_matches_reference(inst):
-    graph, devs, placement, sim = inst
-    p = make(graph, devs, sim)
+    graph, devs, placement, sim, profile = inst
+    p = make(graph, devs, sim, profile)
     fast = p.simulate(placement).result
     ref = p.simulate(placement, trace=True).result
     assert fast.makespan == ref.makespan
+    assert fast.batch_time == ref.batch_time
     assert np.array_equal(fast.busy, ref.busy)
     assert np.array_equal(fast.peak_memory, ref.peak_memory)
     assert np.array_equal(fast.channel_bytes, ref.channel_bytes)
@@ -71,8 +96,8 @@ def test_kernel_matches_reference(inst):
 @common
 @given(instances())
 def test_makespan_lower_bounds(inst):
-    graph, devs, placement, sim = inst
-    p = make(graph, devs, sim)
+    graph, devs, placement, sim, profile = inst
+    p = make(graph, devs, sim, profile)
     r = p.simulate(placement).result
     fwd_min = p.costs.fwd.min(axis=1)
     bwd_min = 0 * fwd_min if sim.forward_only else p.costs.bwd.min(axis=1)
@@ -93,12 +118,12 @@ def test_makespan_lower_bounds(inst):
 @common
 @given(instances())
 def test_deterministic_and_independent_of_names(inst):
-    graph, devs, placement, sim = inst
-    p = make(graph, devs, sim)
+    graph, devs, placement, sim, profile = inst
+    p = make(graph, devs, sim, profile)
     a = p.simulate(placement).result
     b = p.simulate(placement).result
     renamed = graph.renamed({op.name: f"zz_{len(graph) - i}_{op.name[::-1]}" for i, op in enumerate(graph.ops)})
-    c = make(renamed, devs, sim).simulate(placement, trace=True).result
+    c = make(renamed, devs, sim, profile).simulate(placement, trace=True).result
     assert a.makespan == b.makespan == c.makespan
     assert np.array_equal(a.peak_memory, c.peak_memory)
 
@@ -106,8 +131,8 @@ def test_deterministic_and_independent_of_names(inst):
 @common
 @given(instances())
 def test_peak_memory_holds_the_weights(inst):
-    graph, devs, placement, sim = inst
-    p = make(graph, devs, sim)
+    graph, devs, placement, sim, profile = inst
+    p = make(graph, devs, sim, profile)
     r = p.simulate(placement).result
     copies = p.costs.weight_copies
     weights = np.zeros(len(devs))
@@ -119,9 +144,9 @@ def test_peak_memory_holds_the_weights(inst):
 @common
 @given(instances())
 def test_everything_on_one_device_runs_back_to_back(inst):
-    graph, devs, placement, sim = inst
+    graph, devs, placement, sim, profile = inst
     placement = np.zeros(len(graph), dtype=np.int32)
-    p = make(graph, devs, SimSettings(forward_only=sim.forward_only))
+    p = make(graph, devs, SimSettings(forward_only=sim.forward_only), profile)
     r = p.simulate(placement).result
     total = p.costs.fwd[:, 0].sum()
     if not sim.forward_only:
