@@ -58,13 +58,17 @@ def placement_picker() -> None:
                           help="placement/1 JSON ({op: device name}) or an Exprimo {layer: device index} file.")
     if up is not None and s.get("trace_upload_id") != up.file_id:
         s.trace_upload_id = up.file_id
+        ignored: list[str] = []
         try:
-            p = placement_from_dict(parse_json(up.getvalue(), up.name), g, d, source=up.name)
+            p = placement_from_dict(parse_json(up.getvalue(), up.name), g, d, source=up.name, ignored=ignored)
         except InputError as e:
             s.trace_upload_error = str(e)
         else:
             s.pop("trace_upload_error", None)
             state.set_placement(p, up.name)
+            if ignored:
+                from placement_core.placement import describe_ignored
+                s.placement_note = describe_ignored(ignored)
             st.rerun()
     if up is not None and s.get("trace_upload_error"):
         c3.error(s.trace_upload_error, icon=":material/error:")

@@ -51,6 +51,8 @@ def sidebar() -> None:
         except InputError as e:
             detail = f"cannot simulate: {e}"
         st.markdown(f"**Placement** · {s.placement_label}  \n<small>{detail}</small>", unsafe_allow_html=True)
+        if s.get("placement_note"):  # why the placement is what it is (a reset, what an upload left out)
+            st.caption(s.placement_note)
         sim = s.sim
         costs = (f"measured op times ('{sim['timings']}')" if "timings" in state.cost_kw(g, sim)
                  else f"{sim['profile']} costs")

@@ -47,6 +47,9 @@ def parse_json(text: str | bytes, source: str) -> Any:
     except RecursionError:
         raise InputError("is nested too deeply to be a network, device graph or placement",
                          source=source) from None
+    except ValueError as e:  # an integer literal of thousands of digits (int max_str_digits)
+        raise InputError(f"holds a number too long to read ({e})", source=source,
+                         fix="Write sizes and times as ordinary numbers (e.g. 1.5e9)") from None
 
 
 def _reject_constant(name: str):

@@ -12,6 +12,14 @@ FORMAT = "placement-network/1"
 _OP_FIELDS = {"name", "kind", "inputs", "fwd_flops", "bwd_flops", "output_bytes", "param_bytes",
               "mem_bytes", "shape", "times", "module", "exprimo"}
 _NUMBER_FIELDS = ("fwd_flops", "bwd_flops", "output_bytes", "param_bytes", "mem_bytes")
+# Far beyond any real network, small enough that sizes derived from them stay exact floats.
+MAX_BATCH = 2**31 - 1
+MAX_DIM = 2**40
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def network_from_dict(data: Any, source: str | None = None) -> Graph:
@@ -22,9 +30,9 @@ def network_from_dict(data: Any, source: str | None = None) -> Graph:
                          fix=f'Set "format": "{FORMAT}" (or load an Exprimo network file, which has "layers")')
     name = require_name(data.get("name", "network"), source=source, field="name")
     batch = data.get("batch_size", 1)
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise InputError(f"batch_size must be a positive integer, got {batch!r}", source=source,
-                         field="batch_size", fix="Write the batch size the sizes were computed for")
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
+        raise InputError(f"batch_size must be an integer from 1 to {MAX_BATCH}, got {_short(batch)}",
+                         source=source, field="batch_size", fix="Write the batch size the sizes were computed for")
     raw_ops = require_list(data.get("ops"), source=source, field="ops", what="a list of ops")
     ops = [_op_from_dict(raw, i, source) for i, raw in enumerate(raw_ops)]
     return Graph(name, ops, batch, source=source)
@@ -52,10 +60,10 @@ def _op_from_dict(raw: Any, i: int, source: str | None) -> Op:
         inputs.append(parent)
     values = {k: require_number(raw.get(k, 0), source=source, field=f"{at}.{k}") for k in _NUMBER_FIELDS}
     shape = raw.get("shape", [])
-    if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+    if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= MAX_DIM
                                               for s in shape):
-        raise InputError(f"shape must be a list of non-negative integers, got {shape!r}", source=source,
-                         field=f"{at}.shape", fix="Write e.g. [128, 64, 56, 56]")
+        raise InputError(f"shape must be a list of integers from 0 to {MAX_DIM}, got {_short(shape)}",
+                         source=source, field=f"{at}.shape", fix="Write e.g. [128, 64, 56, 56]")
     times = _times_from_dict(raw.get("times", {}), f"{at}.times", source)
     module = raw.get("module")
     if module is not None and not isinstance(module, str):

@@ -98,6 +98,20 @@ def test_placement_files_good_and_bad():
                                                                   "Download the placement (JSON)"]
 
 
+def test_an_exprimo_placement_file_with_block_names_loads_with_a_note():
+    at = trace_page()
+    g = load_network("resnet50")
+    # Exprimo's own files name every layer, plus Blocks and stale layers; indices are devices (gpu0 = 1)
+    exprimo = {**{op.name: 1 for op in g.ops}, "layer1": 0, "Logits": 0}
+    exprimo["fc"] = 2
+    at.file_uploader(key="trace_upload").upload("ex.json", json.dumps(exprimo).encode(), "application/json").run()
+    assert_clean(at)
+    assert at.session_state["placement_label"] == "ex.json"
+    assert at.session_state["placement"].tolist() == [1] * (len(g) - 1) + [2]
+    notes = [c.value for c in at.sidebar.caption]
+    assert any("2 key(s) of the placement file are not ops of the network" in n for n in notes), notes
+
+
 def test_ten_batch_inception_trace_renders_within_the_default_timeout():
     at = AppTest.from_file(APP)  # default timeout (3 s) for every run below
     at.run()

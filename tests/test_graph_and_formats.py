@@ -62,8 +62,18 @@ def test_validation_errors_name_the_field(ops, field, text):
 def test_wrong_format_and_batch_size():
     with pytest.raises(InputError, match="unknown format"):
         network_from_dict({"format": "v0", "ops": []})
-    with pytest.raises(InputError, match="batch_size must be a positive integer"):
+    with pytest.raises(InputError, match="batch_size must be an integer from 1 to 2147483647, got 0"):
         network_from_dict(net([{"name": "a"}], batch_size=0))
+    with pytest.raises(InputError, match=r"batch_size must be an integer from 1 to .*, got 1000000000000000000000"):
+        network_from_dict(net([{"name": "a"}], batch_size=10**400))
+    with pytest.raises(InputError, match=r"ops\[0\]\.shape: shape must be a list of integers from 0 to 1099511627776"):
+        network_from_dict(net([{"name": "a", "shape": [4, 2**41]}]))
+
+
+def test_a_number_too_long_to_read_is_named():
+    from placement_core.jsonio import parse_json
+    with pytest.raises(InputError, match="f.json: holds a number too long to read"):
+        parse_json('{"batch_size": ' + "9" * 5000 + "}", "f.json")
 
 
 def test_round_trip_keeps_everything():

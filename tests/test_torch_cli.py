@@ -130,6 +130,21 @@ def test_calibrate_then_e5(capsys, tmp_path, monkeypatch):
     (["benchmark", "--model", SMALL, "--input-shape", "2,3,8,8", "--placement", "single:cpu0",
       "--devices", "cpu", "--memory-limit", "lots"], "expected a size"),
     (["experiment", "e9"], "invalid choice"),
+    # output paths and numbers are checked before any tracing, measuring or benchmarking
+    (["import-model", SMALL, "--input-shape", "2,3,8,8", "--out", "/nonexistent/x.json"],
+     "--out: the folder '/nonexistent' does not exist"),
+    (["export-placement", "--model", SMALL, "--input-shape", "2,3,8,8", "--placement", "single:cpu0",
+      "--devices", "cpu", "--out", "/"], "/: --out: is a directory"),
+    (["export-placement", "--model", SMALL, "--input-shape", "2,3,8,8", "--placement", "single:cpu0",
+      "--devices", "cpu", "--format", "python", "--out", "/nonexistent/p.py"], "does not exist"),
+    (["calibrate", "--model", SMALL, "--input-shape", "2,3,8,8", "--devices", "cpu", "--out", __file__],
+     "--out: is a file, not a folder"),
+    (["experiment", "e5", "--model", SMALL, "--input-shape", "2,3,8,8", "--out", __file__],
+     "--out: is a file, not a folder"),
+    (["benchmark", "--model", SMALL, "--input-shape", "2,3,8,8", "--placement", "single:cpu0",
+      "--devices", "cpu", "--seed", "99999999999999999999"], "--seed: expected an integer from 0 to"),
+    (["benchmark", "--model", SMALL, "--input-shape", "2,3,8,8", "--placement", "single:cpu0",
+      "--devices", "cpu", "--timeout", "-1"], "--timeout: expected a positive, finite number of seconds"),
 ])
 def test_errors_are_one_line(capsys, argv, message):
     pytest.importorskip("torch")
@@ -145,3 +160,18 @@ def test_cuda_request_on_a_cpu_machine(capsys):
     code, out, err = run(capsys, "benchmark", "--model", SMALL, "--input-shape", "2,3,8,8", "--placement",
                          "single:gpu0", "--devices", "cuda:0")
     assert code == 2 and "no usable CUDA GPU" in err
+
+
+def test_exprimo_placement_keys_that_are_not_ops_are_ignored_with_a_note(capsys, tmp_path):
+    pytest.importorskip("torch")
+    place = tmp_path / "exprimo.json"
+    # an Exprimo {layer: device index} file: every op, plus a Block name and a stale key
+    ops = ["x", "conv1", "relu", "pool", "flatten", "fc"]
+    place.write_text(json.dumps({**{op: 0 for op in ops}, "Block_1": 0, "old_layer": 1}))
+    out_file = tmp_path / "p.json"
+    code, out, err = run(capsys, "export-placement", "--model", SMALL, "--input-shape", "2,3,8,8", "--placement",
+                         place, "--devices", "cpu", "--out", out_file)
+    assert code == 0, err
+    assert "note: 2 key(s) of the placement file are not ops" in err
+    assert set(json.loads(out_file.read_text())["ops"].values()) == {"cpu"}
+

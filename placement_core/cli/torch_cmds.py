@@ -7,6 +7,7 @@ Everything here needs PyTorch, which is imported inside the handlers only, so
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shlex
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from .common import human_bytes, human_seconds, positive_int, print_json, table
+from .validate import check_output_dir, check_output_file, positive_seconds, seed_int, write_output_bytes
 
 MODEL_HELP = ("torchvision:NAME (built with weights=None, e.g. torchvision:resnet18) or FILE.py:NAME (a class, "
               "factory or module in that file); keyword arguments as NAME(key=value)")
@@ -51,9 +53,10 @@ def register(sub) -> None:
     p.add_argument("--warmup", type=positive_int, default=2, help="dropped steps before timing (default 2)")
     p.add_argument("--rounds", type=positive_int, default=1, help="repeat the warm-up + timed steps (default 1)")
     p.add_argument("--memory-limit", type=byte_size, help="report devices whose peak goes above this (e.g. 512MB)")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds before a run is stopped (default 600)")
+    p.add_argument("--timeout", type=positive_seconds, default=600.0,
+                   help="seconds before a run is stopped (default 600)")
     p.add_argument("--threads", type=positive_int, help="inprocess runner: torch threads (default: torch's)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the model's weights and the data (default 0)")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of the model's weights and the data (default 0)")
     p.add_argument("--no-store", action="store_true", help="do not record the measurement in the run store")
     p.add_argument("--home", metavar="DIR", help="data directory with runs.sqlite (default $PLACEMENT_HOME or "
                                                  "~/.placement)")
@@ -158,7 +161,11 @@ def _assignment(args, shape, network, groups, devs) -> tuple[dict[str, str], obj
     traced = trace_model(load_model(src, seed=getattr(args, "seed", 0)), shape, name=src.default_name)
     graph = network if network is not None else traced.graph
     devgraph = nominal_device_graph(devs)
-    placement = parse_placement_spec(args.placement, graph, devgraph)
+    ignored: list[str] = []
+    placement = parse_placement_spec(args.placement, graph, devgraph, ignored=ignored)
+    if ignored:
+        from ..placement import describe_ignored
+        print(f"note: {describe_ignored(ignored)}", file=sys.stderr)
     assignment = {op.name: devgraph.names[int(i)] for op, i in zip(graph.ops, placement)}
     if groups is not None:
         assignment = expand_assignment(assignment, groups)
@@ -175,9 +182,7 @@ def cmd_import(args) -> int:
 
     src = parse_source(args.source)
     shape = parse_shape(args.input_shape)
-    out = Path(args.out)
-    if out.is_dir():
-        raise InputError("is a directory", source=args.out, field="--out", fix="Give a file name such as net.json")
+    out = check_output_file(args.out, "--out", "net.json")
     traced = trace_model(load_model(src), shape, name=args.name or src.default_name)
     graph = traced.graph.with_batch_size(args.batch_size) if args.batch_size else traced.graph
     full = len(graph)
@@ -265,6 +270,8 @@ def cmd_calibrate(args) -> int:
     _needs_torch()
     from ..torch.calibrate import CalibrationSettings, calibrate, save_calibration, summary_rows
 
+    if args.out:
+        check_output_dir(args.out, "--out")
     shape, batch, _, _ = _shape_and_network(args)
     if args.fit_placements < 0:
         raise InputError("--fit-placements must not be negative", field="--fit-placements")
@@ -289,11 +296,12 @@ def cmd_calibrate(args) -> int:
 
 def cmd_export(args) -> int:
     _needs_torch()
-    from ..jsonio import write_json
     from ..torch.apply import placement_snippet, torch_placement_dict
     from ..torch.devspec import parse_devices
 
     devs = parse_devices(args.devices)
+    if args.out:
+        check_output_file(args.out, "--out", "placement.json" if args.format == "json" else "placement.py")
     shape, _, network, groups = _shape_and_network(args)
     assignment, traced = _assignment(args, shape, network, groups, devs)
     torch_of = {d.name: d.torch for d in devs}
@@ -301,13 +309,13 @@ def cmd_export(args) -> int:
     if args.format == "json":
         data = torch_placement_dict(traced.graph, per_op, source=args.model, input_shape=shape)
         if args.out:
-            write_json(args.out, data)
+            write_output_bytes(args.out, (json.dumps(data, indent=1, allow_nan=False) + "\n").encode(), "--out")
         else:
             print_json(data)
     else:
         text = placement_snippet(traced.graph, per_op, source=args.model, input_shape=shape)
         if args.out:
-            Path(args.out).write_text(text)
+            write_output_bytes(args.out, text.encode(), "--out")
         else:
             sys.stdout.write(text)
     if args.out:
@@ -335,7 +343,7 @@ def register_e5(sub) -> None:
     p.add_argument("--steps", type=positive_int, default=4, help="timed steps per round (default 4)")
     p.add_argument("--warmup", type=positive_int, default=1, help="warm-up steps per round (default 1)")
     p.add_argument("--rounds", type=positive_int, default=4, help="interleaved rounds (default 4)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of the GA and the random placements (default 0)")
     p.add_argument("--json", action="store_true", help="print the metrics and rows as JSON")
     p.set_defaults(handler=cmd_e5)
 
@@ -347,6 +355,7 @@ def cmd_e5(args) -> int:
     for name in ("generations", "random", "zones", "splits"):
         if getattr(args, name) < 0:
             raise InputError(f"--{name} must not be negative", field=f"--{name}")
+    check_output_dir(args.out, "--out")
     shape, batch, _, _ = _shape_and_network(args)
     settings = E5Settings(generations=args.generations, checkpoint_every=args.checkpoint_every, random=args.random,
                           zones=args.zones, splits=args.splits, steps=args.steps, warmup=args.warmup,

@@ -38,6 +38,26 @@ def check_output_file(spec: str, option: str, example: str = "result.json") -> P
     return path
 
 
+def check_output_dir(spec: str, option: str) -> Path:
+    """``spec`` as a folder that exists or can be created (its nearest existing ancestor is a writable folder)."""
+    if not spec or not spec.strip():
+        raise InputError("is empty", field=option, fix="Give a folder, e.g. results/")
+    path = Path(spec)
+    if path.exists() and not path.is_dir():
+        raise InputError("is a file, not a folder", source=spec, field=option,
+                         fix="Give a folder (it is created if missing)")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise InputError(f"{str(existing)!r} is not a folder", source=spec, field=option,
+                         fix="Give a path inside an existing folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(f"the folder {str(existing)!r} is not writable", source=spec, field=option,
+                         fix="Give a folder you can write to")
+    return path
+
+
 def write_output_bytes(path: str | os.PathLike, data: bytes, option: str) -> None:
     """Write atomically (a crash leaves the old file or the new one); OSError becomes an InputError."""
     path = Path(path)
