@@ -52,9 +52,13 @@ def test_measured_times_replace_the_formulas(capsys, files):
     code, out, err = simulate(capsys, files, "--timings", str(files["timings"]))
     assert code == 0, err
     # one device: every forward, backward and update in turn: 1 + 3 + 4 + 2 + 0.5 + 0.25
-    assert json.loads(out)["makespan_s"] == pytest.approx(10.75)
+    assert json.loads(out)["makespan_s"] == pytest.approx(10.75) and json.loads(out)["measured_op_times"]
     code, out, _ = simulate(capsys, files)
     assert code == 0 and json.loads(out)["makespan_s"] < 1e-3  # the roofline's microseconds
+    assert not json.loads(out)["measured_op_times"]
+    code = main(["simulate", "--network", str(files["net"]), "--devices", str(files["devices"]),
+                 "--placement", "single:cpu0", "--timings", str(files["timings"])])
+    assert code == 0 and "profile default with measured op times" in capsys.readouterr().out
 
 
 def test_micro_batches_scale_forward_and_backward_but_not_the_update(capsys, files):

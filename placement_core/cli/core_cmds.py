@@ -96,7 +96,8 @@ def simulation_report(problem, placement_spec: str, ev) -> dict:
     used = r.busy > 0
     bubble = float(r.idle_fraction()[used].mean()) if used.any() else 0.0
     return {"network": problem.graph.name, "ops": len(problem.graph), **batch_summary(problem),
-            "device_graph": problem.devices.name, "profile": problem.profile.name, "placement": placement_spec,
+            "device_graph": problem.devices.name, "profile": problem.profile.name,
+            "measured_op_times": bool(getattr(problem.profile, "timings", None)), "placement": placement_spec,
             "bubble_fraction": bubble,
             "forward_only": problem.settings.forward_only, "makespan_s": r.makespan,
             "batch_time_s": r.batch_time, "objective_s": ev.objective, "penalty": problem.penalty,
@@ -122,7 +123,8 @@ def cmd_simulate(args) -> int:
     r = ev.result
     how = describe_batches(report)
     print(f"{report['network']} ({report['ops']} ops, batch {report['batch_size']}) on "
-          f"{report['device_graph']}, profile {report['profile']}, {how}"
+          f"{report['device_graph']}, profile {report['profile']}"
+          f"{' with measured op times' if report['measured_op_times'] else ''}, {how}"
           + (", forward only" if report["forward_only"] else ""))
     print(f"placement {args.placement}: makespan {human_seconds(r.makespan)}, batch time "
           f"{human_seconds(r.batch_time)}, {r.transfers} transfers, "

@@ -88,6 +88,7 @@ def result_to_dict(result, problem) -> dict:
         "params": result.params,
         "seed": result.seed,
         "problem": {"network": problem.graph.name, "devices": problem.devices.name, "profile": problem.profile.name,
+                    "measured_op_times": bool(getattr(problem.profile, "timings", None)),
                     **batch_summary(problem), "forward_only": problem.settings.forward_only,
                     "penalty": problem.penalty},
         "best_objective_s": result.best_objective,
