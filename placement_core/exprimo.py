@@ -340,8 +340,10 @@ def _layer_op(name: str, spec: dict, parents: list[str], ins: list[list[int]], p
     elif t == "InnerProduct":
         x = one_input()
         n_out = spec.get("num_outputs")
-        if isinstance(n_out, bool) or not isinstance(n_out, int) or n_out <= 0:
-            raise InputError(f"num_outputs must be a positive integer, got {n_out!r}", field=f"{at}.num_outputs")
+        if isinstance(n_out, bool) or not isinstance(n_out, int) or not 0 < n_out < 2**31:
+            shown = repr(n_out) if len(repr(n_out)) <= 40 else repr(n_out)[:37] + "..."
+            raise InputError(f"num_outputs must be a positive integer below 2^31, got {shown}",
+                             field=f"{at}.num_outputs", fix="Write the layer's number of outputs")
         X = [x[0], _prod(x[1:])] if len(x) != 2 else list(x)
         W = [X[1], n_out]
         out = [X[0], n_out]

@@ -113,7 +113,7 @@ def test_exprimo_files_are_detected(capsys, tmp_path):
     (["simulate", "--network", "resnet50", "--devices", "malvik", "--placement", "nofile.json"],
      "no such placement file"),
     (["simulate", "--network", "resnet50", "--devices", "malvik", "--placement", "single:gpu0", "--batches", "0"],
-     "argument --batches: expected a positive integer"),
+     "argument --batches: expected an integer from 1 to 10000, got '0'"),
     (["simulate", "--network", "resnet50", "--devices", "malvik", "--placement", "single:gpu0",
       "--comm-efficiency", "2"], "expected a number in (0, 1]"),
     (["simulate", "--network", "resnet50", "--devices", "malvik"], "the following arguments are required: --placement"),
@@ -269,3 +269,26 @@ def test_simulate_json_describes_the_pipeline(capsys):
     r = json.loads(out)
     assert (r["schedule"], r["micro_batches"], r["batch_size"], r["micro_batch_size"], r["batches"],
             r["in_flight"]) == ("1f1b", 8, 128, 16, 1, 1)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--batches", "99999999999"], "--batches: expected an integer from 1 to 10000"),
+    (["--in-flight", "0"], "--in-flight: expected an integer from 1 to 10000"),
+    (["--batch-size", "99999999999999999999"], "--batch-size: expected an integer from 1 to 2147483647"),
+    (["--schedule", "gpipe", "--micro-batches", "20000"], "--micro-batches: expected an integer from 1 to 10000"),
+])
+def test_counts_are_bounded_before_anything_is_allocated(capsys, argv, message):
+    code, out, err = run(capsys, "simulate", "--network", "alexnet", "--devices", "malvik", "--placement",
+                         "single:gpu0", *argv)
+    assert code == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_exprimo_layer_sizes_beyond_2_to_the_31_are_field_errors(tmp_path, capsys):
+    import copy
+    net = copy.deepcopy(NET)
+    fc = next(name for name, layer in net["layers"].items() if layer["type"] == "InnerProduct")
+    net["layers"][fc]["num_outputs"] = 10**400
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(net))
+    code, out, err = run(capsys, "simulate", "--network", str(path), "--devices", "malvik", "--placement", "single:gpu0")
+    assert code == 2 and f"layers.{fc}.num_outputs: num_outputs must be a positive integer below 2^31" in err

@@ -38,14 +38,22 @@ def run_safely(build_parser: Callable[[], Parser], argv: Sequence[str]) -> int:
         return 1
 
 
-def positive_int(text: str) -> int:
+def positive_int(text: str, maximum: int = 2**31 - 1) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    if not 1 <= value <= maximum:
+        raise argparse.ArgumentTypeError(f"expected an integer from 1 to {maximum}, got {text!r}")
     return value
+
+
+MAX_UNITS = 10_000  # batches or micro-batches in one simulated run (the thesis uses 10)
+
+
+def unit_count(text: str) -> int:
+    """Batches, batches in flight or micro-batches: the simulator keeps state per unit, so bound them."""
+    return positive_int(text, MAX_UNITS)
 
 
 def fraction(text: str) -> float:
@@ -65,8 +73,8 @@ def add_problem_options(p: argparse.ArgumentParser, required: bool = True) -> No
     p.add_argument("--devices", required=required, help="preset name (see `placement devices`) or a JSON file "
                                                     "(placement-devices/1 or Exprimo's device format)")
     p.add_argument("--batch-size", type=positive_int, help="rescale the network to this batch size")
-    p.add_argument("--batches", type=positive_int, default=1, help="batches simulated in total (default 1)")
-    p.add_argument("--in-flight", type=positive_int, default=1,
+    p.add_argument("--batches", type=unit_count, default=1, help="batches simulated in total (default 1)")
+    p.add_argument("--in-flight", type=unit_count, default=1,
                    help="batches in the system at once (default 1; the thesis' pipelining)")
     p.add_argument("--profile", default="default", choices=["default", "exprimo-2020"],
                    help="cost profile (default: roofline; exprimo-2020: the thesis' published model)")
@@ -79,7 +87,7 @@ def add_problem_options(p: argparse.ArgumentParser, required: bool = True) -> No
     p.add_argument("--schedule", default="thesis", choices=["thesis", "gpipe", "1f1b"],
                    help="thesis: whole batches, --in-flight at a time; gpipe / 1f1b: the batch split into "
                         "--micro-batches, one weight update per batch")
-    p.add_argument("--micro-batches", type=positive_int, default=None,
+    p.add_argument("--micro-batches", type=unit_count, default=None,
                    help="micro-batches per batch for gpipe / 1f1b (default 4)")
     p.add_argument("--forward-only", action="store_true", help="inference: no backward pass or weight update")
     p.add_argument("--penalty", default="thesis", choices=["thesis", "placeto", "infeasible"],
