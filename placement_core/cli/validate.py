@@ -29,12 +29,7 @@ def check_output_file(spec: str, option: str, example: str = "result.json") -> P
     if not parent.exists():
         raise InputError(f"the folder {str(parent)!r} does not exist", source=spec, field=option,
                          fix="Create it first, or give a path in an existing folder")
-    if not parent.is_dir():
-        raise InputError(f"{str(parent)!r} is not a folder", source=spec, field=option,
-                         fix="Give a path in an existing folder")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"the folder {str(parent)!r} is not writable", source=spec, field=option,
-                         fix="Give a path in a folder you can write to")
+    _writable_folder(parent, spec, option)
     return path
 
 
@@ -49,13 +44,17 @@ def check_output_dir(spec: str, option: str) -> Path:
     existing = path
     while not existing.exists():
         existing = existing.parent
-    if not existing.is_dir():
-        raise InputError(f"{str(existing)!r} is not a folder", source=spec, field=option,
-                         fix="Give a path inside an existing folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise InputError(f"the folder {str(existing)!r} is not writable", source=spec, field=option,
-                         fix="Give a folder you can write to")
+    _writable_folder(existing, spec, option)
     return path
+
+
+def _writable_folder(folder: Path, spec: str, option: str) -> None:
+    if not folder.is_dir():
+        raise InputError(f"{str(folder)!r} is not a folder", source=spec, field=option,
+                         fix="Give a path inside an existing folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(f"the folder {str(folder)!r} is not writable", source=spec, field=option,
+                         fix="Give a path in a folder you can write to")
 
 
 def write_output_bytes(path: str | os.PathLike, data: bytes, option: str) -> None:
