@@ -51,7 +51,7 @@ def check_output_dir(spec: str, option: str) -> Path:
 def _writable_folder(folder: Path, spec: str, option: str) -> None:
     if not folder.is_dir():
         raise InputError(f"{str(folder)!r} is not a folder", source=spec, field=option,
-                         fix="Give a path inside an existing folder")
+                         fix="Give a path in an existing folder")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise InputError(f"the folder {str(folder)!r} is not writable", source=spec, field=option,
                          fix="Give a path in a folder you can write to")
