@@ -15,6 +15,7 @@ from .errors import (InputError, check_fields, require_list, require_mapping, re
 
 FORMAT = "placement-devices/1"
 KINDS = ("cpu", "gpu")
+MAX_MESSAGE_OVERHEAD = 1e3  # seconds, the bound a channel's latency has
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,10 @@ class Device:
     # Only the exprimo-2020 profile uses the clock (every cost term lasts at
     # least one cycle in the thesis' implementation).
     clock_hz: float | None = None
+    # Device time spent on every message the device sends and on every message it receives
+    # (LogP's "o": serialisation, the transport thread, waking up). The simulator runs it as a
+    # send or receive task on the device, under any cost profile; 0 (the default) means none.
+    message_overhead: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,8 @@ def _validate(g: DeviceGraph) -> None:
             require_number(getattr(d, attr), source=src, field=f"devices[{i}].{attr}", positive=True)
         if d.clock_hz is not None:
             require_number(d.clock_hz, source=src, field=f"devices[{i}].clock_hz", positive=True)
+        require_number(d.message_overhead, source=src, field=f"devices[{i}].message_overhead",
+                       maximum=MAX_MESSAGE_OVERHEAD)
     ch_names: dict[str, int] = {}
     owner: dict[tuple[str, str], str] = {}
     for c, ch in enumerate(g.channels):
@@ -126,7 +133,8 @@ def _validate(g: DeviceGraph) -> None:
                          fix="Add each missing [SRC, DST] pair to the routes of the channel that carries it")
 
 
-_DEVICE_FIELDS = {"name", "kind", "peak_flops", "memory_bytes", "mem_bandwidth", "model", "clock_hz"}
+_DEVICE_FIELDS = {"name", "kind", "peak_flops", "memory_bytes", "mem_bandwidth", "model", "clock_hz",
+                  "message_overhead"}
 _CHANNEL_FIELDS = {"name", "bandwidth", "latency", "routes"}
 
 
@@ -162,6 +170,8 @@ def devices_from_dict(data: Any, source: str | None = None) -> DeviceGraph:
             model=model,
             clock_hz=None if clock is None else require_number(clock, source=source, field=f"{at}.clock_hz",
                                                                positive=True),
+            message_overhead=require_number(raw.get("message_overhead", 0.0), source=source,
+                                            field=f"{at}.message_overhead", maximum=MAX_MESSAGE_OVERHEAD),
         ))
     channels = []
     for c, raw in enumerate(require_list(data.get("channels", []), source=source, field="channels",
@@ -195,6 +205,8 @@ def devices_to_dict(g: DeviceGraph) -> dict:
                 "mem_bandwidth": d.mem_bandwidth, "model": d.model}
         if d.clock_hz is not None:
             item["clock_hz"] = d.clock_hz
+        if d.message_overhead:  # omitted when 0, so files without the field read and write back unchanged
+            item["message_overhead"] = d.message_overhead
         devs.append(item)
     chans = [{"name": c.name, "bandwidth": c.bandwidth, "latency": c.latency,
               "routes": [list(r) for r in c.routes]} for c in g.channels]

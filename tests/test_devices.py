@@ -25,6 +25,20 @@ def test_round_trip_and_routes():
     assert devices_to_dict(devices_from_dict(devices_to_dict(g))) == devices_to_dict(g)
 
 
+def test_message_overhead_round_trip_and_omitted_when_zero():
+    data = graph()
+    data["devices"][0]["message_overhead"] = 2.5e-4
+    g = devices_from_dict(data)
+    assert [d.message_overhead for d in g.devices] == [2.5e-4, 0.0]
+    out = devices_to_dict(g)
+    assert out["devices"][0]["message_overhead"] == 2.5e-4
+    assert "message_overhead" not in out["devices"][1]  # 0, the default: files without the field stay as they are
+    assert devices_from_dict(out).devices == g.devices
+    assert "message_overhead" not in str(devices_to_dict(devices_from_dict(graph())))
+    for preset in builtin_devices():  # the thesis' presets have none
+        assert all(d.message_overhead == 0 for d in load_devices(preset).devices), preset
+
+
 def cpu(name="c", **kw):
     return {"name": name, "kind": "cpu", "peak_flops": 1e12, "memory_bytes": 1e9, "mem_bandwidth": 1e9, **kw}
 
@@ -51,6 +65,13 @@ def cpu(name="c", **kw):
     (graph(channels=[{"name": "p", "bandwidth": 1, "routes": [], "bw": 3}]), "channels[0]", "unknown field 'bw'"),
     (graph(channels=[{"name": "cpu0", "bandwidth": 1, "routes": [["cpu0", "gpu0"], ["gpu0", "cpu0"]]}]),
      "channels[0].name", "also a device name"),
+    (graph(devices=[cpu(message_overhead=-1e-6)], channels=[]), "devices[0].message_overhead",
+     "must not be negative"),
+    (graph(devices=[cpu(message_overhead=float("nan"))], channels=[]), "devices[0].message_overhead",
+     "expected a finite number"),
+    (graph(devices=[cpu(message_overhead="10us")], channels=[]), "devices[0].message_overhead",
+     "expected a number"),
+    (graph(devices=[cpu(message_overhead=1e6)], channels=[]), "devices[0].message_overhead", "implausibly large"),
 ])
 def test_validation_errors(data, field, text):
     with pytest.raises(InputError) as e:
@@ -115,3 +136,11 @@ def test_exprimo_device_errors():
     lonely = {**EXPRIMO, "devices": [dict(d, neighbours=[]) for d in EXPRIMO["devices"]]}
     with pytest.raises(InputError, match="no route for cpu0 -> gpu0"):
         devices_from_exprimo(lonely)
+
+
+def test_message_overhead_is_checked_when_built_in_python():
+    from placement_core.devices import Device, DeviceGraph
+    for bad, text in ((-1e-3, "must not be negative"), (float("nan"), "expected a finite number")):
+        with pytest.raises(InputError) as e:
+            DeviceGraph("g", [Device("c", "cpu", 1.0, 1.0, 1.0, message_overhead=bad)], [])
+        assert e.value.field == "devices[0].message_overhead" and text in str(e.value)
