@@ -34,6 +34,9 @@ class CostArrays:
     ch_inv_rate: np.ndarray  # [channels] seconds per byte
     min_transfer: np.ndarray  # [devices] shortest transfer the sender can make, seconds
     input_gradients: bool = False  # send gradients back to the network's input op too
+    # [devices] seconds a device spends on each message it sends or receives; None: each device's own
+    # ``message_overhead`` (a device property that every profile applies; a profile may override it)
+    message_overhead: np.ndarray | None = None
 
 
 @dataclass(frozen=True)

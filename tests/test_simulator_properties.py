@@ -1,6 +1,6 @@
 """Invariants of the simulator on random DAGs, random device graphs and random placements.
 
-Every instance draws a cost profile (the default roofline, or ``exprimo-2020`` with its one-clock-cycle
+Every instance draws per-device message overheads (none, some devices, every device), a cost profile (the default roofline, or ``exprimo-2020`` with its one-clock-cycle
 minimum per transfer and per cost term, gradients sent back to the input op and no weight update) and
 the simulator settings: random ones (batches in flight, admission, priorities, stage caps, per-step
 updates) or those of the thesis', GPipe's and 1F1B's schedules.
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from placement_core.devices import Channel, Device, DeviceGraph
 from placement_core.graph import Graph, Op
 from placement_core.problem import Problem
-from placement_core.simulate import ADMIT_EAGER, SimSettings
+from placement_core.simulate import ADMIT_EAGER, SimSettings, reference
 from placement_core.simulate.schedules import schedule_settings
 
 
@@ -24,7 +24,11 @@ def instances(draw):
     profile = draw(st.sampled_from(["default", "exprimo-2020"]))
     # exprimo-2020: every transfer and every non-zero cost term lasts at least one clock cycle of the
     # device (1/clock_hz s; a slow clock makes that minimum matter at these sizes).
-    devs = [Device(f"dev{j}", "cpu", 1e9, 1e12, 1e9, clock_hz=draw(st.sampled_from([None, 0.5, 2.0, 20.0])))
+    # Message overhead per device (send and receive tasks): none on most instances, some on others.
+    overhead = draw(st.sampled_from(["none", "none", "some", "all"]))
+    devs = [Device(f"dev{j}", "cpu", 1e9, 1e12, 1e9, clock_hz=draw(st.sampled_from([None, 0.5, 2.0, 20.0])),
+                   message_overhead=0.0 if overhead == "none" else
+                   draw(st.sampled_from([0.0, 0.1, 0.25, 1.0]) if overhead == "some" else st.floats(0.01, 1.0)))
             for j in range(nd)]
     ops = []
     for i in range(n):
@@ -91,6 +95,44 @@ def test_kernel_matches_reference(inst):
     assert np.array_equal(fast.channel_bytes, ref.channel_bytes)
     assert np.array_equal(fast.channel_busy, ref.channel_busy)
     assert fast.transfers == ref.transfers
+    # The reference with and without its trace: the same run.
+    plain = reference.simulate(p.compiled, placement, p.settings)
+    for field in ("makespan", "busy", "peak_memory", "channel_bytes", "channel_busy", "transfers"):
+        assert np.array_equal(getattr(plain, field), getattr(ref, field)), field
+    # The trace accounts for every busy second: ops, sends and receives on the device rows, transfers on the
+    # channel rows; one send per message from a device with an overhead, one receive per message to one.
+    check_trace(p, ref)
+
+
+def check_trace(p, res):
+    """A traced run's events against its totals: busy time, channel time, messages and their overheads."""
+    names, chans = p.devices.names, [c.name for c in p.devices.channels]
+    ovh = {d.name: d.message_overhead for d in p.devices.devices}
+    kinds = {e.kind for e in res.trace}
+    assert kinds <= {"op", "transfer", "send", "recv"}
+    tol = 1e-9 * max(1.0, res.makespan)
+    for d, name in enumerate(names):
+        events = sorted((e for e in res.trace if e.resource == name), key=lambda e: (e.start, e.end))
+        assert all(e.kind != "transfer" for e in events)
+        assert abs(sum(e.end - e.start for e in events) - res.busy[d]) <= tol * (1 + len(events))
+        for a, b in zip(events, events[1:]):  # one task at a time
+            assert b.start >= a.end - tol
+    for c, name in enumerate(chans):
+        events = [e for e in res.trace if e.resource == name]
+        assert all(e.kind == "transfer" for e in events)
+        assert abs(sum(e.end - e.start for e in events) - res.channel_busy[c]) <= tol * (1 + len(events))
+    transfers = [e for e in res.trace if e.kind == "transfer"]
+    assert len(transfers) == res.transfers
+    for kind, end in (("send", "src"), ("recv", "dst")):
+        over = {(e.op, e.batch, e.phase, e.src, e.dst): e for e in res.trace if e.kind == kind}
+        assert len(over) == sum(1 for e in res.trace if e.kind == kind)  # one per message at most
+        expected = [x for x in transfers if ovh[getattr(x, end)] > 0]
+        assert len(over) == len(expected)
+        for x in expected:
+            e = over[(x.op, x.batch, x.phase, x.src, x.dst)]
+            assert e.resource == getattr(x, end) and e.bytes == x.bytes
+            assert abs((e.end - e.start) - ovh[e.resource]) <= tol
+            assert (e.end <= x.start + tol) if kind == "send" else (e.start >= x.end - tol)
 
 
 @common

@@ -41,7 +41,8 @@ class Simulator:
                 c.ch_bytes, c.ch_grad, c.fwd, c.bwd, c.upd, c.has_update, c.out_bytes, c.static_mem, c.route,
                 c.ch_latency, c.ch_inv_rate, c.min_transfer, c.input_ops,
                 int(settings.batches), int(settings.in_flight), int(settings.forward_only),
-                int(settings.admission), int(settings.update_per_step), int(settings.stage_caps), prio, cap)
+                int(settings.admission), int(settings.update_per_step), int(settings.stage_caps), prio, cap,
+                np.ascontiguousarray(c.msg_overhead, dtype=float))
         elif fast:
             warnings.warn("the compiled simulator is not built; using the slow Python reference "
                           "(reinstall with `pip install -e .` and a C compiler)", RuntimeWarning, stacklevel=2)

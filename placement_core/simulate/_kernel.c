@@ -68,7 +68,7 @@ static void *arena_take(Arena *ar, size_t bytes) {
 
 /* --------------------------------------------------------------- problem */
 
-#define NBUF 22
+#define NBUF 23
 
 typedef struct {
     PyObject_HEAD
@@ -78,11 +78,13 @@ typedef struct {
     const int *par_ptr, *par_idx, *ch_ptr, *ch_idx, *route, *input_ops, *cap;
     const double *par_bytes, *par_grad, *ch_bytes, *ch_grad;
     const double *fwd, *bwd, *upd, *out_bytes, *static_mem, *ch_lat, *ch_inv, *min_xfer, *prio;
+    const double *ovh;  /* per device: seconds of device time per message sent or received */
     const unsigned char *has_update;
-    int U, K, fwd_only, admission, upd_step, stage_caps;
+    int U, K, fwd_only, admission, upd_step, stage_caps, has_ovh;
 } KernelObject;
 
-typedef struct { int u, dir, op, src, dst, entry; double bytes; } Xfer;
+/* A message; prio is its producing task's, used by its channel queue and its send/receive tasks. */
+typedef struct { int u, dir, op, src, dst, entry; double bytes, prio; } Xfer;
 
 /* Returns 0 on success, -1 if the simulation stalled, -2 out of memory, -3 bad placement. */
 static int simulate(const KernelObject *k, const int *place, double *out) {
@@ -108,9 +110,9 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
     ADD(double, n); ADD(double, n); ADD(double, n);                       /* durations */
     ADD(int, UN * 3); ADD(int, UN); ADD(int, UE);                         /* deps, activation/recv refs */
     ADD(int, U); ADD(int, UND); ADD(int, UND); ADD(char, UND);            /* units, open tracking */
-    ADD(Heap, nd); ADD(Heap, 1); ADD(Item, UN * 3 + nd); ADD(Item, nd + nc + 2);
+    ADD(Heap, nd); ADD(Heap, 1); ADD(Item, nd + nc + 2);
     ADD(double, nd); ADD(double, nd); ADD(double, nd);
-    ADD(int, nd); ADD(int, nd); ADD(int, nd); ADD(Item, UN * 3 + 1); ADD(int, nd);
+    ADD(int, nd); ADD(int, nd); ADD(int, nd); ADD(int, nd); ADD(int, nd);
 #undef ADD
 
     Arena ar = {NULL, 0, 0};
@@ -177,20 +179,43 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
     char *is_open = TAKE(&ar, char, UND);
     Heap *dev_q = TAKE(&ar, Heap, nd);
     Heap *events_h = TAKE(&ar, Heap, 1);
-    Item *dev_items = TAKE(&ar, Item, UN * 3 + nd);
     Item *ev_items = TAKE(&ar, Item, nd + nc + 2);
     double *busy = TAKE(&ar, double, nd), *mem = TAKE(&ar, double, nd), *peak = TAKE(&ar, double, nd);
     int *running = TAKE(&ar, int, nd), *open_count = TAKE(&ar, int, nd), *input_dev = TAKE(&ar, int, nd);
-    Item *stash = TAKE(&ar, Item, UN * 3 + 1);
     int *cap_buf = TAKE(&ar, int, nd);
-    if (!stash || !cap_buf) { free(ar.base); free(ops_on); free(ch_msgs); return -2; }
+    int *ovh_msgs = TAKE(&ar, int, nd);  /* per device: send and receive tasks per unit */
+    if (!ovh_msgs) { free(ar.base); free(ops_on); free(ch_msgs); return -2; }
 
-    /* channel queues + transfer records (own allocation: sizes known only now) */
+    /* Message overhead: a send task on the sender, a receive task on the receiver, per message. */
+    long long total_ovh = 0;
+    for (d = 0; d < nd; d++) ovh_msgs[d] = 0;
+    if (k->has_ovh) {
+        for (i = 0; i < n; i++) {
+            const int di = place[i];
+            for (j = fd_ptr[i]; j < fd_ptr[i + 1]; j++) {
+                if (k->ovh[di] > 0.0) ovh_msgs[di]++;
+                if (k->ovh[fd_dev[j]] > 0.0) ovh_msgs[fd_dev[j]]++;
+            }
+            if (training)
+                for (j = bd_ptr[i]; j < bd_ptr[i + 1]; j++) {
+                    if (!(bd_bytes[j] > 0.0)) continue;
+                    if (k->ovh[di] > 0.0) ovh_msgs[di]++;
+                    if (k->ovh[bd_dev[j]] > 0.0) ovh_msgs[bd_dev[j]]++;
+                }
+        }
+        for (d = 0; d < nd; d++) total_ovh += (long long)ovh_msgs[d] * U;
+    }
+
+    /* device queue storage, channel queues + transfer records (own allocation: sizes known only now) */
     size_t need2 = sizeof(Heap) * (size_t)(nc + 1) + sizeof(Item) * (size_t)(total_msgs + nc + 1)
                  + sizeof(Xfer) * (size_t)(total_msgs + 1) + sizeof(double) * (size_t)(2 * nc + 2)
-                 + sizeof(char) * (size_t)(nc + 1) + 16 * 8;
+                 + sizeof(char) * (size_t)(nc + 1)
+                 + sizeof(Item) * (size_t)(UN * 3 + nd + total_ovh) + sizeof(Item) * (size_t)(UN * 3 + 1 + total_ovh)
+                 + 16 * 8;
     Arena ar2 = {malloc(need2), 0, need2};
     if (!ar2.base) { free(ar.base); free(ops_on); free(ch_msgs); return -2; }
+    Item *dev_items = TAKE(&ar2, Item, UN * 3 + nd + total_ovh);
+    Item *stash = TAKE(&ar2, Item, UN * 3 + 1 + total_ovh);
     Heap *chan_q = TAKE(&ar2, Heap, nc);
     Item *chan_items = TAKE(&ar2, Item, total_msgs + nc);
     Xfer *xf = TAKE(&ar2, Xfer, total_msgs);
@@ -200,7 +225,10 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
     /* ---- state init */
     {
         Item *p = dev_items;
-        for (d = 0; d < nd; d++) { dev_q[d].a = p; dev_q[d].n = 0; p += (size_t)U * 3 * ops_on[d] + 1; }
+        for (d = 0; d < nd; d++) {
+            dev_q[d].a = p; dev_q[d].n = 0;
+            p += (size_t)U * 3 * ops_on[d] + (size_t)U * ovh_msgs[d] + 1;
+        }
         Item *q = chan_items;
         for (j = 0; j < nc; j++) { chan_q[j].a = q; chan_q[j].n = 0; q += (size_t)ch_msgs[j] * U + 1;
                                    ch_bytes_out[j] = ch_busy_out[j] = 0.0; chan_running[j] = 0; }
@@ -233,6 +261,7 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
     double now = 0.0;
     const double *prio = k->prio;
     const int *cap = k->cap;
+    const int ovh_base = U * 3 * n;  /* event/queue ids from here: ovh_base + 2 * message + (0 send | 1 recv) */
     if (k->stage_caps) {
         /* 1F1B limits: used devices ordered by their first op are stages 0..p-1; stage s holds p - s */
         int p_used = 0;
@@ -248,6 +277,22 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
         heap_push(&dev_q[place[t__ % n]], it__); } while (0)
 #define SATISFY(t_) do { int t2__ = (t_); if (--dep[t2__] == 0) READY(t2__); } while (0)
 #define NOTE(d_) do { if (mem[(d_)] > peak[(d_)]) peak[(d_)] = mem[(d_)]; } while (0)
+/* A new message xi from s_ to d_: a send task on s_ first if it has a message overhead, else to the channel. */
+#define SEND(xi_, s_, d_) do { \
+        if (k->has_ovh && k->ovh[(s_)] > 0.0) { Item it__ = {pr, seq++, ovh_base + 2 * (xi_)}; \
+                                                 heap_push(&dev_q[(s_)], it__); } \
+        else { Item it__ = {pr, seq++, (xi_)}; heap_push(&chan_q[k->route[(s_) * nd + (d_)]], it__); } \
+    } while (0)
+/* Message x is on its destination: its consumers there may run. */
+#define DELIVER(x_) do { const Xfer *xd__ = (x_); int jj__; \
+        if (xd__->dir == FWD) { \
+            for (jj__ = k->ch_ptr[xd__->op]; jj__ < k->ch_ptr[xd__->op + 1]; jj__++) \
+                if (place[k->ch_idx[jj__]] == xd__->dst) SATISFY(TID(xd__->u, FWD, k->ch_idx[jj__])); \
+        } else { \
+            for (jj__ = k->par_ptr[xd__->op]; jj__ < k->par_ptr[xd__->op + 1]; jj__++) \
+                if (place[k->par_idx[jj__]] == xd__->dst) SATISFY(TID(xd__->u, BWD, k->par_idx[jj__])); \
+        } \
+    } while (0)
 
     int status = 0;
     /* With a priority order, zero-duration work at an instant is settled first (instant_only
@@ -274,7 +319,9 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
             int n_stash = 0, chosen = -1;
             while (dev_q[d].n > 0) {
                 Item it = heap_pop(&dev_q[d]);
-                {
+                if (it.id >= ovh_base) {  /* a send or receive task: never capped, never instant */
+                    if (instant_only) { stash[n_stash++] = it; continue; }
+                } else {
                     int t = it.id, uu = t / (3 * n), ph = (t / n) % 3, o = t % n;
                     int capped = cap && cap[d] > 0 && ph == FWD && !is_open[uu * nd + d] && open_count[d] >= cap[d]
                                  && uu != oldest;
@@ -289,6 +336,14 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
             }
             for (j = 0; j < n_stash; j++) heap_push(&dev_q[d], stash[j]);
             if (chosen < 0) continue;
+            if (chosen >= ovh_base) {
+                running[d] = chosen;
+                busy[d] += k->ovh[d];
+                Item ev = {now + k->ovh[d], seq++, chosen};
+                heap_push(events_h, ev);
+                started++;
+                continue;
+            }
             int uu = chosen / (3 * n), ph = (chosen / n) % 3, op = chosen % n;
             if (cap && ph == FWD && !is_open[uu * nd + d]) { is_open[uu * nd + d] = 1; open_count[d]++; }
             double len = ph == FWD ? dF[op] : ph == BWD ? dB[op] : dU[op];
@@ -322,7 +377,18 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
         if (prio) instant_only = 1;
         while (events_h->n > 0 && events_h->a[0].key == now) {
             Item ev = heap_pop(events_h);
-            if (ev.id >= 0) {
+            if (ev.id >= ovh_base) {
+                const int xi = (ev.id - ovh_base) >> 1;
+                const Xfer *x = &xf[xi];
+                if ((ev.id - ovh_base) & 1) {  /* received: the consumers may run */
+                    running[x->dst] = -1;
+                    DELIVER(x);
+                } else {  /* sent: the message queues on its channel */
+                    running[x->src] = -1;
+                    Item it = {x->prio, seq++, xi};
+                    heap_push(&chan_q[k->route[x->src * nd + x->dst]], it);
+                }
+            } else if (ev.id >= 0) {
                 const int task = ev.id, uu = task / (3 * n), ph = (task / n) % 3, op = task % n;
                 const int dv = place[op];
                 const double pr = PRIO(task);
@@ -350,9 +416,8 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
                     for (j = fd_ptr[op]; j < fd_ptr[op + 1]; j++) {
                         Xfer *x = &xf[n_xf];
                         x->u = uu; x->dir = FWD; x->op = op; x->src = dv; x->dst = fd_dev[j]; x->entry = j;
-                        x->bytes = fd_bytes[j];
-                        Item it = {pr, seq++, n_xf};
-                        heap_push(&chan_q[k->route[dv * nd + fd_dev[j]]], it);
+                        x->bytes = fd_bytes[j]; x->prio = pr;
+                        SEND(n_xf, dv, fd_dev[j]);
                         n_xf++;
                     }
                     if (training) SATISFY(TID(uu, BWD, op));
@@ -383,9 +448,8 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
                         if (!(bd_bytes[j] > 0.0)) continue;
                         Xfer *x = &xf[n_xf];
                         x->u = uu; x->dir = BWD; x->op = op; x->src = dv; x->dst = bd_dev[j]; x->entry = j;
-                        x->bytes = bd_bytes[j];
-                        Item it = {pr, seq++, n_xf};
-                        heap_push(&chan_q[k->route[dv * nd + bd_dev[j]]], it);
+                        x->bytes = bd_bytes[j]; x->prio = pr;
+                        SEND(n_xf, dv, bd_dev[j]);
                         n_xf++;
                     }
                     if (k->has_update[op]) SATISFY(k->upd_step ? TID(0, UPD, op) : TID(uu, UPD, op));
@@ -409,17 +473,16 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
                     if (--act_refs[x->u * n + x->op] == 0) mem[x->src] -= k->out_bytes[x->op];
                     recv_refs[(size_t)x->u * E + x->entry] = fd_consumers[x->entry];
                     mem[x->dst] += x->bytes;
-                    for (j = k->ch_ptr[x->op]; j < k->ch_ptr[x->op + 1]; j++) {
-                        const int c = k->ch_idx[j];
-                        if (place[c] == x->dst) SATISFY(TID(x->u, FWD, c));
-                    }
                 } else {
                     mem[x->src] -= x->bytes;
                     mem[x->dst] += x->bytes;
-                    for (j = k->par_ptr[x->op]; j < k->par_ptr[x->op + 1]; j++) {
-                        const int p = k->par_idx[j];
-                        if (place[p] == x->dst) SATISFY(TID(x->u, BWD, p));
-                    }
+                }
+                /* memory moves on arrival; the consumers wait for the receive task, if any */
+                if (k->has_ovh && k->ovh[x->dst] > 0.0) {
+                    Item it = {x->prio, seq++, ovh_base + 2 * xi + 1};
+                    heap_push(&dev_q[x->dst], it);
+                } else {
+                    DELIVER(x);
                 }
                 NOTE(x->src);
                 NOTE(x->dst);
@@ -443,6 +506,8 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
 #undef READY
 #undef SATISFY
 #undef NOTE
+#undef SEND
+#undef DELIVER
 }
 
 /* ------------------------------------------------------------ Python glue */
@@ -479,11 +544,11 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
     PyObject *o[NBUF];
     (void)kwds;
     if (self->nviews) { PyErr_SetString(PyExc_RuntimeError, "Kernel is already initialised"); return -1; }
-    if (!PyArg_ParseTuple(args, "iiiOOOOOOOOOOOOOOOOOOOiiiiiiOO", &self->n, &self->nd, &self->nc,
+    if (!PyArg_ParseTuple(args, "iiiOOOOOOOOOOOOOOOOOOOiiiiiiOOO", &self->n, &self->nd, &self->nc,
                           &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10], &o[11],
                           &o[12], &o[13], &o[14], &o[15], &o[16], &o[17], &o[18],
                           &self->U, &self->K, &self->fwd_only, &self->admission, &self->upd_step,
-                          &self->stage_caps, &o[19], &o[20]))
+                          &self->stage_caps, &o[19], &o[20], &o[21]))
         return -1;
     const int n = self->n, nd = self->nd, nc = self->nc;
     if (n < 1 || nd < 1 || nc < 0 || self->U < 1 || self->K < 1) {
@@ -510,8 +575,15 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
         take_view(self, o[17], 'd', nd, (const void **)&self->min_xfer, "min_transfer") ||
         take_view(self, o[18], 'i', 0, (const void **)&self->input_ops, "input_ops") ||
         take_view(self, o[19], 'd', (Py_ssize_t)self->U * 3 * n, (const void **)&self->prio, "priority") ||
-        take_view(self, o[20], 'i', nd, (const void **)&self->cap, "device_cap"))
+        take_view(self, o[20], 'i', nd, (const void **)&self->cap, "device_cap") ||
+        take_view(self, o[21], 'd', nd, (const void **)&self->ovh, "msg_overhead"))
         return -1;
+    if (!self->ovh) { PyErr_SetString(PyExc_ValueError, "msg_overhead is required"); return -1; }
+    self->has_ovh = 0;
+    for (int d = 0; d < nd; d++) {
+        if (!(self->ovh[d] >= 0.0)) { PyErr_SetString(PyExc_ValueError, "msg_overhead must be >= 0"); return -1; }
+        if (self->ovh[d] > 0.0) self->has_ovh = 1;
+    }
     self->n_edges = self->par_ptr[n];
     if (self->ch_ptr[n] != self->n_edges) {
         PyErr_SetString(PyExc_ValueError, "parent and child edge counts differ");

@@ -79,9 +79,15 @@ class Compiled:
     ch_inv_rate: np.ndarray
     min_transfer: np.ndarray
     input_ops: np.ndarray
+    # [devices] seconds of device time per message sent and per message received (0: none)
+    msg_overhead: np.ndarray | None = None
     op_names: tuple[str, ...] = ()
     dev_names: tuple[str, ...] = ()
     ch_names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.msg_overhead is None:
+            self.msg_overhead = np.zeros(self.n_dev)
 
 
 def compile_problem(graph: Graph, devices: DeviceGraph, costs: CostArrays) -> Compiled:
@@ -111,6 +117,8 @@ def compile_problem(graph: Graph, devices: DeviceGraph, costs: CostArrays) -> Co
     for (a, b), c in devices.route.items():
         route[a * d + b] = c
     params = np.array([o.param_bytes for o in graph.ops], dtype=float)
+    overhead = (costs.message_overhead if costs.message_overhead is not None
+                else [dv.message_overhead for dv in devices.devices])
     return Compiled(
         n_ops=n, n_dev=d, n_ch=len(devices.channels),
         par_ptr=par_ptr, par_idx=np.array(par_idx, dtype=np.int32), par_bytes=np.array(par_bytes, dtype=float),
@@ -128,19 +136,34 @@ def compile_problem(graph: Graph, devices: DeviceGraph, costs: CostArrays) -> Co
         ch_inv_rate=np.asarray(costs.ch_inv_rate, dtype=float),
         min_transfer=np.asarray(costs.min_transfer, dtype=float),
         input_ops=np.array(graph.sources, dtype=np.int32),
+        msg_overhead=np.ascontiguousarray(overhead, dtype=float),
         op_names=tuple(o.name for o in graph.ops),
         dev_names=tuple(devices.names),
         ch_names=tuple(c.name for c in devices.channels),
     )
 
 
+OVERHEAD_KINDS = ("send", "recv")
+
+
 @dataclass(frozen=True)
 class TraceEvent:
-    kind: str  # "op" | "transfer"
+    """One interval of work. ``kind``:
+
+    * ``"op"``: an op's forward, backward or weight update (``phase``) on a device;
+    * ``"transfer"``: a message on a channel, ``src`` → ``dst``, ``bytes``;
+    * ``"send"`` / ``"recv"``: the device time the sender (``resource`` = ``src``) or the receiver
+      (``resource`` = ``dst``) spends on that message (the devices' ``message_overhead``).
+
+    For transfers, sends and receives ``op`` is the op whose output (phase ``"fwd"``) or whose input
+    gradients (phase ``"bwd"``) the message carries.
+    """
+
+    kind: str  # "op" | "transfer" | "send" | "recv"
     op: str  # the op that ran, or whose output (fwd) / input gradients (bwd) were sent
     batch: int
     phase: str  # "fwd" | "bwd" | "update"
-    resource: str  # device (op) or channel (transfer)
+    resource: str  # device (op, send, recv) or channel (transfer)
     start: float
     end: float
     src: str | None = None

@@ -14,7 +14,16 @@ Semantics (DESIGN §4, thesis §3.1 Algorithms 4-7, Placeto A.5):
   inputs' gradients.
 * Each device runs one task at a time from a ready queue, each channel carries
   one transfer at a time; both ordered by (priority, arrival), i.e. FIFO by
-  default. All events at one instant are handled (in creation order) before
+  default.
+* Message overhead (a device's ``message_overhead`` o, LogP's "o"): a message
+  from s to d first runs a *send* task of o_s on s (when o_s > 0; it enters
+  s's ready queue with the producing task's priority) and only then queues
+  on the channel; when it arrives, a *receive* task of o_d runs on d (when
+  o_d > 0, same priority) and only then are its consumers satisfied. Both
+  count as busy time and are traced as kinds "send" and "recv" on the device
+  rows. Memory moves at arrival (the sender releases, the receiver holds the
+  copy), not at the end of the receive task. With o = 0 the message goes
+  straight to the channel and is delivered on arrival, as before. All events at one instant are handled (in creation order) before
   idle resources pick their next item. With a priority order, zero-duration
   work started at that instant is also completed first ("settling"), so that
   everything ready at the instant competes by priority.
@@ -100,6 +109,8 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
     ops_on = [0] * nd
     for i in range(n):
         ops_on[place[i]] += 1
+    ovh = [float(x) for x in c.msg_overhead]
+    ovh_base = U * 3 * n  # task ids from here on are message overheads: ovh_base + 2 * message + (0 send | 1 recv)
 
     def tid(u: int, phase: int, op: int) -> int:
         return (u * 3 + phase) * n + op
@@ -121,7 +132,8 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
     chan_q: list[list] = [[] for _ in range(c.n_ch)]
     seq = 0
     events: list = []
-    xfers: list[tuple] = []  # (unit, direction, op, src, dst, bytes, prio)
+    xfers: list[tuple] = []  # (unit, direction, op, src, dst, bytes)
+    xprio: list[float] = []  # each message's priority (its producing task's)
 
     # Results.
     busy = np.zeros(nd)
@@ -162,11 +174,47 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
             make_ready(task)
 
     def send(u: int, direction: int, op: int, src: int, dst: int, nbytes: float, p: float) -> None:
-        nonlocal seq
         xfers.append((u, direction, op, src, dst, nbytes))
+        xprio.append(p)
+        x = len(xfers) - 1
+        if ovh[src] > 0.0:
+            overhead_ready(x, 0, src)
+        else:
+            to_channel(x)
+
+    def to_channel(x: int) -> None:
+        nonlocal seq
+        _, _, _, src, dst, _ = xfers[x]
         ch = int(c.route[src * nd + dst])
-        heapq.heappush(chan_q[ch], (p, seq, len(xfers) - 1))
+        heapq.heappush(chan_q[ch], (xprio[x], seq, x))
         seq += 1
+
+    def overhead_ready(x: int, r: int, d: int) -> None:
+        """The send (r = 0, on the sender) or receive (r = 1, on the receiver) task of message x."""
+        nonlocal seq
+        heapq.heappush(dev_q[d], (xprio[x], seq, ovh_base + 2 * x + r))
+        seq += 1
+
+    def deliver(x: int) -> None:
+        """Message x is on its destination: its consumers there may run."""
+        u, direction, op, src, dst, nbytes = xfers[x]
+        if direction == FWD:
+            for ch, _, _ in chi[op]:
+                if place[ch] == dst:
+                    satisfy(tid(u, FWD, ch))
+        else:
+            for pp, _, _ in par[op]:
+                if place[pp] == dst:
+                    satisfy(tid(u, BWD, pp))
+
+    def overhead_done(task: int) -> None:
+        x, r = divmod(task - ovh_base, 2)
+        _, _, _, src, dst, _ = xfers[x]
+        running[dst if r else src] = -1
+        if r:
+            deliver(x)
+        else:
+            to_channel(x)
 
     def close_if_done(u: int, d: int) -> None:
         if cap is not None and (u, d) in is_open:
@@ -174,6 +222,9 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
             open_units[d] -= 1
 
     def task_done(task: int, t: float) -> None:
+        if task >= ovh_base:
+            overhead_done(task)
+            return
         u, rest = divmod(task, 3 * n)
         phase, op = divmod(rest, n)
         d = place[op]
@@ -241,16 +292,15 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
             act_refs[k] -= 1
             if act_refs[k] == 0:
                 mem[src] -= c.out_bytes[op]
-            consumers = [ch for ch, _, _ in chi[op] if place[ch] == dst]
-            recv[(u, op, dst)] = [len(consumers), nbytes]
+            consumers = sum(1 for ch, _, _ in chi[op] if place[ch] == dst)
+            recv[(u, op, dst)] = [consumers, nbytes]
             mem[dst] += nbytes
-            for ch in consumers:
-                satisfy(tid(u, FWD, ch))
         else:
             mem[dst] += nbytes
-            for pp, _, _ in par[op]:
-                if place[pp] == dst:
-                    satisfy(tid(u, BWD, pp))
+        if ovh[dst] > 0.0:
+            overhead_ready(x, 1, dst)
+        else:
+            deliver(x)
         note_memory(t, (src, dst))
 
     def idle(d: int) -> bool:
@@ -274,7 +324,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
     def blocked(task: int) -> bool:
         """A forward may not open another unit on a full device, unless it is the oldest unfinished
         unit (which guarantees progress on any placement)."""
-        if cap is None:
+        if cap is None or task >= ovh_base:
             return False
         u, rest = divmod(task, 3 * n)
         phase, op = divmod(rest, n)
@@ -287,6 +337,12 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
     def xfer_length(ch: int, x: int) -> float:
         _, _, _, src, _, nbytes = xfers[x]
         return max(float(c.ch_latency[ch]) + nbytes * float(c.ch_inv_rate[ch]), float(c.min_transfer[src]))
+
+    def task_length(d: int, task: int) -> float:
+        if task >= ovh_base:
+            return ovh[d]  # a send task runs on the sender, a receive task on the receiver: d either way
+        u, rest = divmod(task, 3 * n)
+        return dur(*divmod(rest, n))
 
     def dispatch(t: float, instant_only: bool = False) -> int:
         """Start the best ready item on every idle device and channel; returns how many started.
@@ -301,8 +357,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
             chosen = None
             while dev_q[d]:
                 item = heapq.heappop(dev_q[d])
-                u, rest = divmod(item[2], 3 * n)
-                if blocked(item[2]) or (instant_only and dur(*divmod(rest, n)) > 0):
+                if blocked(item[2]) or (instant_only and task_length(d, item[2]) > 0):
                     stash.append(item)
                     continue
                 chosen = item
@@ -312,6 +367,20 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
             if chosen is None:
                 continue
             task = chosen[2]
+            if task >= ovh_base:
+                x, r = divmod(task - ovh_base, 2)
+                length = ovh[d]
+                running[d] = task
+                busy[d] += length
+                heapq.heappush(events, (t + length, seq, _TASK, task))
+                seq += 1
+                started += 1
+                if trace_events is not None:
+                    u, direction, op, src, dst, nbytes = xfers[x]
+                    trace_events.append(TraceEvent("recv" if r else "send", c.op_names[op], u, PHASES[direction],
+                                                   c.dev_names[d], t, t + length, c.dev_names[src],
+                                                   c.dev_names[dst], nbytes))
+                continue
             u, rest = divmod(task, 3 * n)
             phase, op = divmod(rest, n)
             if cap is not None and phase == FWD and (u, d) not in is_open:
