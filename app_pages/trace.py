@@ -12,7 +12,8 @@ from placement_core.simulate.chrome import chrome_trace
 
 ui.header("Trace", "What the simulator did with the current placement: every op on its device and every "
           "tensor on its link, over time. Forward passes are drawn in a batch's colour, backward passes lighter; "
-          "gaps on a device row are idle time (pipeline bubbles).")
+          "thin grey bars on a device row are its time on messages it sends or receives (the devices' message "
+          "overhead, if set); gaps are idle time (pipeline bubbles).")
 s = state.ss()
 
 with ui.guarded("the settings"):
@@ -36,7 +37,8 @@ with ui.guarded("the trace"):
     m[2].metric("Transfers", f"{res.transfers:,}", help=f"{fmt_bytes(float(res.channel_bytes.sum()))} moved")
     m[3].metric("Fits in memory", "yes" if ev.feasible else "no",
                 help=None if ev.feasible else f"{fmt_bytes(float(ev.overflow.sum()))} over capacity")
-    m[4].metric("Events", f"{len(res.trace):,}", help="ops and transfers in the trace")
+    m[4].metric("Events", f"{len(res.trace):,}", help="ops and transfers in the trace, and the send and receive "
+                "tasks of devices with a message overhead")
 
     critical = st.toggle("Highlight the critical path", key="trace_critical",
                          help="The chain of ops and transfers that fixes the makespan: speeding up anything "
@@ -49,8 +51,11 @@ with ui.guarded("the trace"):
         path = view["critical"]
         on_links = sum(1 for i in path if res.trace[i].kind == "transfer")
         link_time = sum(res.trace[i].end - res.trace[i].start for i in path if res.trace[i].kind == "transfer")
+        overhead = [i for i in path if res.trace[i].kind in ("send", "recv")]
+        extra = (f"; {len(overhead)} send/receive tasks (message overhead) take "
+                 f"{fmt_seconds(sum(res.trace[i].end - res.trace[i].start for i in overhead))}" if overhead else "")
         st.caption(f"Critical path: {len(path)} events, {on_links} of them transfers taking "
-                   f"{fmt_seconds(link_time)} of the {fmt_seconds(res.makespan)} makespan.")
+                   f"{fmt_seconds(link_time)} of the {fmt_seconds(res.makespan)} makespan{extra}.")
     mem_fig, off = charts.memory_figure(view["memory"], problem.devices.names,
                                         [d.memory_bytes for d in problem.devices.devices])
     st.plotly_chart(mem_fig, key="trace_memory", config={"displaylogo": False})

@@ -36,6 +36,10 @@ def _mix(hex_color: str, other: str, t: float) -> str:
     return "#" + "".join(f"{round(x + (y - x) * t):02x}" for x, y in zip(a, b))
 
 
+OVERHEAD_COLOR = "#707070"  # send and receive tasks (a device's message overhead): thin grey bars
+OVERHEAD_NAME = "send / receive (message overhead)"
+
+
 def shade(batch: int, phase: str) -> str:
     """Forward in the batch's colour, backward lighter, weight update greyer."""
     base = color(batch)
@@ -290,19 +294,23 @@ def gantt_figure(segments: list[GanttSegments], rows: list[str], n_devices: int,
     per_batch = len(batches) > 3  # many batches: one legend entry per batch (all its phases)
     shown: set = set()
     for seg in segments:
-        c = shade(seg.batch, seg.phase)
         x, y = _segments_xy(seg.start, seg.end, seg.row)
-        group = f"b{seg.batch}" if per_batch else f"b{seg.batch}-{seg.phase}"
-        name = f"{unit} {seg.batch + 1}"
-        if not per_batch:
-            name += f" · {PHASE_NAMES.get(seg.phase, seg.phase)}"
-        show = seg.kind == "op" and group not in shown
+        if seg.kind in ("send", "recv"):  # message overhead: thin grey bars on the device rows, one legend entry
+            c, w, group, name = OVERHEAD_COLOR, max(4, width // 2), "overhead", OVERHEAD_NAME
+            show = group not in shown
+        else:
+            c, w = shade(seg.batch, seg.phase), width
+            group = f"b{seg.batch}" if per_batch else f"b{seg.batch}-{seg.phase}"
+            name = f"{unit} {seg.batch + 1}"
+            if not per_batch:
+                name += f" · {PHASE_NAMES.get(seg.phase, seg.phase)}"
+            show = seg.kind == "op" and group not in shown
         shown.add(group)
-        fig.add_trace(go.Scattergl(x=x, y=y, mode="lines", line=dict(color=c, width=width), name=name,
+        fig.add_trace(go.Scattergl(x=x, y=y, mode="lines", line=dict(color=c, width=w), name=name,
                                    legendgroup=group, showlegend=show, hoverinfo="skip"))
         fig.add_trace(go.Scattergl(
             x=(seg.start + seg.end) * 0.5e3, y=-seg.row, mode="markers", hovertext=seg.hover, hoverinfo="text",
-            marker=dict(size=width, color=c, opacity=0), showlegend=False, legendgroup=group))
+            marker=dict(size=w, color=c, opacity=0), showlegend=False, legendgroup=group))
     if critical and trace is not None:
         row_of = {name: i for i, name in enumerate(rows)}
         st_ = np.array([trace[i].start for i in critical])
@@ -400,10 +408,13 @@ def schedule_gantt_figure(blocks, rows: list[str], n_devices: int, x_max: float,
                           unit: str = "micro-batch", legend_units: int = 12) -> go.Figure:
     """A pipeline timeline from :func:`placement_core.analysis.pipeline.schedule_blocks`: one bar per block,
     labelled F k / B k, micro-batch k in ``color(k)`` (forward full, backward lighter), weight updates grey,
-    transfers as thinner bars on the link rows. ``x_max`` (seconds) is shared by the charts compared.
+    transfers as thinner bars on the link rows, send and receive tasks (message overhead) as thin grey bars over
+    the device's work. ``x_max`` (seconds) is shared by the charts compared.
     The legend names each micro-batch's colour (up to ``legend_units`` of them) and explains the shades."""
     labels = [r if i < n_devices else f"{r} (link)" for i, r in enumerate(rows)]
     groups: dict[tuple, list] = {}
+    overhead = [b for b in blocks if b.kind == "overhead"]
+    blocks = [b for b in blocks if b.kind != "overhead"]
     for b in blocks:
         groups.setdefault((b.phase == "update", b.unit if b.phase != "update" else 0, b.phase, b.kind), []).append(b)
     units = sorted({b.unit for b in blocks if b.phase != "update"})
@@ -428,11 +439,21 @@ def schedule_gantt_figure(blocks, rows: list[str], n_devices: int, x_max: float,
             text=[tag if is_op else "" for b in bs], textposition="inside", insidetextanchor="middle",
             textangle=0, textfont=dict(color="white" if phase == "fwd" else "#222", size=12),
             name=name, legendgroup=group, showlegend=show,
-            customdata=[[b.start * 1e3, b.end * 1e3, b.busy * 1e3, b.events] for b in bs],
+            customdata=[[b.start * 1e3, b.end * 1e3, b.busy * 1e3, b.events, b.messages] for b in bs],
             hovertemplate=(f"<b>{tag}</b> {what}<br>%{{y}}: %{{customdata[0]:.4g}} → %{{customdata[1]:.4g}} ms"
-                           + ("<br>%{customdata[3]} ops, busy %{customdata[2]:.4g} ms" if is_op else
+                           + (("<br>%{customdata[3]} ops" + (" + %{customdata[4]} send/receive tasks"
+                                                            if any(b.messages for b in bs) else "")
+                               + ", busy %{customdata[2]:.4g} ms") if is_op else
                               "<br>%{customdata[3]} transfers, %{customdata[2]:.4g} ms on the link")
                            + "<extra></extra>")))
+    if overhead:  # send and receive tasks, thin grey bars over the stage's work
+        fig.add_trace(go.Bar(
+            orientation="h", y=[labels[b.row] for b in overhead], base=[b.start * 1e3 for b in overhead],
+            x=[(b.end - b.start) * 1e3 for b in overhead], width=0.25, marker=dict(color=OVERHEAD_COLOR),
+            text=["" for _ in overhead], name=OVERHEAD_NAME, legendgroup="overhead", showlegend=True,
+            customdata=[[b.start * 1e3, b.end * 1e3, b.busy * 1e3, b.events] for b in overhead],
+            hovertemplate=("<b>message overhead</b><br>%{y}: %{customdata[0]:.4g} → %{customdata[1]:.4g} ms"
+                           "<br>%{customdata[3]} send/receive tasks, %{customdata[2]:.4g} ms<extra></extra>")))
     # the shades, explained once (legend-only entries)
     for phase, text in (("fwd", "F k: forward (full colour)"), ("bwd", "B k: backward (lighter)")):
         fig.add_trace(go.Bar(orientation="h", y=[None], x=[None], name=text, marker_color=shade(0, phase),
@@ -441,7 +462,7 @@ def schedule_gantt_figure(blocks, rows: list[str], n_devices: int, x_max: float,
     if 0 < n_devices < len(rows):
         shapes.append(dict(type="line", xref="paper", x0=0, x1=1, y0=n_devices - 0.5, y1=n_devices - 0.5,
                            line=dict(color="#999", width=1, dash="dot")))
-    entries = (len(units) if per_unit else 0) + 3
+    entries = (len(units) if per_unit else 0) + 3 + (1 if overhead else 0)
     legend_rows = -(-entries // 6)  # about six entries fit on a line
     fig.update_layout(
         **BASE_LAYOUT, barmode="overlay", bargap=0, height=150 + 40 * len(rows) + 22 * legend_rows, shapes=shapes,

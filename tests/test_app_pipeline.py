@@ -292,3 +292,25 @@ def test_settings_from_before_schedules_still_load():
     assert_clean(at)
     assert at.session_state["sim"]["schedule"] == "thesis" and at.session_state["sim"]["micro_batches"] == 4
     assert "thesis scheme, 2 batch(es), 2 in flight" in sidebar_text(at)
+
+
+def test_pipeline_gantt_draws_message_overhead_as_thin_grey_bars_over_the_stage_work():
+    from dataclasses import replace
+
+    from dashboard.charts import OVERHEAD_COLOR, OVERHEAD_NAME, schedule_gantt_figure
+    from placement_core.analysis.pipeline import schedule_blocks
+    from placement_core.devices import DeviceGraph
+    d = devices(2)
+    d = DeviceGraph(d.name, [replace(x, message_overhead=0.25) for x in d.devices], list(d.channels))
+    graph = Graph("g", [op("a", fwd=1, bwd=2), op("b", ["a"], fwd=1, bwd=2)], batch_size=4)
+    run = run_schedule(graph, d, [0, 1], "gpipe", 2, trace=True, comm_efficiency=1.0)
+    res = run.evaluation.result
+    blocks = schedule_blocks(res.trace, ["d0", "d1", "bus"])
+    fig = schedule_gantt_figure(blocks, ["d0", "d1", "bus"], 2, res.makespan, "GPipe").to_plotly_json()
+    [grey] = [t for t in fig["data"] if t.get("name") == OVERHEAD_NAME]
+    assert grey["marker"]["color"] == OVERHEAD_COLOR and grey["width"] == 0.25
+    assert sum(grey["x"]) == pytest.approx(0.25e3 * sum(1 for e in res.trace if e.kind in ("send", "recv")))
+    for dev in ("d0", "d1"):  # the labelled stage bars still add up to the busy time, overhead included
+        width = sum(x for t in fig["data"] if t["type"] == "bar" and t.get("text") is not None
+                    for y, x, label in zip(t["y"], t["x"], t["text"]) if y == dev and label)
+        assert width == pytest.approx(res.busy[d.index[dev]] * 1e3)

@@ -147,3 +147,29 @@ def test_pipeline_stages_with_batches_in_flight_keep_several_gpus_busy():
     assert line_rows(fig) >= {-1, -2, -3, -4}
     devices = frame(at, "device")
     assert (devices.set_index("device").loc[["gpu0", "gpu1", "gpu2", "gpu3"], "busy (ms)"] > 0).all()
+
+
+def test_message_overhead_is_drawn_as_thin_grey_bars_on_the_device_rows():
+    at = start()
+    goto(at, "devices")
+    key = at.data_editor[0].key
+    at.session_state[key] = {"edited_rows": {i: {"message overhead µs": 50} for i in range(5)}, "added_rows": [],
+                             "deleted_rows": []}
+    at.run()
+    assert_clean(at)
+    assert [d.message_overhead for d in at.session_state["devices"].devices] == [5e-5] * 5
+    trace_page(at)
+    at.number_input(key="trace_seed").set_value(3)
+    at.button(key="trace_use_random").click().run()
+    assert_clean(at)
+    fig = gantt(at)
+    grey = [t for t in fig["data"] if t.get("legendgroup") == "overhead"]
+    bars = [t for t in grey if t.get("mode") == "lines"]
+    assert bars and all(t["line"]["color"] == "#707070" and t["line"]["width"] < 16 for t in bars)
+    assert [t["name"] for t in bars if t.get("showlegend")] == ["send / receive (message overhead)"]
+    assert {v for t in bars for v in decode(t["y"]) if v == v} <= {-i for i in range(5)}  # device rows only
+    hover = [h for t in grey if t.get("mode") == "markers" for h in t["hovertext"]]
+    assert any(re.match(r"<b>send to (gpu|cpu)\d</b> \(op .+, .+B\)", h) for h in hover)
+    assert any(h.startswith("<b>receive from ") for h in hover)
+    every = [t for t in fig["data"] if t.get("mode") == "markers"]
+    assert sum(len(t["hovertext"]) for t in every) == int(metrics(at)["Events"].replace(",", ""))

@@ -147,3 +147,48 @@ def test_one_device_sends_nothing_and_pays_nothing():
     for r in both(p, [1, 1]):
         assert r.makespan == 1 + 3 + 4 + 2 + 0.75 + 0.5 == 11.25
         assert r.transfers == 0 and list(r.busy) == [0, r.makespan]
+
+
+# -- what reads traces: labels, Gantt segments, the critical path, Chrome trace, pipeline blocks ----------------
+
+def test_trace_views_know_send_and_receive_tasks():
+    from placement_core.analysis.pipeline import schedule_blocks
+    from placement_core.analysis.stats import device_stats, largest_transfers
+    from placement_core.analysis.trace import critical_path, event_label, gantt_rows, gantt_segments
+    from placement_core.simulate.chrome import chrome_trace
+
+    p = problem(CHAIN, with_overhead(devices(2, latency=0.125), 0.25, 0.5))
+    res = p.simulate([0, 1], trace=True).result
+    trace = res.trace
+    # the critical path runs through every send, transfer and receive of the chain
+    path = [(trace[i].kind, trace[i].op, trace[i].phase) for i in critical_path(trace, p.graph)]
+    assert path == [("op", "a", "fwd"), ("send", "a", "fwd"), ("transfer", "a", "fwd"), ("recv", "a", "fwd"),
+                    ("op", "b", "fwd"), ("op", "b", "bwd"), ("send", "b", "bwd"), ("transfer", "b", "bwd"),
+                    ("recv", "b", "bwd"), ("op", "a", "bwd"), ("op", "a", "update")]
+    send = next(e for e in trace if e.kind == "send" and e.op == "a")
+    assert event_label(send).startswith("<b>send to d1</b> (op a, 100 B) · output · batch 0<br>d0: message overhead")
+    recv = next(e for e in trace if e.kind == "recv" and e.op == "b")
+    assert event_label(recv).startswith("<b>receive from d1</b> (op b, 100 B) · gradients")
+    rows = gantt_rows(p.devices.names, [c.name for c in p.devices.channels])
+    segs = gantt_segments(trace, rows)
+    assert [s.kind for s in segs] == ["op"] * 3 + ["send"] * 2 + ["recv"] * 2 + ["transfer"] * 2
+    assert {(s.kind, int(r)) for s in segs if s.kind in ("send", "recv") for r in s.row} == {
+        ("send", 0), ("send", 1), ("recv", 1), ("recv", 0)}  # on the device rows
+    # statistics: overhead is busy time, not a transfer; d1 idles [0, 2.375] until the receive, then after its update
+    assert [r["busy_s"] for r in device_stats(res, p.devices.names, p.capacity, trace)] == [4.0, 8.75]
+    assert device_stats(res, p.devices.names, p.capacity, trace)[1]["longest_idle_s"] == 3.125  # [11.125, 14.25]
+    assert len(largest_transfers(trace)) == 2
+    # Chrome trace: grey slices on the device tracks
+    chrome = [e for e in chrome_trace(res, ["d0", "d1"], ["bus"])["traceEvents"] if e.get("ph") == "X"]
+    s = next(e for e in chrome if e["cat"] == "send,fwd")
+    assert (s["name"], s["pid"], s["tid"], s["ts"], s["dur"]) == ("send a (fwd) to d1", 1, 0, 1e6, 0.25e6)
+    assert s["args"]["bytes"] == 100 and s["cname"] == "grey"
+    r = next(e for e in chrome if e["cat"] == "recv,bwd")
+    assert (r["name"], r["pid"], r["tid"]) == ("receive b (bwd) from d1", 1, 0)
+    # pipeline blocks: send and receive tasks are the stage's work, and thin bars of their own
+    blocks = schedule_blocks(trace, ["d0", "d1", "bus"])
+    d0 = [(b.kind, b.phase, b.start, b.end, b.events, b.messages, b.busy) for b in blocks if b.row == 0]
+    assert d0 == [("op", "fwd", 0, 1.25, 1, 1, 1.25), ("op", "bwd", 11.5, 13.75, 1, 1, 2.25),
+                  ("op", "update", 13.75, 14.25, 1, 0, 0.5),
+                  ("overhead", "fwd", 1, 1.25, 1, 0, 0.25), ("overhead", "bwd", 11.5, 11.75, 1, 0, 0.25)]
+    assert sum(b.busy for b in blocks if b.row == 0 and b.kind == "op") == res.busy[0]

@@ -10,6 +10,7 @@ from ..devices import DeviceGraph
 from ..errors import InputError
 from ..graph import Graph
 from ..problem import Evaluation, Problem
+from ..simulate.model import OVERHEAD_KINDS
 from ..simulate.schedules import pipeline_problem
 
 
@@ -156,21 +157,25 @@ class Block:
     """Consecutive events on one Gantt row with the same unit (micro-batch) and phase, drawn as one bar."""
 
     row: int
-    kind: str  # "op" | "transfer"
+    kind: str  # "op" (device work) | "transfer" | "overhead" (send and receive tasks, drawn over the work)
     unit: int  # micro-batch (or batch) index from 0; weight updates keep their first event's
     phase: str  # "fwd" | "bwd" | "update"
     start: float
     end: float
-    events: int
-    busy: float  # seconds of work (or transfer) inside the block
+    events: int  # ops (transfers; send and receive tasks in an "overhead" block) inside the block
+    busy: float  # seconds of work (or transfer) inside the block, send and receive tasks included
+    messages: int = 0  # send and receive tasks inside an "op" block
 
 
 def schedule_blocks(trace, rows: list[str], *, tolerance: float = 1e-9) -> list[Block]:
     """Merge a trace into blocks: on each row (device or channel), an event joins the block before it when it
     has the same micro-batch and phase (any micro-batch for weight updates) and starts no later than
     ``tolerance`` × the trace's span after that block ends. Idle gaps therefore stay visible; events that
-    take no time (an input op, a free transfer) and events on rows not in ``rows`` are left out. Blocks come
-    per row in time order."""
+    take no time (an input op, a free transfer) and events on rows not in ``rows`` are left out. A device's send
+    and receive tasks (its message overhead) are work of the message's micro-batch and phase inside those
+    blocks (counted in ``messages``), and also come as blocks of their own, kind ``"overhead"`` (back-to-back
+    ones merged whatever their unit), for drawing on top. Blocks come per row in time order, overhead blocks
+    after the others."""
     row_of = {name: i for i, name in enumerate(rows)}
     span = max((e.end for e in trace), default=0.0)
     eps = tolerance * span
@@ -185,14 +190,30 @@ def schedule_blocks(trace, rows: list[str], *, tolerance: float = 1e-9) -> list[
         for e in sorted(per_row[r], key=lambda e: (e.start, e.end)):
             same = cur is not None and cur["phase"] == e.phase and (
                 e.phase == "update" or cur["unit"] == e.batch) and e.start <= cur["end"] + eps
+            overhead = e.kind in OVERHEAD_KINDS
             if same:
+                cur["end"] = max(cur["end"], e.end)
+                cur["messages" if overhead else "events"] += 1
+                cur["busy"] += e.end - e.start
+                continue
+            if cur is not None:
+                blocks.append(Block(**cur))
+            cur = {"row": r, "kind": "transfer" if e.kind == "transfer" else "op", "unit": e.batch, "phase": e.phase,
+                   "start": e.start, "end": e.end, "events": 0 if overhead else 1, "messages": int(overhead),
+                   "busy": e.end - e.start}
+        if cur is not None:
+            blocks.append(Block(**cur))
+    for r in sorted(per_row):
+        cur = None
+        for e in sorted((e for e in per_row[r] if e.kind in OVERHEAD_KINDS), key=lambda e: (e.start, e.end)):
+            if cur is not None and e.start <= cur["end"] + eps:
                 cur["end"] = max(cur["end"], e.end)
                 cur["events"] += 1
                 cur["busy"] += e.end - e.start
                 continue
             if cur is not None:
                 blocks.append(Block(**cur))
-            cur = {"row": r, "kind": e.kind, "unit": e.batch, "phase": e.phase, "start": e.start, "end": e.end,
+            cur = {"row": r, "kind": "overhead", "unit": e.batch, "phase": e.phase, "start": e.start, "end": e.end,
                    "events": 1, "busy": e.end - e.start}
         if cur is not None:
             blocks.append(Block(**cur))

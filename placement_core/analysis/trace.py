@@ -12,9 +12,12 @@ import numpy as np
 
 from ..graph import Graph
 from ..simulate import SimResult, TraceEvent
+from ..simulate.model import OVERHEAD_KINDS  # a device's time on a message it sends or receives
 from .units import fmt_bytes, fmt_seconds
 
 PHASE_ORDER = {"fwd": 0, "bwd": 1, "update": 2}
+KIND_ORDER = {"op": 0, "send": 1, "recv": 2, "transfer": 3}
+
 
 
 def gantt_rows(device_names, channel_names) -> list[str]:
@@ -26,7 +29,7 @@ def gantt_rows(device_names, channel_names) -> list[str]:
 class GanttSegments:
     """Events of one (kind, batch, phase) group: drawn in one colour shade as one WebGL trace."""
 
-    kind: str  # "op" | "transfer"
+    kind: str  # "op" | "transfer" | "send" | "recv"
     batch: int
     phase: str
     row: np.ndarray  # index into the rows of :func:`gantt_rows`
@@ -44,18 +47,24 @@ def event_label(e: TraceEvent) -> str:
     if e.kind == "op":
         return f"<b>{e.op}</b> · {e.phase} · batch {e.batch}<br>{e.resource}: {span}"
     what = "output" if e.phase == "fwd" else "gradients"
+    if e.kind in OVERHEAD_KINDS:
+        head = f"send to {e.dst}" if e.kind == "send" else f"receive from {e.src}"
+        return (f"<b>{head}</b> (op {e.op}, {fmt_bytes(e.bytes)}) · {what} · batch {e.batch}"
+                f"<br>{e.resource}: message overhead, {span}")
     return (f"<b>{e.op}</b> {what} · batch {e.batch}<br>{e.src} → {e.dst} on {e.resource}"
             f"<br>{fmt_bytes(e.bytes)} in {fmt_seconds(e.end - e.start)}, {span}")
 
 
 def gantt_segments(trace: list[TraceEvent], rows: list[str], hover: bool = True) -> list[GanttSegments]:
-    """The trace grouped by (kind, batch, phase), ops before transfers, batches and phases in order."""
+    """The trace grouped by (kind, batch, phase): ops, then send and receive tasks, then transfers; batches and
+    phases in order."""
     row_of = {name: i for i, name in enumerate(rows)}
     groups: dict[tuple[str, int, str], list[int]] = {}
     for i, e in enumerate(trace):
         groups.setdefault((e.kind, e.batch, e.phase), []).append(i)
     out = []
-    for (kind, batch, phase) in sorted(groups, key=lambda k: (k[0] != "op", k[1], PHASE_ORDER.get(k[2], 9))):
+    for (kind, batch, phase) in sorted(groups, key=lambda k: (KIND_ORDER.get(k[0], 9), k[1],
+                                                                 PHASE_ORDER.get(k[2], 9))):
         idx = groups[(kind, batch, phase)]
         out.append(GanttSegments(
             kind, batch, phase,
@@ -73,15 +82,18 @@ def critical_path(trace: list[TraceEvent], graph: Graph, eps: float = 1e-12) -> 
 
     Starting from the event that ends last, repeatedly step to the predecessor that
     finished last no later than the current event started: a data dependency (the
-    parent op on the same device, the transfer that brought its input or gradient,
-    the op's own forward for its backward) or the previous event on the same device
-    or channel (waiting for the resource). The result is the chain of work that fixes
+    parent op on the same device, the transfer that brought its input or gradient, or
+    the receive task that delivered it, the op's own forward for its backward; a
+    transfer's send task, a send task's op, a receive task's transfer) or the previous
+    event on the same device or channel (waiting for the resource). The result is the chain of work that fixes
     the makespan: shortening anything off it cannot make the step faster.
     """
     if not trace:
         return []
     ops: dict[tuple[str, int, str], int] = {}
     sent: dict[tuple[str, int, str, str], int] = {}  # (op, batch, phase, dst) -> transfer event
+    sends: dict[tuple[str, int, str, str], int] = {}  # ... -> the sender's send task
+    recvs: dict[tuple[str, int, str, str], int] = {}  # ... -> the receiver's receive task
     by_resource: dict[str, list[int]] = {}
     bwd_of: dict[str, list[int]] = {}
     for i, e in enumerate(trace):
@@ -89,6 +101,10 @@ def critical_path(trace: list[TraceEvent], graph: Graph, eps: float = 1e-12) -> 
             ops[(e.op, e.batch, e.phase)] = i
             if e.phase == "bwd":
                 bwd_of.setdefault(e.op, []).append(i)
+        elif e.kind == "send":
+            sends[(e.op, e.batch, e.phase, e.dst)] = i
+        elif e.kind == "recv":
+            recvs[(e.op, e.batch, e.phase, e.dst)] = i
         else:
             sent[(e.op, e.batch, e.phase, e.dst)] = i
         by_resource.setdefault(e.resource, []).append(i)
@@ -105,14 +121,22 @@ def critical_path(trace: list[TraceEvent], graph: Graph, eps: float = 1e-12) -> 
             return []
         if trace[j].resource == device:
             return [j]
-        t = sent.get((op_name, batch, phase, device))
+        key = (op_name, batch, phase, device)
+        t = recvs.get(key, sent.get(key))
         return [t] if t is not None else [j]
 
     def predecessors(i: int) -> list[int]:
         e = trace[i]
         cands: list[int] = []
+        key = (e.op, e.batch, e.phase, e.dst)
         if e.kind == "transfer":
+            j = sends.get(key, ops.get((e.op, e.batch, e.phase)))
+            cands += [] if j is None else [j]
+        elif e.kind == "send":
             j = ops.get((e.op, e.batch, e.phase))
+            cands += [] if j is None else [j]
+        elif e.kind == "recv":
+            j = sent.get(key)
             cands += [] if j is None else [j]
         elif e.op in graph.index:
             k = graph.index[e.op]

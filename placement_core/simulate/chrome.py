@@ -1,11 +1,12 @@
 """The event trace as Chrome trace-event JSON (Perfetto, chrome://tracing).
 
-One track per device and per channel, plus a memory counter per device.
+One track per device and per channel, plus a memory counter per device. A device's send and receive
+tasks (its message overhead) are grey slices on its track.
 """
 
 from __future__ import annotations
 
-from .model import SimResult
+from .model import OVERHEAD_KINDS, SimResult
 
 
 def chrome_trace(result: SimResult, device_names: list[str], channel_names: list[str],
@@ -30,6 +31,11 @@ def chrome_trace(result: SimResult, device_names: list[str], channel_names: list
                 "args": {"op": e.op, "batch": e.batch, "phase": e.phase}}
         if e.kind == "op":
             item.update(pid=1, tid=tid[e.resource])
+        elif e.kind in OVERHEAD_KINDS:  # a device's time on a message it sends or receives
+            item["name"] = (f"send {e.op} ({e.phase}) to {e.dst}" if e.kind == "send"
+                            else f"receive {e.op} ({e.phase}) from {e.src}")
+            item.update(pid=1, tid=tid[e.resource], cname="grey")
+            item["args"].update(src=e.src, dst=e.dst, bytes=e.bytes)
         else:
             item.update(pid=2, tid=ctid[e.resource])
             item["args"].update(src=e.src, dst=e.dst, bytes=e.bytes)
