@@ -24,6 +24,7 @@ DEVICE_COLUMNS = {
     "memory GB": ("memory_bytes", 1e9),
     "memory bandwidth GB/s": ("mem_bandwidth", 1e9),
     "clock MHz": ("clock_hz", 1e6),
+    "message overhead µs": ("message_overhead", 1e-6),
 }
 CHANNEL_COLUMNS = {
     "name": ("name", None),
@@ -104,6 +105,8 @@ def devices_from_tables(name: str, device_rows: list[dict], channel_rows: list[d
                 v = "" if v is None else str(v)
             elif f == "clock_hz" and v is None:
                 continue
+            elif f == "message_overhead" and v is None:  # an empty cell: none
+                v = 0.0
             elif k and isinstance(v, float):
                 v = _to_si(v, k)
             item[f] = v
