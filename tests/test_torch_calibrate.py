@@ -1,5 +1,6 @@
 """Calibration: the link fit by hand, a real two-rank calibration, and the 'local' preset it saves."""
 
+import math
 from pathlib import Path
 
 import pytest
@@ -50,12 +51,50 @@ def test_calibration_measures_every_op_and_the_link(calibration):
             assert t["ops"][op][dev]["fwd"] > 0 and t["ops"][op][dev]["bwd"] > 0
     assert t["ops"]["x"]["cpu0"] == {"fwd": 0.0, "bwd": 0.0, "update": 0.0}
     assert t["ops"]["stem"]["cpu0"]["update"] > 0 and t["ops"]["relu"]["cpu0"]["update"] == 0
-    # the per-message latency fitted to whole steps of three calibration placements
-    fit = t["latency_fit"]
-    assert fit["placements"] == 3 and fit["latency_s"] == link.latency >= 0
-    assert measured["ping_pong_latency_s"] >= 0
+    # the CPU devices' message overhead fitted to whole steps of three calibration placements; the link keeps
+    # the ping-pong's latency
+    fit = t["overhead_fit"]
+    assert fit == calibration.report["overhead_fit"]
+    assert fit["placements"] == 3 and fit["devices"] == ["cpu0", "cpu1"]
+    assert [d.message_overhead for d in devices.devices] == [fit["message_overhead_s"]] * 2
+    assert fit["message_overhead_s"] >= 0 and "latency_fit" not in t
+    assert link.latency == measured["latency_s"] and "ping_pong_latency_s" not in measured
+    assert all(r["messages_per_step"] > 0 for r in fit["runs"])
+    # a least-squares fit on log time, never worse there than no overhead (0 is on its grid) ...
+    assert fit["log_error_after"] <= fit["log_error_before"]
+    logs = [sum(math.log(r[k] / r["measured_s"]) ** 2 for r in fit["runs"]) for k in ("before_s", "after_s")]
+    assert logs == pytest.approx([fit["log_error_before"], fit["log_error_after"]])
+    # ... and never much worse in absolute terms
     errors = [sum(abs(r[k] - r["measured_s"]) for r in fit["runs"]) for k in ("before_s", "after_s")]
-    assert errors[1] <= errors[0] * 1.5  # a least-squares fit on log time; never much worse in absolute terms
+    assert errors[1] <= errors[0] * 1.5
+
+
+def test_overhead_fit_recovers_a_known_overhead():
+    """Steps 'measured' by the simulator itself with 300 us per message: the fit finds 300 us again."""
+    from placement_core.devices import Channel, Device, DeviceGraph
+    from placement_core.torch.calibrate import Calibration, fit_message_overhead, fit_placements, \
+        with_message_overhead
+    ops = [Op("x", "input", (), output_bytes=4000)] + [
+        Op(f"op{i}", "conv", (f"op{i - 1}" if i else "x",), output_bytes=4000, param_bytes=100) for i in range(20)]
+    graph = Graph("chain", ops, batch_size=4)
+    devs = DeviceGraph("local", [Device("cpu0", "cpu", 1e10, 1e9, 1e10), Device("cpu1", "cpu", 1e10, 1e9, 1e10)],
+                       [Channel("cpu0-cpu1", 1e9, 20e-6, (("cpu0", "cpu1"), ("cpu1", "cpu0")))])
+    timings = {"format": "placement-timings/1", "network": "chain", "batch_size": 4,
+               "ops": {op.name: {d: {"fwd": 0.0 if op.kind == "input" else 1e-3 * (1 + i % 3),
+                                     "bwd": 0.0 if op.kind == "input" else 2e-3, "update": 1e-4}
+                                 for d in ("cpu0", "cpu1")} for i, op in enumerate(ops)}}
+    table = timing_table(timings, graph)
+    truth = Problem(graph, with_message_overhead(devs, ["cpu0", "cpu1"], 3e-4), timings=table)
+    runs = [(x, truth.simulate(x).result.batch_time, 0.0) for x in fit_placements(len(graph), 2, 6, seed=0)]
+    fitted, fit = fit_message_overhead(Calibration(devs, timings), graph, ["cpu0", "cpu1"], runs)
+    assert fit["message_overhead_s"] == pytest.approx(3e-4, rel=1e-3)
+    assert [d.message_overhead for d in fitted.devices] == [fit["message_overhead_s"]] * 2
+    assert fitted.channels == devs.channels  # the link is left as it was
+    assert fit["log_error_after"] < 1e-8 < fit["log_error_before"]
+    assert all(r["after_s"] == pytest.approx(r["measured_s"], rel=1e-4) for r in fit["runs"])
+    # only the devices named get it: a CUDA device keeps 0
+    _, fit_one = fit_message_overhead(Calibration(devs, timings), graph, ["cpu0"], runs)
+    assert fit_one["devices"] == ["cpu0"]
 
 
 def test_calibration_placements_vary_the_traffic():

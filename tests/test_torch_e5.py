@@ -59,3 +59,29 @@ def test_agrees_with_scipy(x, y):
     stats = pytest.importorskip("scipy.stats")
     assert pearson(x, y) == pytest.approx(stats.pearsonr(x, y)[0], rel=1e-9)
     assert kendall_tau(x, y) == pytest.approx(stats.kendalltau(x, y, variant="b")[0], rel=1e-9)
+
+
+def test_report_states_the_fitted_message_overhead_and_reads_old_latency_fits():
+    from placement_core.torch.e5 import E5Settings, report
+    row = {"label": "single:cpu0", "kind": "single", "status": "ok", "measured_median_s": 0.2, "q1_s": 0.19,
+           "q3_s": 0.21, "sim_calibrated_s": 0.19, "sim_default_s": 0.1, "messages_per_step": 0}
+    m = {"pearson_r": 0.9, "kendall_tau": 0.8, "mape_pct": 5.0, "n": 1}
+    metrics_ = {p: {"median": m, "min": m} for p in ("calibrated", "default")}
+    measured = {"cpu0": {"step_s": 0.2, "ops_sum_s": 0.1, "scale": 2.0, "gemm_flops": 1e11, "copy_bandwidth": 1e10}}
+    link = {"latency_s": 40e-6, "bandwidth": 3e9}
+    doc = {"measured": measured, "channels": {"cpu0-cpu1": link},
+           "overhead_fit": {"message_overhead_s": 2.5e-4, "devices": ["cpu0", "cpu1"], "placements": 6,
+                            "log_error_before": 0.5, "log_error_after": 0.05, "runs": []}}
+    text = report("net", "src", (1, 3, 8, 8), 4, "cpu:2", [row], metrics_, doc, E5Settings(), "cmd")
+    assert ("- message overhead: 250 us of device time per message sent and per message received on cpu0, cpu1"
+            in text)
+    assert "fitted to 6 whole-step runs of calibration placements (squared log error 0.5 without it, 0.05 with it)" \
+        in text
+    assert "- cpu0-cpu1: latency 40 us (ping-pong), bandwidth 3.000 GB/s" in text
+    # a calibration from before the overhead fitted the link latency instead
+    old = {"measured": measured, "latency_fit": {"latency_s": 3e-4, "placements": 6, "runs": []},
+           "channels": {"cpu0-cpu1": {**link, "latency_s": 3e-4, "ping_pong_latency_s": 40e-6}}}
+    text = report("net", "src", (1, 3, 8, 8), 4, "cpu:2", [row], metrics_, old, E5Settings(), "cmd")
+    assert "message overhead" not in text
+    assert ("- cpu0-cpu1: latency 300 us (fitted to 6 whole-step runs of calibration placements; ping-pong: 40 us)"
+            in text)

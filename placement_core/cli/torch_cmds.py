@@ -79,8 +79,8 @@ def register(sub) -> None:
     p.add_argument("--rounds", type=positive_int, default=3,
                    help="measure every device this many times, taking turns, and keep the fastest (default 3)")
     p.add_argument("--fit-placements", type=int, default=6,
-                   help="whole-step runs of calibration placements to fit the per-message latency to "
-                        "(default 6; 0 keeps the ping-pong latency)")
+                   help="whole-step runs of calibration placements to fit the CPU devices' message overhead "
+                        "(device time per message sent or received) to (default 6; 0: no overhead)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=cmd_calibrate)
 

@@ -20,13 +20,20 @@ bytes (ping-pong, halved; median of repeats), fitted as
 ``latency + bytes / bandwidth`` by least squares on relative error.
 
 A message inside a training step costs more than a ping-pong between idle
-ranks says: the receiver may sleep and has to be woken, and on CPU ranks the
-transport thread runs on the cores that compute. So, by default
+ranks says, and on CPU ranks much of that cost is CPU time on both ends
+(serialisation, the gloo transport thread running on the cores that compute,
+waking the receiver): time the rank cannot spend computing, which a link
+latency (overlapping compute) cannot express. So, by default
 (``fit_placements`` > 0), calibration then benchmarks a few placements of its
 own (random contiguous zones and random mixes, never the ones an experiment
-evaluates) and sets each link's latency to the value that makes the
-simulator best reproduce those whole steps (least squares on log time; the
-bandwidth stays the ping-pong's). The report keeps both latencies.
+evaluates) and fits the devices' ``message_overhead`` (LogP's o: device time
+per message sent and per message received, which the simulator runs as send
+and receive tasks) to the value that makes the simulator best reproduce those
+whole steps (least squares on log time: a grid, then golden-section search).
+One value is shared by all CPU devices; CUDA devices keep 0 (their transfers
+are driven asynchronously, and a shared value would blur the two kinds); with
+no CPU device there is nothing to fit. The links keep the ping-pong latency
+and bandwidth. The report records the fit (``overhead_fit``).
 
 Output: a ``placement-devices/1`` graph (the ``local`` preset) and a
 ``placement-timings/1`` table (:mod:`.timings`). Device and channel figures
@@ -67,7 +74,7 @@ class CalibrationSettings:
     max_reps: int = 50
     reconcile: str = "scale"  # "scale" op times to the measured step, or "none"
     rounds: int = 3  # device measurements repeated, devices taking turns; the fastest round of each op counts
-    fit_placements: int = 6  # whole-step runs to fit the per-message latency to (0: keep the ping-pong's)
+    fit_placements: int = 6  # whole-step runs to fit the CPU devices' message overhead to (0: none)
     fit_rounds: int = 2
     fit_steps: int = 3
     seed: int = 0
@@ -164,8 +171,8 @@ def calibrate(source: str, input_shape, devices, *, runner: str = "ranks", batch
                          field="calibrate")
     cal = build_calibration(graph, source, shape, devs, {k: fastest(v) for k, v in measured.items()}, links,
                             settings, shared)
-    if settings.fit_placements > 0 and len(devs) > 1:
-        cal = fit_latency(cal, graph, source, shape, devs, runner, settings, progress)
+    if settings.fit_placements > 0 and len(devs) > 1 and any(d.kind == "cpu" for d in devs):
+        cal = fit_overhead(cal, graph, source, shape, devs, runner, settings, progress)
     return cal
 
 
@@ -188,31 +195,50 @@ def fit_placements(n_ops: int, n_devices: int, k: int, seed: int):
     return out
 
 
-def fit_latency(cal: Calibration, graph, source, shape, devs, runner, settings: CalibrationSettings,
-                progress=None) -> Calibration:
-    """Set the links' latency so the simulator reproduces whole steps of a few calibration placements."""
-    import numpy as np
-
-    from ..problem import Problem
+def fit_overhead(cal: Calibration, graph, source, shape, devs, runner, settings: CalibrationSettings,
+                 progress=None) -> Calibration:
+    """Fit the CPU devices' message overhead so the simulator reproduces whole steps of a few calibration
+    placements (the links keep their ping-pong latency and bandwidth)."""
     from .benchmark import BenchmarkSettings, benchmark
-    from .timings import timing_table
 
     xs = fit_placements(len(graph), len(devs), settings.fit_placements, settings.seed)
     names = [d.name for d in devs]
     if progress:
-        progress(f"fitting the per-message latency to {len(xs)} whole-step runs ...")
+        progress(f"fitting the per-message overhead of the CPU devices to {len(xs)} whole-step runs ...")
     results = benchmark(source, shape, [{op.name: names[int(i)] for op, i in zip(graph.ops, x)} for x in xs], devs,
                         runner=runner, batch_size=graph.batch_size, name=graph.name,
                         settings=BenchmarkSettings(steps=settings.fit_steps, warmup=1, rounds=settings.fit_rounds,
                                                    seed=settings.seed, timeout=settings.timeout))
-    runs = [(x, min(r.steps_s)) for x, r in zip(xs, results) if r.ok and r.steps_s]  # least disturbed step
+    runs = [(x, min(r.steps_s), r.messages_per_step)  # the least disturbed step
+            for x, r in zip(xs, results) if r.ok and r.steps_s]
     if len(runs) < 2:
         return cal
+    overhead_devices = [d.name for d in devs if d.kind == "cpu"]
+    fitted, fit = fit_message_overhead(cal, graph, overhead_devices, runs)
+    report = dict(cal.report, overhead_fit=fit)
+    timings = dict(cal.timings, overhead_fit=fit)
+    if progress:
+        progress(f"message overhead {fit['message_overhead_s'] * 1e6:.0f} us per message sent or received on "
+                 f"{', '.join(overhead_devices)} (link latency: the ping-pong's)")
+    return Calibration(fitted, timings, report)
+
+
+def fit_message_overhead(cal: Calibration, graph, overhead_devices: list[str], runs) -> tuple[DeviceGraph, dict]:
+    """The device graph with ``message_overhead`` on ``overhead_devices`` set to the value that minimises
+    the squared log error of simulated against measured step times (``runs``: (placement, measured seconds,
+    messages per step)), and the fit's record. A grid over 0 and 1 us .. 100 ms, then golden-section search
+    between the best grid point's neighbours; the result is never worse than the best grid point, and so
+    never worse than no overhead at all."""
+    import numpy as np
+
+    from ..problem import Problem
+    from .timings import timing_table
+
     table = timing_table(cal.timings, graph)
 
-    def error(latency: float) -> float:
-        problem = Problem(graph, _with_latency(cal.devices, latency), timings=table)
-        return sum((math.log(problem.simulate(x).result.batch_time) - math.log(t)) ** 2 for x, t in runs)
+    def error(overhead: float) -> float:
+        problem = Problem(graph, with_message_overhead(cal.devices, overhead_devices, overhead), timings=table)
+        return sum((math.log(problem.simulate(x).result.batch_time) - math.log(t)) ** 2 for x, t, _ in runs)
 
     grid = np.concatenate([[0.0], np.geomspace(1e-6, 0.1, 61)])
     errors = [error(float(v)) for v in grid]
@@ -221,29 +247,25 @@ def fit_latency(cal: Calibration, graph, source, shape, devs, runner, settings: 
     for _ in range(30):  # golden-section refinement between the neighbours of the best grid point
         a, b = lo + 0.382 * (hi - lo), lo + 0.618 * (hi - lo)
         lo, hi = (lo, b) if error(a) < error(b) else (a, hi)
-    latency = (lo + hi) / 2
-    fitted = _with_latency(cal.devices, latency)
-    before = Problem(graph, cal.devices, timings=table)
+    overhead = (lo + hi) / 2
+    if error(overhead) > errors[k]:
+        overhead = float(grid[k])
+    fitted = with_message_overhead(cal.devices, overhead_devices, overhead)
+    before = Problem(graph, with_message_overhead(cal.devices, overhead_devices, 0.0), timings=table)
     after = Problem(graph, fitted, timings=table)
-    report = dict(cal.report)
-    report["latency_fit"] = {
-        "latency_s": latency, "placements": len(runs),
-        "runs": [{"measured_s": t, "before_s": before.simulate(x).result.batch_time,
-                  "after_s": after.simulate(x).result.batch_time} for x, t in runs]}
-    channels = {}
-    for name, c in cal.timings["channels"].items():
-        channels[name] = {**c, "ping_pong_latency_s": c["latency_s"], "latency_s": latency}
-    timings = dict(cal.timings, channels=channels, latency_fit=report["latency_fit"])
-    report["channels"] = channels
-    if progress:
-        progress(f"per-message latency {latency * 1e6:.0f} us (ping-pong: "
-                 f"{next(iter(channels.values()))['ping_pong_latency_s'] * 1e6:.0f} us)")
-    return Calibration(fitted, timings, report)
+    fit = {"message_overhead_s": overhead, "devices": list(overhead_devices), "placements": len(runs),
+           "log_error_before": errors[0], "log_error_after": error(overhead),
+           "runs": [{"measured_s": t, "messages_per_step": m, "before_s": before.simulate(x).result.batch_time,
+                     "after_s": after.simulate(x).result.batch_time} for x, t, m in runs]}
+    return fitted, fit
 
 
-def _with_latency(devices: DeviceGraph, latency: float) -> DeviceGraph:
-    chans = [Channel(c.name, c.bandwidth, latency, c.routes) for c in devices.channels]
-    return DeviceGraph(devices.name, list(devices.devices), chans)
+def with_message_overhead(devices: DeviceGraph, names, overhead: float) -> DeviceGraph:
+    """A copy with ``message_overhead`` = ``overhead`` on the devices named (the others unchanged)."""
+    from dataclasses import replace
+    chosen = set(names)
+    return DeviceGraph(devices.name, [replace(d, message_overhead=overhead) if d.name in chosen else d
+                                      for d in devices.devices], list(devices.channels), source=devices.source)
 
 
 def fastest(rounds: list[dict]) -> dict:
@@ -650,6 +672,11 @@ def summary_rows(cal: Calibration) -> list[list[str]]:
         rows.append([name, f"{d['torch']} ({d['threads']} thread(s))", f"{d['gemm_flops'] / 1e9:.1f} GFLOP/s",
                      f"{d['copy_bandwidth'] / 1e9:.2f} GB/s", f"step {d['step_s'] * 1e3:.1f} ms",
                      f"ops sum {d['ops_sum_s'] * 1e3:.1f} ms (x{d['scale']:.2f})"])
+    fit = cal.report.get("overhead_fit")
+    if fit:
+        rows.append([", ".join(fit["devices"]), "per message",
+                     f"overhead {fit['message_overhead_s'] * 1e6:.0f} us", "", "",
+                     f"fitted to {fit['placements']} steps"])
     for name, c in cal.report["channels"].items():
         fitted = f" (ping-pong {c['ping_pong_latency_s'] * 1e6:.0f} us)" if "ping_pong_latency_s" in c else ""
         rows.append([name, "link", f"latency {c['latency_s'] * 1e6:.0f} us{fitted}",

@@ -7,9 +7,10 @@
    the two in how much they communicate), contiguous two-way splits at several
    cut points, and every single-device placement.
 3. Benchmark each for real (:mod:`.benchmark`, ``ranks`` runner), rounds interleaved.
-4. Simulate each with the calibrated profile (measured op times + fitted
-   links) and with the uncalibrated default (roofline formulas on the same
-   devices), and compare: Pearson r, Kendall τ (τ-b) and mean absolute
+4. Simulate each with the calibrated profile (measured op times, ping-pong
+   links and the CPU devices' fitted message overhead) and with the
+   uncalibrated default (roofline formulas on the same device graph, so with
+   the same links and message overhead), and compare: Pearson r, Kendall τ (τ-b) and mean absolute
    percentage error of simulated against measured median step time.
 
 Writes ``results.csv``, ``scatter.png`` (simulated against measured, y = x and
@@ -304,10 +305,12 @@ def report(network, source, shape, batch, devices, rows, result_metrics, timings
     for name, m in meas.items():
         lines.append(f"- {name}: step {m['step_s'] * 1e3:.1f} ms, ops {m['ops_sum_s'] * 1e3:.1f} ms, x{m['scale']:.2f}, "
                      f"GEMM {m['gemm_flops'] / 1e9:.1f} GFLOP/s, copy {m['copy_bandwidth'] / 1e9:.1f} GB/s")
+    lines += overhead_lines(timings_doc)
     for name, c in timings_doc.get("channels", {}).items():
+        # calibrations before the message overhead fitted the links' latency instead ("latency_fit")
         fitted = (f" (fitted to {timings_doc['latency_fit']['placements']} whole-step runs of calibration "
                   f"placements; ping-pong: {c['ping_pong_latency_s'] * 1e6:.0f} us)"
-                  if "ping_pong_latency_s" in c else "")
+                  if "ping_pong_latency_s" in c and "latency_fit" in timings_doc else " (ping-pong)")
         lines.append(f"- {name}: latency {c['latency_s'] * 1e6:.0f} us{fitted}, bandwidth "
                      f"{c['bandwidth'] / 1e9:.3f} GB/s (ping-pong, 1e3..1e8 bytes)")
     lines += ["", "| placement | kind | measured median (ms) | IQR (ms) | calibrated (ms) | default (ms) | "
@@ -317,6 +320,18 @@ def report(network, source, shape, batch, devices, rows, result_metrics, timings
                      f"{(r['q3_s'] - r['q1_s']) * 1e3:.1f} | {r['sim_calibrated_s'] * 1e3:.1f} | "
                      f"{r['sim_default_s'] * 1e3:.1f} | {r['messages_per_step']:.0f} |")
     return "\n".join(lines) + "\n"
+
+
+def overhead_lines(timings_doc: dict) -> list[str]:
+    """The fitted message overhead, as report.md states it (nothing for a calibration without one)."""
+    fit = timings_doc.get("overhead_fit")
+    if not fit:
+        return []
+    return [f"- message overhead: {fit['message_overhead_s'] * 1e6:.0f} us of device time per message sent and per "
+            f"message received on {', '.join(fit['devices'])} (send and receive tasks in the simulator, which the "
+            f"device cannot spend computing), fitted to {fit['placements']} whole-step runs of calibration "
+            f"placements (squared log error {fit['log_error_before']:.3g} without it, "
+            f"{fit['log_error_after']:.3g} with it); both profiles simulate with it"]
 
 
 def summary_line(result: E5Result) -> str:
