@@ -237,6 +237,7 @@ def _with(doc, path, value):
     ("network", ("ops", 3, "inputs", 0, "bytes"), "ops[3].inputs[0].bytes"),
     ("devices", ("devices", 0, "peak_flops"), "devices[0].peak_flops"),
     ("devices", ("channels", 0, "latency"), "channels[0].latency"),
+    ("devices", ("devices", 1, "message_overhead"), "devices[1].message_overhead"),
     ("exprimo-devices", ("devices", 1, "peak_gflops"), "devices[1].peak_gflops"),
     ("exprimo-devices", ("comm_channels", 0, "bandwidth"), "comm_channels[0].bandwidth"),
 ])
