@@ -110,6 +110,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
     for i in range(n):
         ops_on[place[i]] += 1
     ovh = [float(x) for x in c.msg_overhead]
+    has_ovh = any(o > 0.0 for o in ovh)
     ovh_base = U * 3 * n  # task ids from here on are message overheads: ovh_base + 2 * message + (0 send | 1 recv)
 
     def tid(u: int, phase: int, op: int) -> int:
@@ -174,13 +175,15 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
             make_ready(task)
 
     def send(u: int, direction: int, op: int, src: int, dst: int, nbytes: float, p: float) -> None:
+        nonlocal seq
         xfers.append((u, direction, op, src, dst, nbytes))
         xprio.append(p)
-        x = len(xfers) - 1
-        if ovh[src] > 0.0:
-            overhead_ready(x, 0, src)
-        else:
-            to_channel(x)
+        if has_ovh and ovh[src] > 0.0:
+            overhead_ready(len(xfers) - 1, 0, src)
+            return
+        ch = int(c.route[src * nd + dst])
+        heapq.heappush(chan_q[ch], (p, seq, len(xfers) - 1))
+        seq += 1
 
     def to_channel(x: int) -> None:
         nonlocal seq
@@ -287,20 +290,27 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
         u, direction, op, src, dst, nbytes = xfers[x]
         chan_busy_now[int(c.route[src * nd + dst])] = False
         mem[src] -= 0.0 if direction == FWD else nbytes
+        # memory moves on arrival; with a receive task the consumers wait for it (``deliver``)
+        receive = has_ovh and ovh[dst] > 0.0
         if direction == FWD:
             k = u * n + op
             act_refs[k] -= 1
             if act_refs[k] == 0:
                 mem[src] -= c.out_bytes[op]
-            consumers = sum(1 for ch, _, _ in chi[op] if place[ch] == dst)
-            recv[(u, op, dst)] = [consumers, nbytes]
+            consumers = [ch for ch, _, _ in chi[op] if place[ch] == dst]
+            recv[(u, op, dst)] = [len(consumers), nbytes]
             mem[dst] += nbytes
+            if not receive:
+                for ch in consumers:
+                    satisfy(tid(u, FWD, ch))
         else:
             mem[dst] += nbytes
-        if ovh[dst] > 0.0:
+            if not receive:
+                for pp, _, _ in par[op]:
+                    if place[pp] == dst:
+                        satisfy(tid(u, BWD, pp))
+        if receive:
             overhead_ready(x, 1, dst)
-        else:
-            deliver(x)
         note_memory(t, (src, dst))
 
     def idle(d: int) -> bool:
