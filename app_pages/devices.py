@@ -71,8 +71,8 @@ with ui.guarded("the device tables"):
             "memory bandwidth GB/s": st.column_config.NumberColumn("memory bandwidth GB/s", format="%.4g"),
             "clock MHz": st.column_config.NumberColumn("clock MHz", format="%.6g",
                                                        help="optional; only the exprimo-2020 profile uses it"),
-            "message overhead µs": st.column_config.NumberColumn(
-                "message overhead µs", format="%.4g",
+            "µs per message": st.column_config.NumberColumn(
+                "µs per message", format="%.4g",
                 help="device time per message sent and per message received (LogP's o: serialisation, the "
                      "transport thread, waking up), which the device cannot spend computing; 0 for none. "
                      "placement calibrate fits it for CPU ranks"),

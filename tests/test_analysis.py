@@ -248,7 +248,7 @@ def test_device_tables_round_trip(preset):
 def test_device_tables_show_everyday_units():
     dev, chan = devices_to_tables(load_devices("malvik-4gpu"))
     assert dev[1] == {"name": "gpu0", "kind": "gpu", "model": "NVIDIA Tesla V100", "peak TFLOP/s": 14,
-                      "memory GB": 32, "memory bandwidth GB/s": 900, "clock MHz": 1312, "message overhead µs": 0}
+                      "memory GB": 32, "memory bandwidth GB/s": 900, "clock MHz": 1312, "µs per message": 0}
     assert chan[0]["bandwidth GB/s"] == 16 and chan[0]["latency µs"] == 10
     assert chan[0]["routes"].startswith("cpu0→gpu0, gpu0→cpu0")
 
@@ -256,15 +256,15 @@ def test_device_tables_show_everyday_units():
 def test_device_tables_message_overhead_in_microseconds():
     g = load_devices("malvik")
     dev, chan = devices_to_tables(g)
-    dev[0]["message overhead µs"] = 250
-    dev[1]["message overhead µs"] = float("nan")  # an emptied cell: none
+    dev[0]["µs per message"] = 250
+    dev[1]["µs per message"] = float("nan")  # an emptied cell: none
     back = devices_from_tables(g.name, dev, chan)
     assert [d.message_overhead for d in back.devices] == [2.5e-4, 0.0, 0.0]
-    assert devices_to_tables(back)[0][0]["message overhead µs"] == 250
-    dev[2]["message overhead µs"] = -1
+    assert devices_to_tables(back)[0][0]["µs per message"] == 250
+    dev[2]["µs per message"] = -1
     with pytest.raises(InputError) as e:
         devices_from_tables("x", dev, chan)
-    assert str(e.value) == "Devices table, row 3 (gpu1): column 'message overhead µs': must not be negative"
+    assert str(e.value) == "Devices table, row 3 (gpu1): column 'µs per message': must not be negative"
 
 
 def test_zero_bandwidth_names_the_table_row_and_column():

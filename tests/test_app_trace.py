@@ -153,7 +153,7 @@ def test_message_overhead_is_drawn_as_thin_grey_bars_on_the_device_rows():
     at = start()
     goto(at, "devices")
     key = at.data_editor[0].key
-    at.session_state[key] = {"edited_rows": {i: {"message overhead µs": 50} for i in range(5)}, "added_rows": [],
+    at.session_state[key] = {"edited_rows": {i: {"µs per message": 50} for i in range(5)}, "added_rows": [],
                              "deleted_rows": []}
     at.run()
     assert_clean(at)

@@ -24,7 +24,7 @@ DEVICE_COLUMNS = {
     "memory GB": ("memory_bytes", 1e9),
     "memory bandwidth GB/s": ("mem_bandwidth", 1e9),
     "clock MHz": ("clock_hz", 1e6),
-    "message overhead µs": ("message_overhead", 1e-6),
+    "µs per message": ("message_overhead", 1e-6),
 }
 CHANNEL_COLUMNS = {
     "name": ("name", None),
