@@ -82,11 +82,18 @@ def calibrations(graph: Graph) -> dict:
     return saved_calibrations(graph)
 
 
+def _calibration_file(graph: Graph, sim: dict):
+    """The file of the calibration the settings name, if it was measured for ``graph``; no disk access when
+    the settings name none (the usual case, on every rerun)."""
+    name = sim.get("timings") or ""
+    return calibrations(graph).get(name) if name else None
+
+
 def cost_kw(graph: Graph, sim: dict) -> dict:
     """The cost part of a Problem's arguments: the profile, and the measured op times when the settings name
     a calibration that exists for ``graph`` (otherwise the formulas: ``timings_note`` says why)."""
     kw = {"profile": sim.get("profile", "default")}
-    path = calibrations(graph).get(sim.get("timings") or "")
+    path = _calibration_file(graph, sim)
     if path is not None:
         ops_key = digest("\n".join(op.name for op in graph.ops).encode())
         kw["timings"] = _timing_table(str(path), path.stat().st_mtime, f"{graph.name}@{graph.batch_size}:{ops_key}",
@@ -176,7 +183,7 @@ def cost_key() -> str:
 
 def _timings_key() -> str:
     """Which calibration file (and version of it) the current problem uses: a re-calibration recompiles."""
-    path = calibrations(graph()).get(ss().sim.get("timings") or "")
+    path = _calibration_file(graph(), ss().sim)
     return f"{path}@{path.stat().st_mtime}" if path is not None else ""
 
 

@@ -360,6 +360,15 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
         ``instant_only`` starts only zero-duration items (see ``settle``)."""
         nonlocal seq
         started = 0
+
+        def start_task(d: int, task: int, length: float) -> None:
+            nonlocal seq, started
+            running[d] = task
+            busy[d] += length
+            heapq.heappush(events, (t + length, seq, _TASK, task))
+            seq += 1
+            started += 1
+
         for d in range(nd):
             if running[d] >= 0 or not dev_q[d]:
                 continue
@@ -380,11 +389,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
             if task >= ovh_base:
                 x, r = divmod(task - ovh_base, 2)
                 length = ovh[d]
-                running[d] = task
-                busy[d] += length
-                heapq.heappush(events, (t + length, seq, _TASK, task))
-                seq += 1
-                started += 1
+                start_task(d, task, length)
                 if trace_events is not None:
                     u, direction, op, src, dst, nbytes = xfers[x]
                     trace_events.append(TraceEvent("recv" if r else "send", c.op_names[op], u, PHASES[direction],
@@ -397,11 +402,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
                 is_open.add((u, d))
                 open_units[d] += 1
             length = dur(phase, op)
-            running[d] = task
-            busy[d] += length
-            heapq.heappush(events, (t + length, seq, _TASK, task))
-            seq += 1
-            started += 1
+            start_task(d, task, length)
             if trace_events is not None:
                 trace_events.append(TraceEvent("op", c.op_names[op], u, PHASES[phase], c.dev_names[d],
                                                t, t + length))

@@ -24,15 +24,19 @@ D = TypeVar("D", bound=Hashable)
 _INPLACE_FUNCS = {"iadd", "isub", "imul", "itruediv", "iand", "ior", "ixor"}
 
 
+def _unknown(problem: str, name: str, known, hint: str) -> InputError:
+    """An unknown op or module name, with the closest known one when there is one."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return InputError(problem, field="placement", fix=(f"Did you mean {close[0]!r}? " if close else "") + hint)
+
+
 def check_assignment(graph, assignment: Mapping[str, object]) -> None:
     """Every op of ``graph`` has a device, and every key names an op."""
     names = graph.index
     for op in assignment:
         if op not in names:
-            close = difflib.get_close_matches(op, list(names), n=1)
-            raise InputError(f"op {op!r} is not in the model's graph", field="placement",
-                             fix=(f"Did you mean {close[0]!r}? " if close else "")
-                             + "A placement of a coarsened network needs its .groups.json (--network NET.json)")
+            raise _unknown(f"op {op!r} is not in the model's graph", op, names,
+                           "A placement of a coarsened network needs its .groups.json (--network NET.json)")
     missing = [op.name for op in graph.ops if op.name not in assignment]
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
@@ -241,10 +245,8 @@ def expand_modules(graph, ops: Mapping[str, str], modules: Mapping[str, str]) ->
     known = {p for op in graph.ops for p in _module_prefixes(op)}
     for path in modules:
         if path not in known:
-            close = difflib.get_close_matches(path, sorted(known), n=1)
-            raise InputError(f"module {path!r} holds no op of the model's graph", field="placement",
-                             fix=(f"Did you mean {close[0]!r}? " if close else "")
-                                 + "Use module paths such as layer1 or layer1.0.conv1")
+            raise _unknown(f"module {path!r} holds no op of the model's graph", path, sorted(known),
+                           "Use module paths such as layer1 or layer1.0.conv1")
     out = {}
     for op in graph.ops:
         if op.name in ops:
