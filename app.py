@@ -14,6 +14,7 @@ def main() -> None:
 
     st.set_page_config(page_title="Device Placement Lab", page_icon=":material/hub:", layout="wide")
     state.init()
+    state.keep_widget_values()
     pages = [
         st.Page("app_pages/network.py", title="Network", icon=":material/account_tree:", default=True),
         st.Page("app_pages/devices.py", title="Devices", icon=":material/memory:"),

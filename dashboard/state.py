@@ -39,6 +39,9 @@ PENALTIES = {
 }
 NETWORK_TITLES = {"alexnet": "AlexNet", "vgg16": "VGG-16", "resnet50": "ResNet-50", "inception_v3": "Inception-V3"}
 
+# Widget keys whose values outlive their page (dashboard.ui.persist registers them; process-wide, keys only).
+PERSISTENT: set[str] = set()
+
 # Simulating through a shared (cached) Problem reuses its output buffer; serialise page calls.
 _SIM_LOCK = threading.Lock()
 
@@ -149,6 +152,15 @@ def init() -> None:
         s.sim = {**DEFAULT_SIM, **s.sim}
     if "placement" not in s or not placement_fits():
         set_default_placement()
+
+
+def keep_widget_values() -> None:
+    """Re-store the registered widget values at the start of a run: a value set through the Session State API
+    is kept even when its widget is not drawn (on another page), so a form is as the user left it."""
+    s = ss()
+    for key in list(PERSISTENT):
+        if key in s:
+            s[key] = s[key]
 
 
 def graph() -> Graph:

@@ -29,6 +29,15 @@ def guarded(what: str = "this page"):
                  "and report the steps that led here.", icon=":material/error:")
 
 
+def persist(key: str) -> str:
+    """Register a widget key whose value must outlive its page: Streamlit forgets the state of every widget
+    that a run does not draw, so leaving a page would reset what the user typed. ``app.py`` re-stores these
+    keys at the start of every run (:func:`state.keep_widget_values`). Not for buttons, file uploaders or
+    data editors, whose values cannot be set. Returns ``key``."""
+    state.PERSISTENT.add(key)
+    return key
+
+
 def header(title: str, intro: str) -> None:
     st.title(title)
     st.caption(intro)

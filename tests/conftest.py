@@ -10,3 +10,41 @@ import pytest
 def _private_data_dir(tmp_path_factory, monkeypatch):
     """Every test gets its own PLACEMENT_HOME: runs, calibrations and the store never leak."""
     monkeypatch.setenv("PLACEMENT_HOME", str(tmp_path_factory.mktemp("placement_home")))
+
+
+# -- real-browser tests (tests/test_browser*.py): one dashboard server per module, one fresh browser session
+# (a new tab, so a new Streamlit session) per test. Skipped with the reason when Chromium or playwright is
+# missing.
+
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory, request):
+    import browser_util
+    why = browser_util.missing()
+    if why:
+        pytest.skip(why)
+    home = tmp_path_factory.mktemp("browser_home")
+    with browser_util.serve(home, log_name=f"streamlit-{request.module.__name__}.log") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def chromium(app_url):
+    from playwright.sync_api import sync_playwright
+    import browser_util
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=browser_util.CHROMIUM, args=browser_util.CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(chromium, app_url):
+    import browser_util
+    ctx = chromium.new_context(viewport={"width": 1440, "height": 1000}, accept_downloads=True)
+    pg = ctx.new_page()
+    pg.set_default_timeout(30_000)
+    pg.goto(app_url)
+    pg.get_by_role("heading", name="Network", exact=True).first.wait_for()
+    browser_util.settle(pg)
+    yield pg
+    ctx.close()

@@ -1,0 +1,181 @@
+"""Driving the dashboard in a real browser (Debian's Chromium through Playwright), shared by the browser tests
+and ``benchmarks/dashboard.py``.
+
+``serve`` starts ``streamlit run app.py`` on a free localhost port with its own ``PLACEMENT_HOME`` (runs never
+leak into the user's store); ``launch`` opens Chromium with the flags this machine needs. The helpers act as a
+person does: click the sidebar link, type into a box and press Enter, click a chart, press a download button.
+Never run ``playwright install``: ``bash scripts/browser-deps.sh`` installs Debian's Chromium.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+
+def missing() -> str | None:
+    """Why a browser cannot be driven here, or None."""
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "the playwright package is not installed (pip install -e '.[test]')"
+    if not Path(CHROMIUM).exists():
+        return f"no Chromium at {CHROMIUM}: run `bash scripts/browser-deps.sh`"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve(home: Path, log_name: str = "streamlit.log", env: dict | None = None, extra_args=()):
+    """The dashboard on a free port, storing runs under ``home``; yields its URL."""
+    port = free_port()
+    ARTIFACTS.mkdir(exist_ok=True)
+    home.mkdir(parents=True, exist_ok=True)
+    with open(ARTIFACTS / log_name, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+             "--server.port", str(port), "--browser.gatherUsageStats", "false",
+             "--server.fileWatcherType", "none", *extra_args],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, "PLACEMENT_HOME": str(home), **(env or {})})
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.time() + 90
+            while True:
+                try:
+                    with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    pass
+                if proc.poll() is not None or time.time() > deadline:
+                    raise RuntimeError(f"the dashboard did not start (see {ARTIFACTS / log_name})")
+                time.sleep(0.3)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@contextlib.contextmanager
+def launch(downloads: bool = True):
+    """Chromium (headless) with a 1440×1000 page; yields (browser, page)."""
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            ctx = browser.new_context(viewport={"width": 1440, "height": 1000}, accept_downloads=downloads)
+            pg = ctx.new_page()
+            pg.set_default_timeout(30_000)
+            yield browser, pg
+        finally:
+            browser.close()
+
+
+def settle(pg, quiet_s: float = 0.6, timeout_s: float = 60) -> float:
+    """Wait until the app has stopped running (no running indicator for ``quiet_s``); returns when it went
+    quiet (time.time()), so callers can time an action to its finished rerun."""
+    deadline = time.time() + timeout_s
+    quiet_since = None
+    while time.time() < deadline:
+        running = pg.locator("[data-testid='stStatusWidget']").count() > 0
+        stale = pg.locator("[data-stale='true']").count() > 0
+        if running or stale:
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = time.time()
+        elif time.time() - quiet_since >= quiet_s:
+            return quiet_since
+        time.sleep(0.05)
+    return time.time()
+
+
+def main(pg):
+    return pg.locator("[data-testid='stMain']")
+
+
+def sidebar(pg):
+    return pg.locator("[data-testid='stSidebar']")
+
+
+def no_errors(pg) -> None:
+    assert pg.locator("[data-testid='stException']").count() == 0, "an exception box is shown: " + \
+        pg.locator("[data-testid='stException']").first.inner_text()[:2000]
+    text = main(pg).inner_text()
+    assert "Traceback" not in text and "Something went wrong" not in text, text[:3000]
+
+
+def shot(pg, name: str) -> None:
+    """A full-length screenshot of the page (the app scrolls inside its main container)."""
+    settle(pg)
+    ARTIFACTS.mkdir(exist_ok=True)
+    height = pg.evaluate("() => document.querySelector('[data-testid=\"stMainBlockContainer\"]').scrollHeight")
+    pg.set_viewport_size({"width": 1440, "height": max(1000, min(int(height) + 120, 6000))})
+    time.sleep(0.8)  # let Plotly re-layout at the new size
+    pg.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+    pg.set_viewport_size({"width": 1440, "height": 1000})
+
+
+def open_page(pg, title: str) -> None:
+    """Click the page's link in the sidebar navigation, as a person does (the session stays the same)."""
+    pg.locator("[data-testid='stSidebarNavLink']", has_text=title).first.click()
+    pg.get_by_role("heading", name=title, exact=True).first.wait_for()
+    settle(pg)
+
+
+def choose(pg, label: str, option: str, scope=None) -> None:
+    """Pick ``option`` in the selectbox labelled ``label``."""
+    scope = scope or pg
+    box = scope.locator("[data-testid='stSelectbox']").filter(has=pg.get_by_text(label, exact=True)).first
+    box.click()
+    pg.get_by_role("option", name=option, exact=True).first.click()
+    settle(pg)
+
+
+def selected(pg, label: str, scope=None) -> str:
+    """The shown value of the selectbox labelled ``label``."""
+    scope = scope or pg
+    box = scope.locator("[data-testid='stSelectbox']").filter(has=pg.get_by_text(label, exact=True)).first
+    return box.locator("[data-baseweb='select']").inner_text().strip()
+
+
+def type_number(pg, label: str, value, scope=None) -> None:
+    """Type into the number box labelled ``label`` and press Enter."""
+    scope = scope or pg
+    box = scope.get_by_role("spinbutton", name=label, exact=True).first
+    box.fill(str(value))
+    box.press("Enter")
+    settle(pg)
+
+
+def number(pg, label: str, scope=None) -> str:
+    scope = scope or pg
+    return scope.get_by_role("spinbutton", name=label, exact=True).first.input_value()
+
+
+def sidebar_text(pg) -> str:
+    return sidebar(pg).inner_text()
+
+
+def wait_text(pg, text: str, timeout_s: float = 30, scope=None) -> None:
+    (scope or pg).get_by_text(text).first.wait_for(timeout=timeout_s * 1000)
