@@ -7,7 +7,8 @@ import streamlit as st
 
 from dashboard import charts, state, ui
 from placement_core import InputError
-from placement_core.analysis.device_tables import devices_from_tables, devices_to_tables
+from placement_core.analysis.device_tables import (CHANNEL_COLUMNS, DEVICE_COLUMNS, add_device, devices_from_tables,
+                                                   devices_to_tables)
 from placement_core.devices import devices_to_dict
 
 ui.header("Devices", "The machines a placement can use: each device's compute, memory and memory bandwidth, "
@@ -20,6 +21,8 @@ _, presets = state.builtin_choices()
 def _reset_editors():
     s.dev_editor_version = s.get("dev_editor_version", 0) + 1
     s.dev_tables = devices_to_tables(state.devices())
+    s.dev_tables_key = state.devices_key()
+    s.dev_draft = None
     s.pop("dev_outcome", None)
 
 
@@ -52,15 +55,27 @@ with ui.guarded("the device chooser"):
             c2.error(f"{outcome.message}  \nThe previous devices ({s.devices_label}) are still loaded.",
                      icon=":material/error:")
 
-with ui.guarded("the device tables"):
-    if "dev_tables" not in s:
+def _tables_follow_devices():
+    """The tables show the current device graph: rebuilt when it was changed elsewhere (a preset, an adopted
+    run, a calibration); when the user comes back to this page, the editors have forgotten their unsaved edits
+    (Streamlit drops the state of widgets that were not drawn), so the last edited rows become the tables."""
+    if "dev_tables" not in s or s.get("dev_tables_key") != state.devices_key():
         _reset_editors()
+    elif (f"dev_editor_{s.get('dev_editor_version', 0)}" not in s
+          and f"chan_editor_{s.get('dev_editor_version', 0)}" not in s and s.get("dev_draft") is not None):
+        s.dev_tables = s.dev_draft
+
+
+with ui.guarded("the device tables"):
+    _tables_follow_devices()
     dev_rows, chan_rows = s.dev_tables
     v = s.get("dev_editor_version", 0)
     st.markdown(f"##### {s.devices_label}: devices")
-    st.caption("Edit cells, add rows at the bottom or delete selected rows; changes apply as soon as they are valid.")
+    st.caption("Edit cells, add rows at the bottom or delete selected rows; changes apply as soon as they are valid "
+               "and stay when you visit other pages.")
     dev_df = st.data_editor(
-        pd.DataFrame(dev_rows), key=f"dev_editor_{v}", num_rows="dynamic", hide_index=True,
+        pd.DataFrame(dev_rows, columns=list(DEVICE_COLUMNS)), key=f"dev_editor_{v}", num_rows="dynamic",
+        hide_index=True,
         column_config={
             "name": st.column_config.TextColumn("name", required=True),
             "kind": st.column_config.SelectboxColumn("kind", options=["gpu", "cpu"], required=True),
@@ -74,30 +89,78 @@ with ui.guarded("the device tables"):
             "µs per message": st.column_config.NumberColumn(
                 "µs per message", format="%.4g",
                 help="device time per message sent and per message received (LogP's o: serialisation, the "
-                     "transport thread, waking up), which the device cannot spend computing; 0 for none. "
-                     "placement calibrate fits it for CPU ranks"),
+                     "transport thread, waking up), which the device cannot spend computing; empty or 0 for "
+                     "none. placement calibrate fits it for CPU ranks"),
         })
     st.markdown("##### Channels")
     st.caption("Routes: `SRC→DST` pairs separated by commas (`->` works too). Every ordered pair of devices "
-               "needs exactly one route.")
+               "needs exactly one route. An empty latency is 0.")
     chan_df = st.data_editor(
-        pd.DataFrame(chan_rows), key=f"chan_editor_{v}", num_rows="dynamic", hide_index=True,
+        pd.DataFrame(chan_rows, columns=list(CHANNEL_COLUMNS)), key=f"chan_editor_{v}", num_rows="dynamic",
+        hide_index=True,
         column_config={
             "name": st.column_config.TextColumn("name", required=True),
             "bandwidth GB/s": st.column_config.NumberColumn("bandwidth GB/s", format="%.4g",
                                                             help="theoretical; the roofline profile uses 25 % of it"),
-            "latency µs": st.column_config.NumberColumn("latency µs", format="%.4g"),
+            "latency µs": st.column_config.NumberColumn("latency µs", format="%.4g", help="empty = 0"),
             "routes": st.column_config.TextColumn("routes", width="large"),
         })
+    draft = (dev_df.to_dict("records"), chan_df.to_dict("records"))
+    s.dev_draft = draft
     try:
-        edited = devices_from_tables(s.devices_label, dev_df.to_dict("records"), chan_df.to_dict("records"))
+        edited = devices_from_tables(s.devices_label, *draft)
     except InputError as e:
         st.error(f"{e}  \nThe last valid device graph is still in use.", icon=":material/error:")
     else:
         if devices_to_dict(edited) != devices_to_dict(state.devices()):
             label = s.devices_label if s.devices_label.endswith("(edited)") else f"{s.devices_label} (edited)"
             state.set_devices(edited, state.edited_devices_key(edited), label)
+            s.dev_tables_key = state.devices_key()
             st.success("Changes applied.", icon=":material/check_circle:")
+
+with ui.guarded("adding a device"):
+    with st.expander("Add a device, connected to every other device", icon=":material/add_circle:",
+                     key="dev_add_box"):
+        d = state.devices()
+        with st.form("dev_add", border=False):
+            c = st.columns(6)
+            new = {"name": c[0].text_input("Name", f"gpu{len(d)}", key=ui.persist("dev_add_name")),
+                   "kind": c[1].selectbox("Kind", ["gpu", "cpu"], key=ui.persist("dev_add_kind")),
+                   "model": c[2].text_input("Model", "", key=ui.persist("dev_add_model")),
+                   "peak TFLOP/s": c[3].number_input("Peak TFLOP/s", 0.0, 1e6, 15.7, format="%g",
+                                                     key=ui.persist("dev_add_flops")),
+                   "memory GB": c[4].number_input("Memory GB", 0.0, 1e6, 16.0, format="%g",
+                                                  key=ui.persist("dev_add_memory")),
+                   "memory bandwidth GB/s": c[5].number_input("Memory bandwidth GB/s", 0.0, 1e6, 900.0,
+                                                              format="%g", key=ui.persist("dev_add_membw"))}
+            channels = [ch.name for ch in d.channels]
+            c = st.columns([2, 2, 1, 1])
+            via = c[0].selectbox("Connect it over", channels + ["a new channel"], key=ui.persist("dev_add_via"),
+                                 help="Routes to and from every existing device go over this channel (they "
+                                      "contend with its other routes, as on a shared PCIe switch).")
+            chan = {"name": c[1].text_input("New channel's name", f"link{len(channels)}",
+                                            key=ui.persist("dev_add_chan_name")),
+                    "bandwidth GB/s": c[2].number_input("Its GB/s", 0.0, 1e6, 16.0, format="%g",
+                                                        key=ui.persist("dev_add_chan_bw")),
+                    "latency µs": c[3].number_input("Its latency µs", 0.0, 1e9, 0.0, format="%g",
+                                                    key=ui.persist("dev_add_chan_lat"))}
+            st.caption(f"Adds {2 * len(d)} routes ({new['name'] or 'the new device'} to and from each of the "
+                       f"{len(d)} devices). The new channel's fields apply only with “a new channel”.")
+            add = st.form_submit_button("Add the device", icon=":material/add:")
+        if add:
+            try:
+                grown = add_device(d, new, channel=None if via == "a new channel" else via,
+                                   new_channel=chan if via == "a new channel" else None)
+            except InputError as e:
+                st.error(str(e), icon=":material/error:")
+            else:
+                label = s.devices_label if s.devices_label.endswith("(edited)") else f"{s.devices_label} (edited)"
+                state.set_devices(grown, state.edited_devices_key(grown), label)
+                _reset_editors()
+                s.dev_added = f"Added {new['name'].strip()} with {2 * len(d)} routes."
+                st.rerun()
+        if s.get("dev_added"):
+            st.success(s.pop("dev_added"), icon=":material/check_circle:")
 
 with ui.guarded("the topology"):
     d = state.devices()

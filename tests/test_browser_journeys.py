@@ -1,0 +1,112 @@
+"""User journeys through Chromium: what a person types stays when they visit other pages and come back.
+
+Each test is a fresh browser session against one dashboard server (tests/conftest.py). They act as a person
+does: click the sidebar, double-click a table cell and type, press Enter, press buttons. The expected numbers
+come from placement_core directly (the same simulation the sidebar reports).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from browser_util import (choose, main, no_errors, number, open_page, selected, settle, sidebar_text, type_number,
+                          wait_text)
+
+from placement_core import Problem, load_devices, load_network, single_device
+from placement_core.analysis import fmt_seconds
+from placement_core.analysis.device_tables import add_device, devices_from_tables, devices_to_tables
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def edit_cell(pg, grid_index: int, row: int, col: int, value) -> None:
+    """Edit a cell of the ``grid_index``-th table as a keyboard user does: focus the table (its first cell),
+    arrow to column ``col`` (0 = the first) of row ``row``, Enter opens the editor, replace the text, Enter
+    commits."""
+    grid = pg.locator("[data-testid='stDataFrame']").nth(grid_index)
+    grid.scroll_into_view_if_needed()
+    grid.locator("#glide-cell-1-0").focus()
+    for key in ["ArrowRight"] * col + ["ArrowDown"] * row:
+        pg.keyboard.press(key)
+    pg.keyboard.press("Enter")
+    time.sleep(0.2)
+    pg.keyboard.press("Control+a")
+    pg.keyboard.type(str(value))
+    time.sleep(0.3)  # the editor takes the text before Enter commits it
+    pg.keyboard.press("Enter")
+    settle(pg)
+
+
+def _time_on(devices) -> str:
+    g = load_network("resnet50")
+    p = Problem(g, devices)
+    return fmt_seconds(p.simulate(single_device(g, devices, "gpu0")).result.batch_time)
+
+
+def _edited_malvik(gpu0_tflops: float, pcie0_gbs: float):
+    dev_rows, chan_rows = devices_to_tables(load_devices("malvik"))
+    dev_rows[1]["peak TFLOP/s"] = gpu0_tflops
+    chan_rows[0]["bandwidth GB/s"] = pcie0_gbs
+    return devices_from_tables("malvik", dev_rows, chan_rows)
+
+
+def test_device_edits_survive_navigation(page):
+    pg = page
+    open_page(pg, "Devices")
+    choose(pg, "Start from a preset", "malvik")
+    before = _time_on(load_devices("malvik"))
+    assert f"{before} per batch" in sidebar_text(pg)
+    edit_cell(pg, 0, 1, 3, 28)   # gpu0's peak TFLOP/s 14 -> 28
+    edit_cell(pg, 1, 0, 1, 64)   # pcie0's bandwidth 16 -> 64 GB/s
+    after = _time_on(_edited_malvik(28, 64))
+    assert after != before
+    wait_text(pg, f"{after} per batch", scope=pg.locator("[data-testid='stSidebar']"))
+    assert "malvik (edited)" in sidebar_text(pg)
+
+    open_page(pg, "Network")
+    open_page(pg, "Devices")
+    open_page(pg, "Optimize")
+    open_page(pg, "Devices")
+    no_errors(pg)
+    text = sidebar_text(pg)
+    assert f"{after} per batch" in text and "malvik (edited)" in text, text
+    assert "Changes applied" not in main(pg).inner_text()
+    # the tables still show the edits: edit the same cells' neighbours and check nothing reverts
+    edit_cell(pg, 1, 0, 2, 20)   # pcie0 latency 10 -> 20 µs
+    text = sidebar_text(pg)
+    dev_rows, chan_rows = devices_to_tables(_edited_malvik(28, 64))
+    chan_rows[0]["latency µs"] = 20
+    expected = fmt_seconds(Problem(load_network("resnet50"), devices_from_tables("malvik", dev_rows, chan_rows))
+                           .simulate(single_device(load_network("resnet50"),
+                                                   devices_from_tables("malvik", dev_rows, chan_rows), "gpu0"))
+                           .result.batch_time)
+    assert f"{expected} per batch" in text
+
+
+def test_add_a_device_creates_its_routes_and_stays(page):
+    pg = page
+    open_page(pg, "Devices")
+    choose(pg, "Start from a preset", "malvik")
+    pg.get_by_text("Add a device, connected to every other device").click()
+    name = pg.get_by_role("textbox", name="Name", exact=True)
+    name.fill("gpu2")
+    choose(pg, "Connect it over", "pcie1")
+    pg.get_by_role("button", name="Add the device").click()
+    settle(pg)
+    wait_text(pg, "Added gpu2 with 6 routes.")
+    text = sidebar_text(pg)
+    assert "4 devices · 2 channels" in text, text
+    open_page(pg, "Trace")
+    open_page(pg, "Devices")
+    no_errors(pg)
+    assert "4 devices · 2 channels" in sidebar_text(pg)
+    expected = add_device(load_devices("malvik"), {"name": "gpu2", "kind": "gpu", "model": "", "peak TFLOP/s": 15.7,
+                                                   "memory GB": 16.0, "memory bandwidth GB/s": 900.0},
+                          channel="pcie1")
+    assert sorted(expected.channels[1].routes) == sorted(
+        [("cpu0", "gpu1"), ("gpu1", "cpu0"), ("gpu1", "gpu0"), ("gpu2", "cpu0"), ("gpu2", "gpu0"), ("gpu2", "gpu1"),
+         ("cpu0", "gpu2"), ("gpu0", "gpu2"), ("gpu1", "gpu2")])
+    # the routes table shows the new routes after coming back
+    routes = pg.locator("[data-testid='stDataFrame']").nth(1).locator("#glide-cell-4-1").text_content()
+    assert "gpu2→cpu0" in routes and "cpu0→gpu2" in routes, routes
