@@ -11,6 +11,9 @@ ui.header("Network", "The computation graph of one training step: its ops, what 
           "other pages work on the network chosen here.")
 s = state.ss()
 networks, _ = state.builtin_choices()
+if s.pop("net_widgets_stale", False):  # the network changed (here or elsewhere): the widgets follow it
+    s.net_builtin = s.base_graph_key.split(":", 1)[1] if s.base_graph_key.startswith("builtin:") else None
+    s.net_batch = int(state.graph().batch_size)
 
 with ui.guarded("the network chooser"):
     builtin, upload, torch_tab = st.tabs(["Built-in networks", "Upload a file", "Import a PyTorch model"])
@@ -18,7 +21,6 @@ with ui.guarded("the network chooser"):
         def _choose():
             name = s.net_builtin
             state.set_network(state.builtin_network(name), f"builtin:{name}", state.NETWORK_TITLES.get(name, name))
-            s.pop("net_batch", None)
         current = s.base_graph_key.split(":", 1)[1] if s.base_graph_key.startswith("builtin:") else None
         st.selectbox("Network", networks, index=networks.index(current) if current in networks else None,
                      format_func=lambda n: f"{state.NETWORK_TITLES.get(n, n)}  ({n})", key="net_builtin",
@@ -31,7 +33,8 @@ with ui.guarded("the network chooser"):
         if up is not None and s.get("net_upload_id") != up.file_id:
             s.net_upload_id = up.file_id
             s.net_upload_outcome = state.load_uploaded_network(up.getvalue(), up.name)
-            s.pop("net_batch", None)
+            if s.net_upload_outcome.ok:
+                st.rerun()  # redraw the chooser and the batch box for the new network
         outcome = s.get("net_upload_outcome")
         if up is not None and outcome is not None:
             if outcome.ok:

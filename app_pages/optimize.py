@@ -6,7 +6,8 @@ import streamlit as st
 
 from dashboard import charts, state, ui
 from dashboard.runs import REGISTRY, RunSpec
-from placement_core.analysis import fmt_seconds
+from placement_core import InputError
+from placement_core.analysis import fmt_bytes, fmt_seconds
 from placement_core.optimize import ALGORITHMS
 
 ui.header("Optimize", "Search for placements with the simulator as the judge: thousands of placements per "
@@ -24,19 +25,19 @@ with ui.guarded("the run form"):
     st.markdown(f"##### New run: {s.network_label} on {s.devices_label}")
     names = list(ALGORITHMS)
     default = [a for a in ("ga", "map-elites") if a in names]
-    chosen = st.multiselect("Algorithms", names, default=default, key="opt_algorithms",
+    chosen = st.multiselect("Algorithms", names, default=default, key=ui.persist("opt_algorithms"),
                             format_func=lambda a: ALGORITHMS[a].title or a,
                             help="Each runs in its own background thread with the same budget and seed.")
     c1, c2, c3, c4 = st.columns(4)
     evaluations = c1.number_input("Evaluations per algorithm", 1, 10_000_000, 20_000, step=1000,
-                                  key="opt_evaluations", help="The thesis gives every algorithm 20,000.")
-    seconds = c2.number_input("Time limit (s, 0 = none)", 0, 86_400, 0, step=10, key="opt_seconds",
+                                  key=ui.persist("opt_evaluations"), help="The thesis gives every algorithm 20,000.")
+    seconds = c2.number_input("Time limit (s, 0 = none)", 0, 86_400, 0, step=10, key=ui.persist("opt_seconds"),
                               help="Stop after this long even if evaluations are left.")
-    seed = c3.number_input("Seed", 0, 2**31 - 1, 1, key="opt_seed", help="The same seed gives the same result.")
-    workers = c4.number_input("Worker processes", 1, max(os.cpu_count() or 1, 1), 1, key="opt_workers",
+    seed = c3.number_input("Seed", 0, 2**31 - 1, 1, key=ui.persist("opt_seed"), help="The same seed gives the same result.")
+    workers = c4.number_input("Worker processes", 1, max(os.cpu_count() or 1, 1), 1, key=ui.persist("opt_workers"),
                               help="Evaluate batches of placements in parallel processes (1 = in this process).")
     seeded = st.checkbox(f"Seed the search with the current placement ({s.placement_label})", value=True,
-                         key="opt_seeded", help="The current placement joins the first population (GA) or the "
+                         key=ui.persist("opt_seeded"), help="The current placement joins the first population (GA) or the "
                          "archive (MAP-Elites), so a run never ends worse than it; turn off for the thesis' "
                          "purely random start.")
     params = {}
@@ -44,7 +45,17 @@ with ui.guarded("the run form"):
         cls = ALGORITHMS[a]
         with st.expander(f"{cls.title or a} parameters (thesis defaults)"):
             params[a] = ui.param_inputs(cls, f"opt_{a}")
-    if st.button("Start", type="primary", icon=":material/play_arrow:", disabled=not chosen, key="opt_start"):
+    problems = []
+    for a in chosen:
+        for name, value in params[a].items():
+            try:
+                params[a][name] = ALGORITHMS[a].PARAMS[name].parse(name, value)
+            except InputError as e:
+                problems.append(f"{ALGORITHMS[a].title or a}: {e.problem}" + (f". {e.fix}" if e.fix else ""))
+    for problem_text in problems:
+        st.error(problem_text, icon=":material/error:")
+    if st.button("Start", type="primary", icon=":material/play_arrow:", disabled=not chosen or bool(problems),
+                 key="opt_start"):
         problem_sim = dict(s.sim)
         for a in chosen:
             spec = RunSpec(algorithm=a, title=ALGORITHMS[a].title or a, params=params[a],
@@ -59,6 +70,7 @@ with ui.guarded("the run form"):
 
 runs = REGISTRY.runs(s.session_key)
 running = [r for r in runs if r.active]
+shown_finished = {r.id for r in runs if not r.active}  # the results drawn by this run of the page
 
 
 @st.fragment(run_every=0.5 if running else None)
@@ -87,8 +99,8 @@ def live():
             REGISTRY.get(s.session_key, v["id"]).stop()
     if any(v["curve"] for v in views):
         st.plotly_chart(charts.progress_figure(views), key="opt_progress", config={"displaylogo": False})
-    if running and not active:
-        st.rerun(scope="app")  # everything finished: redraw the page with the results
+    if {v["id"] for v in views if v["status"] not in ("starting", "running")} - shown_finished:
+        st.rerun(scope="app")  # a run finished: redraw the page with its result (and the sidebar's count)
 
 
 with ui.guarded("the progress"):
@@ -125,6 +137,14 @@ with ui.guarded("the results"):
                     st.rerun()
                 if res.archive is not None:
                     c5.page_link("app_pages/archive.py", label="Browse its archive", icon=":material/grid_view:")
+                if not res.best.feasible:
+                    over = fmt_bytes(float(res.best.overflow.sum()))
+                    why = (" HEFT plans for time only and does not look at memory capacity: try a memory-aware "
+                           "search (GA, MAP-Elites) or the 'infeasible' memory penalty." if r.spec.algorithm == "heft"
+                           else " Raise the budget, seed it with a placement that fits, or use the 'infeasible' "
+                                "memory penalty.")
+                    st.warning(f"This placement needs {over} more memory than the devices have: it would not run."
+                               + why, icon=":material/warning:")
                 planned = res.extras.get("planned_makespan_s")
                 if planned is not None:
                     st.caption(f"HEFT's own plan finishes the step in {fmt_seconds(planned)}; the simulator, with "

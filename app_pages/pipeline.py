@@ -21,28 +21,28 @@ with ui.guarded("the pipeline settings"):
     c1, c2, c3, c4 = st.columns([3, 2, 3, 2])
     sources = {"even": "Even split into p stages", "current": f"From the current placement ({s.placement_label})"}
     source = c1.radio(
-        "Stages", list(sources), index=0 if used < 2 else 1, horizontal=True, key="pipe_source",
+        "Stages", list(sources), index=0 if used < 2 else 1, horizontal=True, key=ui.persist("pipe_source"),
         format_func=sources.get,
         help="Even split: the network cut into p consecutive stages of equal compute, one per GPU. "
              "Current placement: each device it uses is a stage, in the order of its first op.")
     n_gpus = sum(1 for dv in d.devices if dv.kind == "gpu") or len(d)
     top = max(1, min(len(d), len(g)))
     if source == "even":
-        p_in = c1.number_input("Stages p", 1, top, min(n_gpus, 4, top), key="pipe_stages",
+        p_in = c1.number_input("Stages p", 1, top, min(n_gpus, 4, top), key=ui.persist("pipe_stages"),
                                help="Stages on the p fastest GPUs (all devices when there are fewer GPUs).")
     m_default = int(sim["micro_batches"]) if g.batch_size % int(sim["micro_batches"]) == 0 else 1
     m_in = c2.number_input(
-        "Micro-batches m", 1, 4096, m_default, key="pipe_micro_batches",
+        "Micro-batches m", 1, 4096, m_default, key=ui.persist("pipe_micro_batches"),
         help=f"The batch of {g.batch_size} is split into m equal micro-batches (m must divide it). More "
              "micro-batches shrink the bubble (p − 1)/(m + p − 1) but make each op smaller and less efficient.")
     schedules = c3.multiselect(
         "Schedules", list(NAMES), default=["gpipe", "1f1b"], format_func=state.SCHEDULE_NAMES.get,
-        key="pipe_schedules",
+        key=ui.persist("pipe_schedules"),
         help="GPipe: all forwards, then all backwards, one weight update. 1F1B: after a warm-up of p − s "
              "forwards, stage s alternates one forward and one backward. Thesis scheme: the whole batch at once "
              "(no micro-batches): plain model parallelism, for reference.")
     ideal = c4.toggle(
-        "Ideal pipeline", key="pipe_ideal",
+        "Ideal pipeline", key=ui.persist("pipe_ideal"),
         help="Free communication and weight updates: transfers and updates take no time, so only the schedule "
              "is left. With p equal stages the step is exactly (m + p − 1)(t_f + t_b) and the bubble "
              "(p − 1)/(m + p − 1).")
@@ -134,6 +134,7 @@ if m is not None and schedules:
                  f"{fmt_bytes(r['first_stage_peak_bytes'])})" if r else f"{NAMES[k]}: no m fits in memory"
                  for k, r in best.items() if k != "thesis"]
         if notes:
-            st.caption("Fastest m that fits in memory — " + "; ".join(notes) + f". Dotted line: the chosen m = {m}. "
-                       f"The first stage ({first}) holds the most activations: GPipe keeps all m micro-batches', "
-                       "1F1B at most p.")
+            st.caption("Fastest m that fits in memory — " + "; ".join(notes) + f". Dotted line: the chosen m = {m}; "
+                       f"the memory line is the first stage's ({first}).")
+        st.caption(pipelineview.peak_stage_note(views, d.names, m) + " GPipe keeps all m micro-batches' "
+                   "activations until their backward passes, 1F1B at most about p per stage.")

@@ -48,9 +48,9 @@ def torch_import_form() -> None:
             key = f"torch:{src}:{shape}:{state.digest(repr([o.name for o in g.ops]).encode())}"
             state.set_network(g, key, g.name)
             s.network_source = (src, shape)
-            s.pop("net_batch", None)
             s.torch_outcome = state.LoadOutcome(True, f"Imported {g.name}: {len(g)} ops at batch size "
                                                       f"{g.batch_size}.")
+            st.rerun()  # redraw the chooser and the batch box for the new network
     outcome = s.get("torch_outcome")
     if outcome is not None:
         (st.success if outcome.ok else st.error)(outcome.message)

@@ -61,4 +61,20 @@ def sweep_rows(graph_key: str, devices_key: str, graph: Graph, devices: DeviceGr
                   cost_key, penalty, bool(ideal), graph, devices, placement, cost)
 
 
-__all__ = ["ScheduleRun", "problem_kw", "schedule_runs", "sweep_counts", "sweep_rows"]
+def peak_stage_note(views: list[dict], device_names: list[str], m: int) -> str:
+    """Which stage holds the most memory under each schedule, e.g. "Highest peak at m = 8: GPipe stage 1
+    (gpu0, 3.2 GB); 1F1B stage 2 (gpu1, 1.9 GB)." The stage is read from the simulation, not assumed: the first
+    stage holds the most activations, but weights or a larger slice of the network can put the peak elsewhere."""
+    from placement_core.analysis import fmt_bytes
+
+    parts = []
+    for v in views:
+        run = v["run"]
+        peaks = run.stage_peak_memory()
+        k = int(np.argmax(peaks))
+        name = {"thesis": "Thesis scheme", "gpipe": "GPipe", "1f1b": "1F1B"}.get(run.schedule, run.schedule)
+        parts.append(f"{name} stage {k + 1} ({device_names[run.stage_devices[k]]}, {fmt_bytes(peaks[k])})")
+    return f"Highest peak memory at m = {m}: " + "; ".join(parts) + "."
+
+
+__all__ = ["peak_stage_note", "ScheduleRun", "problem_kw", "schedule_runs", "sweep_counts", "sweep_rows"]

@@ -206,6 +206,7 @@ def set_network(base: Graph, key: str, label: str, batch_size: int | None = None
     s.graph = base if batch_size in (None, base.batch_size) else _network_at_batch(key, int(batch_size), base)
     s.pop("network_error", None)
     s.pop("network_source", None)  # the PyTorch model it came from, when known (set by the importer)
+    s.net_widgets_stale = True  # the Network page's chooser and batch box show the new network on its next run
     if "placement" in s and not placement_fits():
         set_default_placement(note="the network changed")
 

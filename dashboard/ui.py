@@ -69,9 +69,27 @@ def sidebar() -> None:
                     "</small>", unsafe_allow_html=True)
         from .runs import REGISTRY
         active = [r for r in REGISTRY.runs(s.session_key) if r.active]
+        _runs_in_progress(s.session_key, poll=bool(active))
+
+
+def _runs_in_progress(session_key: str, poll: bool) -> None:
+    """The count of this session's runs that are still working, redrawn every second while any is (a run
+    stopped or finished while the user reads another page leaves the count at once)."""
+
+    @st.fragment(run_every=1.0 if poll else None)
+    def indicator():
+        from .runs import REGISTRY
+        runs = REGISTRY.runs(session_key)
+        active = [r for r in runs if r.active and not r.stop_event.is_set()]
+        stopping = [r for r in runs if r.active and r.stop_event.is_set()]
         if active:
             st.info(f"{len(active)} optimization run(s) in progress", icon=":material/sync:")
+        if stopping:
+            st.caption(f"{len(stopping)} run(s) stopping…")
+        if active or stopping:
             st.page_link("app_pages/optimize.py", label="Watch them", icon=":material/monitoring:")
+
+    indicator()
 
 
 def sim_summary(sim: dict) -> str:
@@ -193,12 +211,16 @@ def param_inputs(cls, key_prefix: str) -> dict:
     for i, (name, p) in enumerate(items):
         col = cols[i % 3]
         label = name.replace("_", " ")
-        key = f"{key_prefix}_{name}"
-        if p.type is bool:
+        key = persist(f"{key_prefix}_{name}")
+        if p.items is not None:
+            chosen = col.multiselect(label, list(p.items), default=str(p.default).split(","), help=p.help, key=key,
+                                     format_func=lambda n: n.replace("_", " "))
+            values[name] = ",".join(chosen)
+        elif p.type is bool:
             values[name] = col.checkbox(label, value=bool(p.default), help=p.help, key=key)
-        elif p.choices:
-            values[name] = col.selectbox(label, list(p.choices), index=list(p.choices).index(p.default),
-                                         help=p.help, key=key)
+        elif p.choices or p.options:
+            options = list(p.choices or p.options)
+            values[name] = col.selectbox(label, options, index=options.index(p.default), help=p.help, key=key)
         elif p.type is int:
             values[name] = col.number_input(
                 label, value=int(p.default), step=1, help=p.help, key=key,

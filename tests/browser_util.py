@@ -147,8 +147,15 @@ def choose(pg, label: str, option: str, scope=None) -> None:
     """Pick ``option`` in the selectbox labelled ``label``."""
     scope = scope or pg
     box = scope.locator("[data-testid='stSelectbox']").filter(has=pg.get_by_text(label, exact=True)).first
-    box.click()
-    pg.get_by_role("option", name=option, exact=True).first.click()
+    item = pg.get_by_role("option", name=option, exact=True).first
+    for _ in range(3):  # a click during a rerun may open the list just before it is redrawn closed
+        box.click()
+        try:
+            item.wait_for(timeout=3000)
+            break
+        except Exception:
+            settle(pg)
+    item.click()
     settle(pg)
 
 
@@ -156,7 +163,7 @@ def selected(pg, label: str, scope=None) -> str:
     """The shown value of the selectbox labelled ``label``."""
     scope = scope or pg
     box = scope.locator("[data-testid='stSelectbox']").filter(has=pg.get_by_text(label, exact=True)).first
-    return box.locator("[data-baseweb='select']").inner_text().strip()
+    return box.get_by_role("combobox").first.input_value().strip()
 
 
 def type_number(pg, label: str, value, scope=None) -> None:

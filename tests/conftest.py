@@ -38,7 +38,7 @@ def chromium(app_url):
 
 
 @pytest.fixture
-def page(chromium, app_url):
+def page(chromium, app_url, request):
     import browser_util
     ctx = chromium.new_context(viewport={"width": 1440, "height": 1000}, accept_downloads=True)
     pg = ctx.new_page()
@@ -47,4 +47,18 @@ def page(chromium, app_url):
     pg.get_by_role("heading", name="Network", exact=True).first.wait_for()
     browser_util.settle(pg)
     yield pg
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:  # what the browser showed when the test failed
+        try:
+            browser_util.ARTIFACTS.mkdir(exist_ok=True)
+            pg.screenshot(path=str(browser_util.ARTIFACTS / f"failed-{request.node.name}.png"), full_page=True)
+        except Exception:
+            pass
     ctx.close()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report

@@ -110,3 +110,89 @@ def test_add_a_device_creates_its_routes_and_stays(page):
     # the routes table shows the new routes after coming back
     routes = pg.locator("[data-testid='stDataFrame']").nth(1).locator("#glide-cell-4-1").text_content()
     assert "gpu2→cpu0" in routes and "cpu0→gpu2" in routes, routes
+
+
+def _multiselect_values(pg, label: str) -> list[str]:
+    box = pg.locator("[data-testid='stMultiSelect']").filter(has=pg.get_by_text(label, exact=True)).first
+    tags = box.locator(".react-aria-ComboBox [data-tag]")
+    return [tags.nth(i).get_attribute("aria-label") for i in range(tags.count())]
+
+
+def test_optimize_form_survives_navigation(page):
+    pg = page
+    open_page(pg, "Optimize")
+    assert _multiselect_values(pg, "Algorithms") == ["Genetic algorithm", "MAP-Elites"]
+    box = pg.locator("[data-testid='stMultiSelect']").filter(has=pg.get_by_text("Algorithms", exact=True)).first
+    box.click()
+    pg.get_by_role("option", name="Simulated annealing").click()
+    pg.keyboard.press("Escape")
+    settle(pg)
+    type_number(pg, "Evaluations per algorithm", 3500)
+    type_number(pg, "Seed", 7)
+    pg.get_by_text("Genetic algorithm parameters (thesis defaults)").click()
+    choose(pg, "crossover", "uniform")
+    pg.get_by_text("MAP-Elites parameters (thesis defaults)").click()
+    dims = pg.locator("[data-testid='stMultiSelect']").filter(has=pg.get_by_text("dimensions", exact=True)).first
+    dims.locator(".react-aria-ComboBox").get_by_role("button", name="Remove devices used").click()
+    settle(pg)
+    assert _multiselect_values(pg, "dimensions") == ["most used device", "cross device edges"]
+
+    open_page(pg, "Trace")
+    open_page(pg, "Pipeline")
+    open_page(pg, "Optimize")
+    no_errors(pg)
+    assert _multiselect_values(pg, "Algorithms") == ["Genetic algorithm", "MAP-Elites", "Simulated annealing"]
+    assert number(pg, "Evaluations per algorithm") == "3500"
+    assert number(pg, "Seed") == "7"
+    pg.get_by_text("Genetic algorithm parameters (thesis defaults)").click()
+    assert selected(pg, "crossover") == "uniform"
+    pg.get_by_text("MAP-Elites parameters (thesis defaults)").click()
+    assert _multiselect_values(pg, "dimensions") == ["most used device", "cross device edges"]
+
+
+def test_pipeline_lecture_survives_navigation(page):
+    pg = page
+    open_page(pg, "Pipeline")
+    type_number(pg, "Micro-batches m", 8)
+    pg.get_by_text("Ideal pipeline", exact=True).click()
+    settle(pg)
+    wait_text(pg, "8 micro-batches of 16 · ideal pipeline")
+    open_page(pg, "Trace")
+    open_page(pg, "Pipeline")
+    no_errors(pg)
+    assert number(pg, "Micro-batches m") == "8"
+    assert pg.get_by_role("switch", name="Ideal pipeline").is_checked()
+    wait_text(pg, "8 micro-batches of 16 · ideal pipeline")
+
+
+def test_pytorch_import_keeps_its_batch_size(page):
+    pytest.importorskip("torch")
+    pg = page
+    pg.get_by_role("tab", name="Import a PyTorch model").click()
+    form = pg.locator("[data-testid='stForm']")
+    form.get_by_role("textbox", name="torchvision name").fill("resnet18")
+    box = form.get_by_role("spinbutton", name="Batch size")
+    box.fill("32")
+    pg.get_by_role("button", name="Import").click()
+    wait_text(pg, "Imported resnet18", timeout_s=90)
+    settle(pg)
+    assert "batch 32" in sidebar_text(pg)
+    assert number(pg, "Batch size", scope=main(pg).locator("[data-testid='stHorizontalBlock']").filter(
+        has=pg.get_by_role("heading", name="resnet18")).first) == "32"
+    # any next interaction keeps batch 32
+    pg.get_by_text("device", exact=True).first.click()
+    settle(pg)
+    open_page(pg, "Devices")
+    open_page(pg, "Network")
+    assert "batch 32" in sidebar_text(pg), sidebar_text(pg)
+    # a failed import says why and changes nothing
+    pg.get_by_role("tab", name="Import a PyTorch model").click()
+    form.get_by_role("textbox", name="torchvision name").fill("no_such_model")
+    pg.get_by_role("button", name="Import").click()
+    settle(pg)
+    pg.get_by_role("tab", name="Built-in networks").click()
+    settle(pg)
+    pg.get_by_text("op kind", exact=True).first.click()
+    settle(pg)
+    assert "resnet18" in sidebar_text(pg) and "batch 32" in sidebar_text(pg), sidebar_text(pg)
+    assert selected(pg, "Network") == ""  # the built-in chooser no longer claims ResNet-50

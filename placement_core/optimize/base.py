@@ -28,8 +28,14 @@ class Param:
     choices: tuple | None = None
     low: float | None = None
     high: float | None = None
+    # The values the dashboard offers in a list (the parser still takes any valid value, e.g. "5-point").
+    options: tuple | None = None
+    # A comma-separated subset of these names (at least two, no repeats), e.g. MAP-Elites' niche dimensions.
+    items: tuple | None = None
 
     def parse(self, name: str, value: Any) -> Any:
+        if self.items is not None:
+            return self._parse_items(name, value)
         if self.type is bool:
             if isinstance(value, str):
                 if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
@@ -46,6 +52,19 @@ class Param:
         if self.low is not None and value < self.low or self.high is not None and value > self.high:
             raise InputError(f"{name} must be in [{self.low}, {self.high}], got {value!r}", field=name)
         return value
+
+
+    def _parse_items(self, name: str, value: Any) -> str:
+        parts = value if isinstance(value, (list, tuple)) else str(value).split(",")
+        names = [str(p).strip() for p in parts if str(p).strip()]
+        unknown = [n for n in names if n not in self.items]
+        if unknown:
+            raise InputError(f"{name}: unknown {', '.join(map(repr, unknown))}", field=name,
+                             fix="Use a comma-separated list of: " + ", ".join(self.items))
+        if len(set(names)) != len(names) or len(names) < 2:
+            raise InputError(f"{name} needs at least two different names, got {value!r}", field=name,
+                             fix="Use a comma-separated list of two or more of: " + ", ".join(self.items))
+        return ",".join(names)
 
 
 class Optimizer:

@@ -35,12 +35,15 @@ class MapElites(Optimizer):
                                     low=0, high=1),
         "cross_edge_bins": Param(40, "bins of the cross-device-edges dimension", int, low=1, high=10_000),
         "include_trivial": Param(False, "seed the archive with every single-device placement", bool),
+        "dimensions": Param(",".join(THESIS_DESCRIPTORS), "niche dimensions of the archive (at least two): the "
+                            "device used most, the number of devices used, cross-device edges", str,
+                            items=THESIS_DESCRIPTORS),
     }
 
     def __init__(self, problem, descriptors=None, **kw):
         super().__init__(problem, **kw)
         if descriptors is None:
-            descriptors = list(THESIS_DESCRIPTORS)
+            descriptors = self.params["dimensions"].split(",")
         descs = make_descriptors(problem, descriptors)
         for i, d in enumerate(descs):
             if d.name == "cross_device_edges" and d.size != self.params["cross_edge_bins"]:
