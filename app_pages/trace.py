@@ -17,22 +17,45 @@ ui.header("Trace", "What the simulator did with the current placement: every op 
 s = state.ss()
 
 with ui.guarded("the settings"):
-    with st.expander(f"Placement: **{s.placement_label}** · {ui.sim_summary(s.sim)} — change",
-                     key="trace_settings"):
-        ui.sim_controls("trace")
+    sim = ui.local_sim("trace")
+    what_if = s.get("trace_what_if") is not None
+    with st.expander(f"Placement: **{s.placement_label}** · {ui.sim_summary(sim)}"
+                     + (" (what-if on this page)" if what_if else "") + " — change", key="trace_settings"):
+        st.caption("These settings apply to this page only (a what-if): the other pages and new optimization runs "
+                   "keep the shared settings until you apply them everywhere.")
+        ui.sim_controls("trace", local=True)
+        sim = ui.local_sim("trace")
         st.caption("Pipelining: several batches in flight let devices work on different batches at once. "
                    "Try 10 batches with 4 in flight on a placement that uses several GPUs, or the GPipe and "
                    "1F1B schedules (the Pipeline page compares them).")
         placement_picker()
+    if s.get("trace_what_if") is not None:
+        c1, c2, c3 = st.columns([4, 1.2, 1.2])
+        c1.info(f"What-if on this page: {ui.sim_summary(sim)}, {sim['penalty']} penalty. The other pages and new "
+                f"optimization runs use {ui.sim_summary(s.sim)}, {s.sim['penalty']} penalty.",
+                icon=":material/science:")
+
+        def _apply():
+            state.set_sim(dict(s.trace_what_if))
+
+        def _drop():
+            s.trace_what_if = None
+            for name in state.DEFAULT_SIM:
+                s.pop(f"trace_{name}", None)
+
+        c2.button("Apply to every page", key="trace_apply", on_click=_apply, icon=":material/done_all:",
+                  help="Make these the shared settings: the sidebar, Optimize, Archive, Pipeline and Benchmark "
+                       "use them, and so do new optimization runs.")
+        c3.button("Back to the shared settings", key="trace_drop", on_click=_drop, icon=":material/undo:")
 
 with ui.guarded("the trace"):
-    problem = state.problem()
-    view = trace_view(problem, state.current_placement())
+    problem = state.problem_for(sim)
+    view = trace_view(problem, state.current_placement(), sim)
     ev, res = view["evaluation"], view["evaluation"].result
     m = st.columns(5)
-    pipelined = s.sim["schedule"] != "thesis"
+    pipelined = sim["schedule"] != "thesis"
     m[0].metric("Time per batch", fmt_seconds(res.batch_time), help=f"makespan {fmt_seconds(res.makespan)} "
-                f"over {res.batches} batch(es)" + (f" of {s.sim['micro_batches']} micro-batches" if pipelined else ""))
+                f"over {res.batches} batch(es)" + (f" of {sim['micro_batches']} micro-batches" if pipelined else ""))
     m[1].metric("Objective", fmt_seconds(ev.objective), help="time per batch + memory penalty")
     m[2].metric("Transfers", f"{res.transfers:,}", help=f"{fmt_bytes(float(res.channel_bytes.sum()))} moved")
     m[3].metric("Fits in memory", "yes" if ev.feasible else "no",
@@ -100,16 +123,21 @@ with ui.guarded("the bottlenecks"):
                                               "peak memory (GB)", "capacity (GB)")})
 
 with ui.guarded("the download"):
-    def _chrome() -> str:
-        return json.dumps(chrome_trace(res, problem.devices.names, [c.name for c in problem.devices.channels],
-                                       title=f"{s.network_label} on {s.devices_label}: {s.placement_label}"))
+    # Streamlit calls a deferred download's function in another thread, without the session: everything it
+    # needs is read here, in the script run.
+    devices_names = list(problem.devices.names)
+    channel_names = [c.name for c in problem.devices.channels]
+    title = f"{s.network_label} on {s.devices_label}: {s.placement_label}"
+    placement_json = json.dumps(placement_to_dict(state.current_placement(), state.graph(), state.devices()), indent=1)
+
+    def _chrome(res=res) -> str:
+        return json.dumps(chrome_trace(res, devices_names, channel_names, title=title))
+
     c1, c2, _ = st.columns([1, 1, 1])
     c1.download_button("Download the trace (Chrome trace JSON)", _chrome, file_name="trace.json",
-                       mime="application/json", icon=":material/download:", on_click="ignore",
-                       help="Open it in ui.perfetto.dev or chrome://tracing.")
-    c2.download_button("Download the placement (JSON)",
-                       json.dumps(placement_to_dict(state.current_placement(), state.graph(), state.devices()),
-                                  indent=1),
-                       file_name="placement.json", mime="application/json", icon=":material/download:",
-                       on_click="ignore", help="placement/1: op name → device name. The CLI and this page "
-                                               "(Try another placement) read it back.")
+                       mime="application/json", icon=":material/download:", on_click="ignore", key="trace_dl_chrome",
+                       help="Open it in Perfetto (ui.perfetto.dev) or chrome://tracing.")
+    c2.download_button("Download the placement (JSON)", placement_json, file_name="placement.json",
+                       mime="application/json", icon=":material/download:", on_click="ignore", key="trace_dl_placement",
+                       help="placement/1: op name → device name. The CLI and this page (Try another placement) read "
+                            "it back.")

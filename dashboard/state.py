@@ -185,7 +185,13 @@ def sim_tuple() -> tuple:
 
 def problem() -> Problem:
     """The current problem (network + devices + simulator settings), cached."""
-    return _problem(graph_key(), devices_key(), sim_tuple(), _timings_key(), graph(), devices())
+    return problem_for(ss().sim)
+
+
+def problem_for(sim: dict) -> Problem:
+    """The current network and devices under other simulator settings (the Trace page's what-if), cached."""
+    sim = {**DEFAULT_SIM, **sim}
+    return _problem(graph_key(), devices_key(), tuple(sorted(sim.items())), _timings_key(sim), graph(), devices())
 
 
 def cost_key() -> str:
@@ -193,9 +199,9 @@ def cost_key() -> str:
     return f"{ss().sim['profile']}|{_timings_key()}"
 
 
-def _timings_key() -> str:
+def _timings_key(sim: dict | None = None) -> str:
     """Which calibration file (and version of it) the current problem uses: a re-calibration recompiles."""
-    path = _calibration_file(graph(), ss().sim)
+    path = _calibration_file(graph(), ss().sim if sim is None else sim)
     return f"{path}@{path.stat().st_mtime}" if path is not None else ""
 
 
@@ -329,6 +335,7 @@ def set_sim(new: dict, keep: str | None = None) -> None:
     """Change the simulator settings; the settings widgets of other pages re-read them."""
     s = ss()
     s.sim = {**DEFAULT_SIM, **new}
+    s.pop("trace_what_if", None)  # new shared settings (applied, adopted with a run, chosen): the Trace shows them
     for prefix in SIM_WIDGET_PREFIXES:
         if prefix == keep:
             continue

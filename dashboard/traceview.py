@@ -27,8 +27,11 @@ def _view(problem_key: tuple, placement_key: bytes, _problem, _placement) -> dic
             "devices": device_stats(res, names, p.capacity, res.trace)}
 
 
-def trace_view(problem, placement) -> dict:
-    key = (state.graph_key(), state.devices_key(), state.sim_tuple())
+def trace_view(problem, placement, sim: dict | None = None) -> dict:
+    """The traced simulation of ``placement`` and what the page draws from it; ``sim`` names the settings
+    ``problem`` was built with when they are not the shared ones (the Trace page's what-if)."""
+    key = (state.graph_key(), state.devices_key(),
+           state.sim_tuple() if sim is None else tuple(sorted({**state.DEFAULT_SIM, **sim}.items())))
     return _view(key, np.asarray(placement, dtype=np.int32).tobytes(), problem, placement)
 
 

@@ -100,14 +100,31 @@ def sim_summary(sim: dict) -> str:
     return f"{state.SCHEDULE_NAMES.get(schedule, schedule)} schedule, {sim['micro_batches']} micro-batches per batch"
 
 
-def sim_controls(prefix: str, compact: bool = False) -> None:
-    """Simulator settings, stored in ``session_state.sim`` (the same on every page)."""
-    sim = state.ss().sim
+def local_sim(prefix: str) -> dict:
+    """The settings a page with local what-if controls simulates with: its own, else the shared ones."""
+    s = state.ss()
+    return s.get(f"{prefix}_what_if") or s.sim
+
+
+def _store_sim(prefix: str, local: bool, new: dict) -> None:
+    s = state.ss()
+    if not local:
+        state.set_sim(new, keep=prefix)
+    else:  # equal to the shared settings: follow them again
+        s[f"{prefix}_what_if"] = None if new == s.sim else {**state.DEFAULT_SIM, **new}
+
+
+def sim_controls(prefix: str, compact: bool = False, local: bool = False) -> None:
+    """Simulator settings, stored in ``session_state.sim`` (the same on every page), or with ``local`` in
+    ``session_state[prefix + "_what_if"]``: a what-if for one page that leaves the other pages and the
+    optimizer alone until the user applies it everywhere."""
+    sim = local_sim(prefix) if local else state.ss().sim
     batch_size = state.graph().batch_size
     cols = st.columns(4)
     schedule = cols[0].selectbox(
         "Schedule", list(state.SCHEDULES), index=list(state.SCHEDULES).index(sim["schedule"]),
-        format_func=lambda k: state.SCHEDULES[k], key=f"{prefix}_schedule", on_change=_sim_changed, args=(prefix,),
+        format_func=lambda k: state.SCHEDULES[k], key=f"{prefix}_schedule", on_change=_sim_changed,
+        args=(prefix, local),
         help="How training steps are run. thesis: whole batches, a new one admitted when the input devices are "
              "idle, up to *in flight* at once. GPipe: the batch is split into micro-batches; every device runs "
              "all their forwards, then all backwards, then one weight update. 1F1B (PipeDream-flush): the same "
@@ -117,7 +134,7 @@ def sim_controls(prefix: str, compact: bool = False) -> None:
     pipelined = schedule != "thesis"
     m_in = cols[1].number_input(
         "Micro-batches", 1, 4096, int(sim["micro_batches"]), key=f"{prefix}_micro_batches", disabled=not pipelined,
-        on_change=_sim_changed, args=(prefix,),
+        on_change=_sim_changed, args=(prefix, local),
         help=f"GPipe and 1F1B: the batch of {batch_size} is split into this many equal micro-batches "
              "(a divisor of the batch size). The time per batch is the whole step, flush included. Not used "
              "by the thesis scheme.")
@@ -134,13 +151,13 @@ def sim_controls(prefix: str, compact: bool = False) -> None:
              "(its micro-batches); batches and in flight apply to the thesis scheme only.")
     batches = cols[2].number_input(
         "Batches", 1, 1000, int(sim["batches"]), key=f"{prefix}_batches", disabled=pipelined,
-        on_change=_sim_changed, args=(prefix,),
+        on_change=_sim_changed, args=(prefix, local),
         help=flush if pipelined else
         "Batches in the simulated run. With more than one, the reported time is the makespan divided by "
         "the number of batches: set batches 10 and 4 in flight to see pipelining (thesis E3).")
     in_flight = cols[3].number_input(
         "In flight", 1, 1000, int(sim["in_flight"]), key=f"{prefix}_in_flight", disabled=pipelined,
-        on_change=_sim_changed, args=(prefix,),
+        on_change=_sim_changed, args=(prefix, local),
         help=flush if pipelined else
         "At most this many batches are processed at once; a new one starts when every device holding an "
         "input op is idle (the thesis' scheme).")
@@ -152,12 +169,12 @@ def sim_controls(prefix: str, compact: bool = False) -> None:
         penalty = cols[0].selectbox(
             "Memory penalty", list(state.PENALTIES), index=list(state.PENALTIES).index(sim["penalty"]),
             format_func=lambda k: state.PENALTIES[k], key=f"{prefix}_penalty", on_change=_sim_changed,
-            args=(prefix,),
+            args=(prefix, local),
             help="How a placement that needs more memory than a device has is scored.")
         profile = cols[1].selectbox(
             "Cost profile", list(state.PROFILES), index=list(state.PROFILES).index(sim["profile"]),
             format_func=lambda k: state.PROFILES[k], key=f"{prefix}_profile", on_change=_sim_changed,
-            args=(prefix,),
+            args=(prefix, local),
             help="Roofline: max(compute, memory traffic) per op, transfers at 25 % of the link's bandwidth. "
                  "exprimo-2020 reproduces the thesis' published simulator exactly.")
         saved = list(state.calibrations(state.graph()))
@@ -165,7 +182,7 @@ def sim_controls(prefix: str, compact: bool = False) -> None:
         timings = cols[2].selectbox(
             "Op times", options, index=options.index(timings), key=f"{prefix}_timings",
             format_func=lambda k: f"measured: calibration '{k}'" if k else "from the cost profile",
-            on_change=_sim_changed, args=(prefix,), disabled=len(options) == 1,
+            on_change=_sim_changed, args=(prefix, local), disabled=len(options) == 1,
             help="Measured op times from `placement calibrate` replace the profile's formulas for the devices "
                  "that were calibrated (use them with the calibrated device preset, e.g. 'local'). Offered when "
                  "a calibration of this network at this batch size exists; under GPipe and 1F1B they are "
@@ -182,22 +199,22 @@ def sim_controls(prefix: str, compact: bool = False) -> None:
     new = {"batches": int(batches), "in_flight": int(in_flight), "penalty": penalty, "profile": profile,
            "schedule": schedule, "micro_batches": micro_batches, "timings": timings}
     if new != sim:
-        state.set_sim(new, keep=prefix)
+        _store_sim(prefix, local, new)
 
 
-def _sim_changed(prefix: str) -> None:
+def _sim_changed(prefix: str, local: bool = False) -> None:
     """on_change of the settings widgets: store the new settings before the script reruns, so what is drawn
     above the controls (an expander's label) already shows them. A micro-batch count that does not divide
     the batch is not stored (sim_controls says why)."""
     s = state.ss()
-    sim = s.sim
+    sim = local_sim(prefix) if local else s.sim
     new = {name: s.get(f"{prefix}_{name}", sim[name]) for name in state.DEFAULT_SIM}
     for name in ("batches", "in_flight", "micro_batches"):
         new[name] = int(new[name])
     if state.graph().batch_size % new["micro_batches"]:
         new["micro_batches"] = sim["micro_batches"]
     if new != sim:
-        state.set_sim(new, keep=prefix)
+        _store_sim(prefix, local, new)
 
 
 def param_inputs(cls, key_prefix: str) -> dict:

@@ -196,3 +196,47 @@ def test_pytorch_import_keeps_its_batch_size(page):
     settle(pg)
     assert "resnet18" in sidebar_text(pg) and "batch 32" in sidebar_text(pg), sidebar_text(pg)
     assert selected(pg, "Network") == ""  # the built-in chooser no longer claims ResNet-50
+
+
+def test_trace_downloads_deliver_files(page, tmp_path):
+    import json
+    pg = page
+    open_page(pg, "Trace")
+    with pg.expect_download(timeout=60_000) as d:
+        pg.get_by_role("button", name="Download the trace (Chrome trace JSON)").click()
+    path = tmp_path / "trace.json"
+    d.value.save_as(path)
+    trace = json.loads(path.read_text())
+    g, devices = load_network("resnet50"), load_devices("malvik-4gpu")
+    res = Problem(g, devices).simulate(single_device(g, devices, "gpu0"), trace=True).result
+    slices = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    assert len(slices) == len(res.trace) == 459  # 176 forward, 176 backward, 107 weight updates
+    assert sum(1 for e in slices if e["cat"] == "op,fwd") == len(g) == 176
+    with pg.expect_download() as d:
+        pg.get_by_role("button", name="Download the placement (JSON)").click()
+    d.value.save_as(tmp_path / "placement.json")
+    placement = json.loads((tmp_path / "placement.json").read_text())
+    assert placement["format"] == "placement/1" and set(placement["assignment"].values()) == {"gpu0"}
+    assert len(placement["assignment"]) == 176
+    no_errors(pg)
+
+
+def test_trace_settings_are_a_local_what_if(page):
+    pg = page
+    open_page(pg, "Trace")
+    pg.get_by_text("— change").first.click()
+    type_number(pg, "Batches", 10)
+    type_number(pg, "In flight", 4)
+    wait_text(pg, "What-if on this page: thesis scheme, 10 batch(es), 4 in flight")
+    assert "1 batch(es), 1 in flight" in sidebar_text(pg)   # the shared settings did not move
+    open_page(pg, "Optimize")
+    wait_text(pg, "Simulator settings — thesis scheme, 1 batch(es), 1 in flight")
+    open_page(pg, "Trace")
+    wait_text(pg, "What-if on this page: thesis scheme, 10 batch(es), 4 in flight")  # and the what-if stays
+    pg.get_by_role("button", name="Apply to every page").click()
+    settle(pg)
+    assert "10 batch(es), 4 in flight" in sidebar_text(pg)
+    assert "What-if on this page" not in main(pg).inner_text()
+    open_page(pg, "Optimize")
+    wait_text(pg, "Simulator settings — thesis scheme, 10 batch(es), 4 in flight")
+    no_errors(pg)
