@@ -7,12 +7,17 @@ which runs a page URL opened first without this script and breaks AppTest's reru
 """
 
 
+from pathlib import Path
+
+
 def main() -> None:
     import streamlit as st
 
     from dashboard import state, ui
 
-    st.set_page_config(page_title="Device Placement Lab", page_icon=":material/hub:", layout="wide")
+    # A local icon: a material icon as page_icon makes every browser fetch it from a web font server.
+    st.set_page_config(page_title="Device Placement Lab", page_icon=str(Path(__file__).parent / "assets" / "icon.svg"),
+                       layout="wide")
     state.init()
     state.keep_widget_values()
     pages = [

@@ -240,3 +240,17 @@ def test_trace_settings_are_a_local_what_if(page):
     open_page(pg, "Optimize")
     wait_text(pg, "Simulator settings — thesis scheme, 10 batch(es), 4 in flight")
     no_errors(pg)
+
+
+def test_every_page_works_offline(page, app_url):
+    """No request leaves this machine (the dashboard must work offline: no web fonts, icons or CDNs)."""
+    pg = page
+    outside = []
+    pg.on("request", lambda r: outside.append(r.url) if not r.url.startswith((app_url, "data:", "blob:")) else None)
+    pg.reload()
+    pg.get_by_role("heading", name="Network", exact=True).first.wait_for()
+    settle(pg)
+    for title in ("Devices", "Optimize", "Archive", "Trace", "Pipeline", "Benchmark", "Runs", "Network"):
+        open_page(pg, title)
+        no_errors(pg)
+    assert outside == []
