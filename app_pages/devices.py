@@ -55,6 +55,13 @@ with ui.guarded("the device chooser"):
             c2.error(f"{outcome.message}  \nThe previous devices ({s.devices_label}) are still loaded.",
                      icon=":material/error:")
 
+def _frame(rows, columns, text) -> pd.DataFrame:
+    """A table with numeric columns typed as numbers (a column with no value at all, e.g. no clock given, would
+    otherwise be a text column); the editors show missing values as empty cells, not "None"."""
+    df = pd.DataFrame(rows, columns=list(columns))
+    return df.astype({c: "float64" for c in columns if c not in text})
+
+
 def _tables_follow_devices():
     """The tables show the current device graph: rebuilt when it was changed elsewhere (a preset, an adopted
     run, a calibration); when the user comes back to this page, the editors have forgotten their unsaved edits
@@ -74,8 +81,8 @@ with ui.guarded("the device tables"):
     st.caption("Edit cells, add rows at the bottom or delete selected rows; changes apply as soon as they are valid "
                "and stay when you visit other pages.")
     dev_df = st.data_editor(
-        pd.DataFrame(dev_rows, columns=list(DEVICE_COLUMNS)), key=f"dev_editor_{v}", num_rows="dynamic",
-        hide_index=True,
+        _frame(dev_rows, DEVICE_COLUMNS, ("name", "kind", "model")), key=f"dev_editor_{v}", num_rows="dynamic",
+        hide_index=True, placeholder="",
         column_config={
             "name": st.column_config.TextColumn("name", required=True),
             "kind": st.column_config.SelectboxColumn("kind", options=["gpu", "cpu"], required=True),
@@ -96,8 +103,8 @@ with ui.guarded("the device tables"):
     st.caption("Routes: `SRC→DST` pairs separated by commas (`->` works too). Every ordered pair of devices "
                "needs exactly one route. An empty latency is 0.")
     chan_df = st.data_editor(
-        pd.DataFrame(chan_rows, columns=list(CHANNEL_COLUMNS)), key=f"chan_editor_{v}", num_rows="dynamic",
-        hide_index=True,
+        _frame(chan_rows, CHANNEL_COLUMNS, ("name", "routes")), key=f"chan_editor_{v}", num_rows="dynamic",
+        hide_index=True, placeholder="",
         column_config={
             "name": st.column_config.TextColumn("name", required=True),
             "bandwidth GB/s": st.column_config.NumberColumn("bandwidth GB/s", format="%.4g",

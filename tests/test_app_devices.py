@@ -84,3 +84,17 @@ def test_an_exprimo_device_file_loads():
     assert_clean(at)
     assert at.data_editor[0].value["name"].tolist() == ["cpu0", "gpu0"]
     assert at.session_state["devices"].names == ["cpu0", "gpu0"]
+
+
+def test_missing_values_are_empty_cells_in_numeric_columns():
+    """nvlink-8gpu gives no clock: the column stays numeric and empty cells show as empty, not "None"."""
+    from apptest_util import goto, start
+    at = goto(start(), "devices")
+    at.selectbox(key="dev_preset").set_value("nvlink-8gpu").run()
+    editors = at.dataframe
+    assert len(editors) >= 2
+    for e in editors[:2]:
+        assert e.proto.placeholder == ""
+    devices = editors[0].value
+    assert str(devices["clock MHz"].dtype) == "float64" and devices["clock MHz"].isna().all()
+    assert str(devices["µs per message"].dtype) == "float64"

@@ -254,3 +254,4 @@ def test_every_page_works_offline(page, app_url):
         open_page(pg, title)
         no_errors(pg)
     assert outside == []
+
