@@ -255,3 +255,40 @@ def test_every_page_works_offline(page, app_url):
         no_errors(pg)
     assert outside == []
 
+
+
+def _only_algorithm(pg, keep: str, drop: str) -> None:
+    box = pg.locator("[data-testid='stMultiSelect']").filter(has=pg.get_by_text("Algorithms", exact=True)).first
+    box.locator(".react-aria-ComboBox").get_by_role("button", name=f"Remove {drop}").click()
+    settle(pg)
+    assert _multiselect_values(pg, "Algorithms") == [keep]
+
+
+def test_each_result_shows_as_its_run_finishes_and_stop_clears_the_count(page):
+    pg = page
+    open_page(pg, "Optimize")
+    # a long MAP-Elites run ...
+    _only_algorithm(pg, "MAP-Elites", "Genetic algorithm")
+    type_number(pg, "Evaluations per algorithm", 5_000_000)
+    pg.get_by_role("button", name="Start").click()
+    wait_text(pg, "1 optimization run(s) in progress", scope=pg.locator("[data-testid='stSidebar']"))
+    # ... and a short GA run beside it
+    box = pg.locator("[data-testid='stMultiSelect']").filter(has=pg.get_by_text("Algorithms", exact=True)).first
+    box.click()
+    pg.get_by_role("option", name="Genetic algorithm").click()
+    pg.keyboard.press("Escape")
+    _only_algorithm(pg, "Genetic algorithm", "MAP-Elites")
+    type_number(pg, "Evaluations per algorithm", 1000)
+    pg.get_by_role("button", name="Start").click()
+    # the GA's result appears while MAP-Elites is still running
+    pg.get_by_role("button", name="Use this placement").first.wait_for(timeout=60_000)
+    results = main(pg).inner_text()
+    assert "Genetic algorithm #" in results and "· done" in results
+    assert "1 optimization run(s) in progress" in sidebar_text(pg)
+    # stop MAP-Elites: the sidebar's count goes away on this page and the run's result shows
+    pg.get_by_role("button", name="Stop", exact=True).first.click()
+    pg.get_by_role("button", name="Use this placement").nth(1).wait_for(timeout=60_000)
+    settle(pg)
+    assert "optimization run(s) in progress" not in sidebar_text(pg)
+    assert "· stopped" in main(pg).inner_text()
+    no_errors(pg)
