@@ -50,9 +50,9 @@ with ui.guarded("the device chooser"):
     outcome = s.get("dev_upload_outcome")
     if up is not None and outcome is not None:
         if outcome.ok:
-            c2.success(outcome.message, icon=":material/check_circle:")
+            c2.success(ui.esc(outcome.message), icon=":material/check_circle:")
         else:
-            c2.error(f"{outcome.message}  \nThe previous devices ({s.devices_label}) are still loaded.",
+            c2.error(f"{ui.esc(outcome.message)}  \nThe previous devices ({ui.esc(s.devices_label)}) are still loaded.",
                      icon=":material/error:")
 
 def _frame(rows, columns, text) -> pd.DataFrame:
@@ -77,7 +77,7 @@ with ui.guarded("the device tables"):
     _tables_follow_devices()
     dev_rows, chan_rows = s.dev_tables
     v = s.get("dev_editor_version", 0)
-    st.markdown(f"##### {s.devices_label}: devices")
+    st.markdown(f"##### {ui.esc(s.devices_label)}: devices")
     st.caption("Edit cells, add rows at the bottom or delete selected rows; changes apply as soon as they are valid "
                "and stay when you visit other pages.")
     dev_df = st.data_editor(

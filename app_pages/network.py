@@ -38,9 +38,9 @@ with ui.guarded("the network chooser"):
         outcome = s.get("net_upload_outcome")
         if up is not None and outcome is not None:
             if outcome.ok:
-                st.success(outcome.message, icon=":material/check_circle:")
+                st.success(ui.esc(outcome.message), icon=":material/check_circle:")
             else:
-                st.error(f"{outcome.message}  \nThe previous network ({s.network_label}) is still loaded.",
+                st.error(f"{ui.esc(outcome.message)}  \nThe previous network ({ui.esc(s.network_label)}) is still loaded.",
                          icon=":material/error:")
     with torch_tab:
         torch_import_form()
@@ -48,7 +48,7 @@ with ui.guarded("the network chooser"):
 with ui.guarded("the network summary"):
     g = state.graph()
     c1, c2 = st.columns([3, 1])
-    c1.subheader(f"{s.network_label}")
+    c1.subheader(ui.esc(s.network_label))
     batch = c2.number_input("Batch size", 1, 65536, int(g.batch_size), key="net_batch",
                             help="FLOPs and activation sizes scale with the batch; parameters do not.")
     if batch != g.batch_size:

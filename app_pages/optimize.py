@@ -22,7 +22,7 @@ with ui.guarded("the simulator settings"):
         st.caption("These settings are shared by every page (the Trace shows the step the optimizer scored).")
 
 with ui.guarded("the run form"):
-    st.markdown(f"##### New run: {s.network_label} on {s.devices_label}")
+    st.markdown(f"##### New run: {ui.esc(s.network_label)} on {ui.esc(s.devices_label)}")
     names = list(ALGORITHMS)
     default = [a for a in ("ga", "map-elites") if a in names]
     chosen = st.multiselect("Algorithms", names, default=default, key=ui.persist("opt_algorithms"),
@@ -36,7 +36,7 @@ with ui.guarded("the run form"):
     seed = c3.number_input("Seed", 0, 2**31 - 1, 1, key=ui.persist("opt_seed"), help="The same seed gives the same result.")
     workers = c4.number_input("Worker processes", 1, max(os.cpu_count() or 1, 1), 1, key=ui.persist("opt_workers"),
                               help="Evaluate batches of placements in parallel processes (1 = in this process).")
-    seeded = st.checkbox(f"Seed the search with the current placement ({s.placement_label})", value=True,
+    seeded = st.checkbox(f"Seed the search with the current placement ({ui.esc(s.placement_label)})", value=True,
                          key=ui.persist("opt_seeded"), help="The current placement joins the first population (GA) or the "
                          "archive (MAP-Elites), so a run never ends worse than it; turn off for the thesis' "
                          "purely random start.")
@@ -119,7 +119,8 @@ with ui.guarded("the results"):
             res = r.result
             with st.container(border=True):
                 c1, c2, c3, c4, c5 = st.columns([3, 2, 2, 2, 2])
-                c1.markdown(f"**{r.name}** · {r.status}  \n<small>{r.spec.network_label} on {r.spec.devices_label}"
+                c1.markdown(f"**{ui.esc(r.name)}** · {r.status}  \n<small>{ui.esc(r.spec.network_label)} on "
+                            f"{ui.esc(r.spec.devices_label)}"
                             f" · {ui.sim_summary(r.spec.sim)}</small>", unsafe_allow_html=True)
                 if res is None:
                     c2.error(r.error or "no result", icon=":material/error:")

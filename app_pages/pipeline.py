@@ -19,7 +19,7 @@ placement = None  # the stages, once they are made
 with ui.guarded("the pipeline settings"):
     used = len(set(state.current_placement().tolist()))
     c1, c2, c3, c4 = st.columns([3, 2, 3, 2])
-    sources = {"even": "Even split into p stages", "current": f"From the current placement ({s.placement_label})"}
+    sources = {"even": "Even split into p stages", "current": f"From the current placement ({ui.esc(s.placement_label)})"}
     source = c1.radio(
         "Stages", list(sources), index=0 if used < 2 else 1, horizontal=True, key=ui.persist("pipe_source"),
         format_func=sources.get,

@@ -19,7 +19,7 @@ s = state.ss()
 with ui.guarded("the settings"):
     sim = ui.local_sim("trace")
     what_if = s.get("trace_what_if") is not None
-    with st.expander(f"Placement: **{s.placement_label}** · {ui.sim_summary(sim)}"
+    with st.expander(f"Placement: **{ui.esc(s.placement_label)}** · {ui.sim_summary(sim)}"
                      + (" (what-if on this page)" if what_if else "") + " — change", key="trace_settings"):
         st.caption("These settings apply to this page only (a what-if): the other pages and new optimization runs "
                    "keep the shared settings until you apply them everywhere.")

@@ -6,7 +6,7 @@ import streamlit as st
 
 from placement_core import InputError
 
-from . import state
+from . import state, ui
 
 
 def torch_import_form() -> None:
@@ -53,4 +53,4 @@ def torch_import_form() -> None:
             st.rerun()  # redraw the chooser and the batch box for the new network
     outcome = s.get("torch_outcome")
     if outcome is not None:
-        (st.success if outcome.ok else st.error)(outcome.message)
+        (st.success if outcome.ok else st.error)(ui.esc(outcome.message))

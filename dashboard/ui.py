@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import logging
+import re
 from contextlib import contextmanager
 
 import streamlit as st
@@ -29,6 +31,17 @@ def guarded(what: str = "this page"):
                  "and report the steps that led here.", icon=":material/error:")
 
 
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~$:])")
+
+
+def esc(text) -> str:
+    """A user's string (a network, device or run name from an uploaded file) as literal text in Streamlit
+    markdown: HTML escaped (the sidebar allows HTML) and markdown punctuation backslashed, so a name can
+    neither inject markup nor fetch an image; newlines become spaces."""
+    text = html.escape(" ".join(str(text).split()), quote=False)
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
+
+
 def persist(key: str) -> str:
     """Register a widget key whose value must outlive its page: Streamlit forgets the state of every widget
     that a run does not draw, so leaving a page would reset what the user typed. ``app.py`` re-stores these
@@ -49,17 +62,18 @@ def sidebar() -> None:
     g, d = state.graph(), state.devices()
     with st.sidebar:
         st.markdown("#### Current setup")
-        st.markdown(f"**Network** · {s.network_label}  \n"
+        st.markdown(f"**Network** · {esc(s.network_label)}  \n"
                     f"<small>{len(g)} ops · batch {g.batch_size}</small>", unsafe_allow_html=True)
-        st.markdown(f"**Devices** · {s.devices_label}  \n"
+        st.markdown(f"**Devices** · {esc(s.devices_label)}  \n"
                     f"<small>{len(d)} devices · {len(d.channels)} channels</small>", unsafe_allow_html=True)
         try:
             ev = state.simulate(state.problem(), state.current_placement())
             fits = "fits in memory" if ev.feasible else "**exceeds memory**"
             detail = f"{fmt_seconds(ev.result.batch_time)} per batch · {fits}"
         except InputError as e:
-            detail = f"cannot simulate: {e}"
-        st.markdown(f"**Placement** · {s.placement_label}  \n<small>{detail}</small>", unsafe_allow_html=True)
+            detail = f"cannot simulate: {esc(e)}"
+        st.markdown(f"**Placement** · {esc(s.placement_label)}  \n<small>{detail}</small>",
+                    unsafe_allow_html=True)
         if s.get("placement_note"):  # why the placement is what it is (a reset, what an upload left out)
             st.caption(s.placement_note)
         sim = s.sim

@@ -292,3 +292,29 @@ def test_each_result_shows_as_its_run_finishes_and_stop_clears_the_count(page):
     assert "optimization run(s) in progress" not in sidebar_text(pg)
     assert "· stopped" in main(pg).inner_text()
     no_errors(pg)
+
+
+def test_a_hostile_network_name_stays_text(page, tmp_path):
+    """A name from an uploaded file can neither inject HTML nor markdown (an image would fetch a URL)."""
+    import json
+    pg = page
+    name = '<img src=x onerror="window.pwned=1"> ![x](http://127.0.0.1:9/leak.png) *bold*'
+    net = {"format": "placement-network/1", "name": name, "batch_size": 8,
+           "ops": [{"name": "x", "kind": "input", "inputs": [], "fwd_flops": 0, "bwd_flops": 0, "output_bytes": 1000,
+                    "param_bytes": 0},
+                   {"name": "fc", "kind": "linear", "inputs": ["x"], "fwd_flops": 2e6, "bwd_flops": 4e6,
+                    "output_bytes": 1000, "param_bytes": 4000}]}
+    path = tmp_path / "net.json"
+    path.write_text(json.dumps(net))
+    pg.get_by_role("tab", name="Upload a file").click()
+    pg.locator("[data-testid='stFileUploaderDropzoneInput']").first.set_input_files(str(path))
+    wait_text(pg, "2 ops at batch size 8")
+    settle(pg)
+    for where in (pg.locator("[data-testid='stSidebar']"), main(pg)):
+        assert where.locator("img").count() == 0
+        assert where.locator("em").filter(has_text="bold").count() == 0
+    assert "<img src=x" in sidebar_text(pg)  # shown literally
+    assert pg.evaluate("() => window.pwned === undefined")
+    open_page(pg, "Optimize")
+    assert main(pg).locator("img").count() == 0
+    assert "<img src=x" in main(pg).inner_text()
