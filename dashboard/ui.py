@@ -31,7 +31,9 @@ def guarded(what: str = "this page"):
                  "and report the steps that led here.", icon=":material/error:")
 
 
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~$:])")
+# What can start markup inside a line: emphasis, code, links and images ([), Streamlit's :color[...] and
+# :material/...: directives (need [ or a name between colons: [ is enough to break the first), math ($), ~~.
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]$~])")
 
 
 def esc(text) -> str:

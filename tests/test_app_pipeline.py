@@ -239,6 +239,12 @@ def test_gpipe_in_the_shared_settings_reaches_the_sidebar_and_the_trace():
     at.selectbox(key="trace_schedule").set_value("gpipe").run()
     at.number_input(key="trace_micro_batches").set_value(8).run()
     assert_clean(at)
+    # on the Trace page it is a what-if: the shared settings move only when the user applies it
+    assert at.session_state["trace_what_if"]["schedule"] == "gpipe"
+    assert at.session_state["sim"]["schedule"] == "thesis"
+    assert "Simulator: thesis scheme" in sidebar_text(at)
+    at.button(key="trace_apply").click().run()
+    assert_clean(at)
     assert at.session_state["sim"]["schedule"] == "gpipe" and at.session_state["sim"]["micro_batches"] == 8
     assert at.number_input(key="trace_batches").disabled and at.number_input(key="trace_in_flight").disabled
     assert "Simulator: GPipe schedule, 8 micro-batches per batch" in sidebar_text(at)
@@ -260,11 +266,17 @@ def test_gpipe_in_the_shared_settings_reaches_the_sidebar_and_the_trace():
     assert not at.exception
     [err] = at.error
     assert "3 micro-batches do not split the batch of 128 evenly; still simulating with 8" in err.value
-    assert at.session_state["sim"]["micro_batches"] == 8
+    assert ui_sim(at)["micro_batches"] == 8
     # the Optimize page shows the same settings
     goto(at, "optimize")
     assert_clean(at)
     assert at.selectbox(key="opt_schedule").value == "gpipe" and at.number_input(key="opt_micro_batches").value == 8
+
+
+def ui_sim(at):
+    """The settings the Trace page simulates with: its what-if, else the shared ones."""
+    return at.session_state["trace_what_if"] or at.session_state["sim"] if "trace_what_if" in at.session_state \
+        else at.session_state["sim"]
 
 
 def test_optimize_searches_under_the_schedule():
