@@ -326,3 +326,19 @@ def test_pipeline_gantt_draws_message_overhead_as_thin_grey_bars_over_the_stage_
         width = sum(x for t in fig["data"] if t["type"] == "bar" and t.get("text") is not None
                     for y, x, label in zip(t["y"], t["x"], t["text"]) if y == dev and label)
         assert width == pytest.approx(res.busy[d.index[dev]] * 1e3)
+
+
+def test_peak_stage_note_names_the_stage_with_the_highest_peak():
+    """The caption names the stage the simulation found, not the first one: weights can put it elsewhere."""
+    from types import SimpleNamespace
+
+    from dashboard.pipelineview import peak_stage_note
+
+    def run(schedule, peaks, devices):
+        return {"run": SimpleNamespace(schedule=schedule, stage_devices=devices,
+                                       stage_peak_memory=lambda: list(peaks))}
+
+    views = [run("gpipe", [1e9, 3e9, 2e9], [1, 2, 3]), run("1f1b", [2.5e9, 1e9, 1.5e9], [1, 2, 3])]
+    note = peak_stage_note(views, ["cpu0", "gpu0", "gpu1", "gpu2"], 8)
+    assert note == ("Highest peak memory at m = 8: GPipe stage 2 (gpu1, 3 GB); "
+                    "1F1B stage 1 (gpu0, 2.5 GB).")
