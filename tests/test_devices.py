@@ -144,3 +144,35 @@ def test_message_overhead_is_checked_when_built_in_python():
         with pytest.raises(InputError) as e:
             DeviceGraph("g", [Device("c", "cpu", 1.0, 1.0, 1.0, message_overhead=bad)], [])
         assert e.value.field == "devices[0].message_overhead" and text in str(e.value)
+
+
+def test_add_device_connects_it_to_every_device_over_one_channel():
+    import pytest as _pytest
+
+    from placement_core import InputError, load_devices
+    from placement_core.analysis.device_tables import add_device
+
+    base = load_devices("malvik")  # cpu0, gpu0, gpu1; pcie0 and pcie1
+    row = {"name": "gpu2", "kind": "gpu", "model": "V100", "peak TFLOP/s": 14, "memory GB": 32,
+           "memory bandwidth GB/s": 900}
+    grown = add_device(base, row, channel="pcie1")
+    assert grown.names == ["cpu0", "gpu0", "gpu1", "gpu2"]
+    assert grown.devices[3].peak_flops == 14e12 and grown.devices[3].memory_bytes == 32e9
+    new_routes = {(a, b) for a, b in grown.channels[1].routes} - {(a, b) for a, b in base.channels[1].routes}
+    assert new_routes == {("gpu2", "cpu0"), ("gpu2", "gpu0"), ("gpu2", "gpu1"),
+                          ("cpu0", "gpu2"), ("gpu0", "gpu2"), ("gpu1", "gpu2")}
+    assert grown.channels[0].routes == base.channels[0].routes
+    # a new channel of its own: 2 x 3 routes on it, the old channels untouched
+    own = add_device(base, row, new_channel={"name": "nvlink", "bandwidth GB/s": 50, "latency µs": 2})
+    assert [c.name for c in own.channels] == ["pcie0", "pcie1", "nvlink"]
+    assert len(own.channels[2].routes) == 6 and own.channels[2].bandwidth == 50e9 and own.channels[2].latency == 2e-6
+    for bad, kw, field in [({**row, "name": "gpu0"}, {"channel": "pcie1"}, "name"),
+                           ({**row, "name": " "}, {"channel": "pcie1"}, "name"),
+                           (row, {"channel": "nvlink"}, "channel"),
+                           (row, {}, "channel"),
+                           (row, {"new_channel": {"name": "pcie0", "bandwidth GB/s": 1}}, "channel name"),
+                           ({**row, "memory GB": 0}, {"channel": "pcie1"}, None)]:
+        with _pytest.raises(InputError) as e:
+            add_device(base, bad, **kw)
+        if field:
+            assert e.value.field == field

@@ -297,3 +297,19 @@ def test_bad_parameters_are_input_errors(mid):
         run(mid, "gradient-descent", evaluations=10)
     with pytest.raises(InputError, match="budget"):
         run(mid, "ga")
+
+
+def test_map_elites_dimensions_parameter():
+    """Two or more of the thesis' niche dimensions, comma-separated; the archive uses exactly those."""
+    from placement_core import InputError
+    from placement_core.optimize.map_elites import MapElites
+
+    p = MapElites.PARAMS["dimensions"]
+    assert p.parse("dimensions", "cross_device_edges, most_used_device") == "cross_device_edges,most_used_device"
+    assert p.parse("dimensions", ["devices_used", "most_used_device"]) == "devices_used,most_used_device"
+    for bad in ("most_used_device", "most_used_device,most_used_device", "most_used_device,colour", ""):
+        with pytest.raises(InputError):
+            p.parse("dimensions", bad)
+    g, d = load_network("alexnet"), load_devices("malvik-4gpu")
+    opt = MapElites(Problem(g, d), dimensions="cross_device_edges,most_used_device", seed=0)
+    assert [x.name for x in opt.archive.descriptors] == ["cross_device_edges", "most_used_device"]
