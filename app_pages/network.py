@@ -67,7 +67,7 @@ with ui.guarded("the network summary"):
 with ui.guarded("the graph"):
     st.markdown("##### Graph")
     placement = state.current_placement()
-    color_by = st.segmented_control("Colour by", ["op kind", "device"], default="op kind", key="net_color",
+    color_by = st.segmented_control("Colour by", ["op kind", "device"], default="op kind", key=ui.persist("net_color"),
                                     help="By device: the current placement (see the sidebar).")
     layout = state.layout()
     fig = charts.network_figure(g, layout, "device" if color_by == "device" else "kind", placement,

@@ -28,7 +28,8 @@ with ui.guarded("the pipeline settings"):
     n_gpus = sum(1 for dv in d.devices if dv.kind == "gpu") or len(d)
     top = max(1, min(len(d), len(g)))
     if source == "even":
-        p_in = c1.number_input("Stages p", 1, top, min(n_gpus, 4, top), key=ui.persist("pipe_stages"),
+        p_in = c1.number_input("Stages p", 1, top, min(n_gpus, 4, top),
+                               key=ui.persist("pipe_stages", bounds=(1, top)),
                                help="Stages on the p fastest GPUs (all devices when there are fewer GPUs).")
     m_default = int(sim["micro_batches"]) if g.batch_size % int(sim["micro_batches"]) == 0 else 1
     m_in = c2.number_input(

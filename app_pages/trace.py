@@ -63,7 +63,7 @@ with ui.guarded("the trace"):
     m[4].metric("Events", f"{len(res.trace):,}", help="ops and transfers in the trace, and the send and receive "
                 "tasks of devices with a message overhead")
 
-    critical = st.toggle("Highlight the critical path", key="trace_critical",
+    critical = st.toggle("Highlight the critical path", key=ui.persist("trace_critical"),
                          help="The chain of ops and transfers that fixes the makespan: speeding up anything "
                               "off this path cannot shorten the step.")
     fig = charts.gantt_figure(view["segments"], view["rows"], len(problem.devices), res.makespan,

@@ -10,7 +10,7 @@ from placement_core.analysis import (channel_stats, critical_path, device_stats,
                                      largest_transfers, memory_series)
 from placement_core.jsonio import parse_json
 
-from . import state
+from . import state, ui
 
 
 @st.cache_resource(max_entries=6, show_spinner="Simulating with a full trace…")
@@ -41,19 +41,21 @@ def placement_picker() -> None:
     g, d = state.graph(), state.devices()
     c0, c1, c2, c3 = st.columns(4)
     n_gpus = sum(1 for dv in d.devices if dv.kind == "gpu") or len(d)
-    stages = c0.number_input("Pipeline: contiguous stages", 1, max(1, min(n_gpus, len(g))), min(n_gpus, 4),
-                             key="trace_stages", help="The network cut into this many consecutive stages of "
+    top = max(1, min(n_gpus, len(g)))
+    stages = c0.number_input("Pipeline: contiguous stages", 1, top, min(n_gpus, 4, top),
+                             key=ui.persist("trace_stages", bounds=(1, top)), help="The network cut into this many consecutive stages of "
                              "equal compute, one per GPU: the classic pipeline split. Then raise batches in flight.")
     if c0.button("Use", key="trace_use_stages"):
         from placement_core.analysis.pipeline import even_stages
         state.set_placement(even_stages(g, d, int(stages), **state.cost_kw(g, s.sim)),
                             f"{stages} pipeline stages")
         st.rerun()
-    dev = c1.selectbox("Everything on one device", d.names, index=state.default_device(d), key="trace_single")
+    dev = c1.selectbox("Everything on one device", d.names, index=state.default_device(d),
+                       key=ui.persist("trace_single", d.names))
     if c1.button("Use", key="trace_use_single"):
         state.set_placement(single_device(g, d, dev), f"all on {dev}")
         st.rerun()
-    seed = c2.number_input("Random placement, seed", 0, 2**31 - 1, 0, key="trace_seed")
+    seed = c2.number_input("Random placement, seed", 0, 2**31 - 1, 0, key=ui.persist("trace_seed"))
     if c2.button("Use", key="trace_use_random"):
         state.set_placement(random_placement(g, d, int(seed)), f"random (seed {seed})")
         st.rerun()

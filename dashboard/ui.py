@@ -44,12 +44,26 @@ def esc(text) -> str:
     return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
 
 
-def persist(key: str) -> str:
+def persist(key: str, options=None, bounds: tuple | None = None) -> str:
     """Register a widget key whose value must outlive its page: Streamlit forgets the state of every widget
     that a run does not draw, so leaving a page would reset what the user typed. ``app.py`` re-stores these
     keys at the start of every run (:func:`state.keep_widget_values`). Not for buttons, file uploaders or
-    data editors, whose values cannot be set. Returns ``key``."""
+    data editors, whose values cannot be set. For a selectbox or multiselect pass its ``options``: a kept
+    choice that is no longer offered (the devices changed) is dropped, so the widget falls back to its
+    default instead of failing; likewise a number outside ``bounds`` (lo, hi) of a number input whose limits
+    moved. Returns ``key``."""
     state.PERSISTENT.add(key)
+    s = state.ss()
+    if options is not None and key in s:
+        offered, value = list(options), s[key]
+        if isinstance(value, list):
+            kept = [v for v in value if v in offered]
+            if kept != value:
+                s[key] = kept
+        elif value is not None and value not in offered:
+            del s[key]
+    if bounds is not None and key in s and s[key] is not None and not bounds[0] <= s[key] <= bounds[1]:
+        del s[key]
     return key
 
 
@@ -246,7 +260,8 @@ def param_inputs(cls, key_prefix: str) -> dict:
         label = name.replace("_", " ")
         key = persist(f"{key_prefix}_{name}")
         if p.items is not None:
-            chosen = col.multiselect(label, list(p.items), default=str(p.default).split(","), help=p.help, key=key,
+            chosen = col.multiselect(label, list(p.items), default=str(p.default).split(","), help=p.help,
+                                     key=persist(key, p.items),
                                      format_func=lambda n: n.replace("_", " "))
             values[name] = ",".join(chosen)
         elif p.type is bool:

@@ -342,3 +342,22 @@ def test_peak_stage_note_names_the_stage_with_the_highest_peak():
     note = peak_stage_note(views, ["cpu0", "gpu0", "gpu1", "gpu2"], 8)
     assert note == ("Highest peak memory at m = 8: GPipe stage 2 (gpu1, 3 GB); "
                     "1F1B stage 1 (gpu0, 2.5 GB).")
+
+
+def test_kept_settings_that_no_longer_fit_fall_back_to_defaults():
+    """5 stages kept from the 4-GPU server (5 devices) cannot exist on malvik (3 devices): the page falls back
+    to its default instead of failing; the Trace's kept single device does the same."""
+    at = start()
+    goto(at, "pipeline")
+    at.number_input(key="pipe_stages").set_value(5).run()
+    assert_clean(at)
+    goto(at, "trace")
+    at.selectbox(key="trace_single").set_value("gpu3").run()
+    goto(at, "devices")
+    at.selectbox(key="dev_preset").set_value("malvik").run()
+    goto(at, "pipeline")
+    assert_clean(at)
+    assert at.number_input(key="pipe_stages").value == 2  # min(2 GPUs, 4, 3 devices)
+    goto(at, "trace")
+    assert_clean(at)
+    assert at.selectbox(key="trace_single").value == "gpu0"
