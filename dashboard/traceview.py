@@ -43,7 +43,8 @@ def placement_picker() -> None:
     n_gpus = sum(1 for dv in d.devices if dv.kind == "gpu") or len(d)
     top = max(1, min(n_gpus, len(g)))
     stages = c0.number_input("Pipeline: contiguous stages", 1, top, min(n_gpus, 4, top),
-                             key=ui.persist("trace_stages", bounds=(1, top)), help="The network cut into this many consecutive stages of "
+                             key=ui.persist("trace_stages", bounds=(1, top)),
+                             help="The network cut into this many consecutive stages of "
                              "equal compute, one per GPU: the classic pipeline split. Then raise batches in flight.")
     if c0.button("Use", key="trace_use_stages"):
         from placement_core.analysis.pipeline import even_stages
