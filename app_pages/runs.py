@@ -7,7 +7,7 @@ import streamlit as st
 from dashboard import charts, state, stored, ui
 from dashboard.runs import REGISTRY, RunSpec
 from placement_core import InputError
-from placement_core.analysis import fmt_seconds
+from placement_core.analysis import fmt_bytes, fmt_seconds
 from placement_core.exports import RUN_EXPORTS, export_run
 
 ui.header("Runs", "Every optimization run on this machine, from this dashboard, other sessions and the "
@@ -19,6 +19,12 @@ EXPORT_TITLES = {"placement": "placement (placement/1 JSON)", "torch": "PyTorch 
                  "snippet": "PyTorch snippet (.py)", "history": "history (CSV)", "archive": "archive",
                  "trace": "trace of the best placement (Chrome JSON)", "benchmarks": "benchmarks (CSV)"}
 
+
+def _hide_statuses(statuses: list[str]) -> None:
+    s.runs_hidden_statuses = [x for x in statuses if x not in s.runs_status]
+
+
+run_id = None
 with ui.guarded("the run store"), stored.open_store() as store:
     records = store.runs()
     st.caption(f"Store: `{store.path}` (set `PLACEMENT_HOME` to use another folder).")
@@ -28,23 +34,29 @@ with ui.guarded("the run store"), stored.open_store() as store:
         st.page_link("app_pages/optimize.py", label="Go to Optimize", icon=":material/rocket_launch:")
         st.stop()
     statuses = sorted({r.display_status for r in records})
-    shown = st.multiselect("Status", statuses, default=statuses, key="runs_status")
+    # Kept across pages as the statuses the user hid, so a status that appears later (a run finished) shows.
+    s.runs_status = [x for x in statuses if x not in s.get("runs_hidden_statuses", ())]
+    shown = st.multiselect("Status", statuses, key="runs_status", on_change=_hide_statuses, args=(statuses,))
     records = [r for r in records if r.display_status in shown]
     sizes = store.archive_sizes()
     st.dataframe([{"run": r.id, "status": r.display_status, "algorithm": stored.title(r.algorithm),
                    "network": r.network_name, "devices": r.devices_name,
                    "evaluations": r.evaluations, "budget": r.budget_evaluations,
-                   "best (ms)": None if r.best_objective is None else r.best_objective * 1e3,
+                   "best objective (ms)": None if r.best_objective is None else r.best_objective * 1e3,
                    "elites": sizes.get(r.id), "created": time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created)),
                    "label": r.label or ""} for r in records],
                  hide_index=True, key="runs_table",
-                 column_config={"best (ms)": st.column_config.NumberColumn(format="%.4g")})
+                 column_config={"best objective (ms)": st.column_config.NumberColumn(
+                     format="%.4g", help="time per batch, plus the memory penalty if the best placement "
+                                         "exceeds a device's memory")})
     if not records:
         st.stop()
 
     by_id = {r.id: r for r in records}
-    run_id = st.selectbox("Run", list(by_id), key="runs_pick", format_func=lambda i: stored.describe(by_id[i]))
-    rec = by_id[run_id]
+    run_id = st.selectbox("Run", list(by_id), key=ui.persist("runs_pick", list(by_id)),
+                          format_func=lambda i: stored.describe(by_id[i]))
+if run_id is None:  # the store could not be read (the guard said why) or holds no run shown
+    st.stop()
 
 with ui.guarded("the run"), stored.open_store() as store:
     rec = store.get(run_id)
@@ -112,8 +124,8 @@ with ui.guarded("the run"), stored.open_store() as store:
 
         c1, c2, c3 = st.columns([2, 1, 1])
         kinds = [k for k in RUN_EXPORTS if k != "archive" or rec.id in store.archive_sizes()]
-        what = c1.selectbox("Export", kinds, key="runs_export", format_func=EXPORT_TITLES.get)
-        fmt = c2.selectbox("Format", RUN_EXPORTS[what], key=f"runs_export_fmt_{what}")
+        what = c1.selectbox("Export", kinds, key=ui.persist("runs_export", kinds), format_func=EXPORT_TITLES.get)
+        fmt = c2.selectbox("Format", RUN_EXPORTS[what], key=ui.persist(f"runs_export_fmt_{what}", RUN_EXPORTS[what]))
         try:
             exported = export_run(store, rec.id, what, fmt)
         except InputError as e:  # say why this export is not available, keep the page
@@ -132,3 +144,53 @@ with ui.guarded("the run"), stored.open_store() as store:
                 st.rerun()
     if s.get("runs_note"):
         st.success(s.pop("runs_note"), icon=":material/check_circle:")
+
+
+def short_name(i: int) -> str:
+    return f"{stored.run_name(by_id[i])} · {by_id[i].network_name}"
+
+
+ids = list(by_id)
+with ui.guarded("the comparison of runs"), stored.open_store() as store:
+    st.subheader("Compare runs")
+    chosen = st.multiselect("Runs on the chart", ids, default=[run_id], key=ui.persist("runs_overlay", ids),
+                            format_func=short_name, help="The best objective each run had found after every "
+                            "number of evaluations, from the run store.")
+    c1, c2 = st.columns(2)
+    log_x = c1.checkbox("Log scale for evaluations", key=ui.persist("runs_log_x"),
+                        help="Shows the early part of long runs, where most of the improvement happens.")
+    log_y = c2.checkbox("Log scale for the objective", key=ui.persist("runs_log_y"),
+                        help="For curves that start far above where they end: placements that exceed memory "
+                             "carry a penalty (the 'infeasible' penalty adds 10⁶ s).")
+    curves = [stored.run_curve(store, by_id[i]) for i in chosen]
+    drawn = [(c.name, c.history) for c in curves if len(c.history)]
+    if drawn:
+        st.plotly_chart(charts.runs_overlay_figure(drawn, log_x=log_x, log_y=log_y), key="runs_overlay_chart",
+                        config={"displaylogo": False})
+    notes = []
+    for c in curves:
+        if not len(c.history):
+            notes.append(f"{c.name}: no history yet.")
+        elif c.best_overflow_bytes:
+            notes.append(f"{c.name}: its best placement exceeds memory by {fmt_bytes(c.best_overflow_bytes)}, so "
+                         f"its curve ends at time plus penalty ({state.PENALTIES.get(c.penalty, c.penalty)}).")
+    if curves:
+        st.caption("The objective is the simulated time per batch, plus a memory penalty for a placement that "
+                   "exceeds a device's memory, so early points can be penalised. " + " ".join(ui.esc(n) for n in notes))
+
+    st.subheader("Settings of two runs")
+    c1, c2 = st.columns(2)
+    a = c1.selectbox("Run A", ids, index=ids.index(run_id), key=ui.persist("runs_diff_a", ids), format_func=short_name)
+    other = next((i for i in ids if i != a), a)
+    b = c2.selectbox("Run B", ids, index=ids.index(other), key=ui.persist("runs_diff_b", ids), format_func=short_name)
+    if a == b:
+        st.info("Choose two different runs to compare their settings.", icon=":material/info:")
+    else:
+        diff = stored.settings_diff(stored.stored_settings(store, by_id[a]), stored.stored_settings(store, by_id[b]))
+        if not diff:
+            st.success(f"Identical settings: run {a} and run {b} were made with the same network, devices, "
+                       "algorithm, parameters, budget, seed and simulator settings.", icon=":material/check_circle:")
+        else:
+            st.dataframe([{"setting": k, f"A: run {a}": va, f"B: run {b}": vb} for k, va, vb in diff],
+                         hide_index=True, key="runs_diff_table")
+            st.caption(f"{len(diff)} setting(s) differ; every other setting is the same.")

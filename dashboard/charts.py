@@ -538,3 +538,30 @@ def sweep_figure(rows: list[dict], chosen_m: int | None = None, capacity: float 
     fig.update_layout(**BASE_LAYOUT, height=380, legend=dict(orientation="h", y=-0.25, x=0))
     fig.update_layout(margin=dict(l=10, r=10, t=50, b=10))
     return fig
+
+
+# -- Runs -------------------------------------------------------------------------------------------
+
+OBJECTIVE_TITLE = "objective (ms per batch + memory penalty)"
+
+
+def runs_overlay_figure(curves: list[tuple[str, np.ndarray]], log_x: bool = False, log_y: bool = False) -> go.Figure:
+    """Several stored runs' best-so-far curves on one chart, one colour per run.
+
+    The y axis is the optimizer's objective: the time per batch, plus the memory penalty for a placement
+    that exceeds a device's memory, so it is titled as such. A log x axis drops evaluation 0. Names are
+    HTML-escaped: Plotly renders tags in legend and hover text, and a network's name comes from its file."""
+    import html
+    fig = go.Figure()
+    for k, (name, history) in enumerate(curves):
+        h = np.asarray(history, dtype=float).reshape(-1, 3)
+        keep = np.isfinite(h[:, 1]) & ((h[:, 0] > 0) if log_x else True)
+        fig.add_trace(go.Scatter(x=h[keep, 0], y=h[keep, 1] * 1e3, mode="lines", name=html.escape(name),
+                                 line=dict(color=color(k), width=2.5, shape="hv"),
+                                 hovertemplate="%{x:,} evaluations<br>%{y:.4g} ms"))
+    fig.update_layout(**BASE_LAYOUT, height=360, title="Best objective so far",
+                      xaxis=dict(title="evaluations" + (" (log scale)" if log_x else ""),
+                                 type="log" if log_x else "linear"),
+                      yaxis=dict(title=OBJECTIVE_TITLE, type="log" if log_y else "linear"),
+                      legend=dict(orientation="h", y=-0.25))
+    return fig

@@ -153,3 +153,101 @@ def _devices_hash(devices) -> str:
     from placement_core.devices import devices_to_dict
     from placement_core.store import content_hash
     return content_hash(devices_to_dict(devices))
+
+
+# -- comparing stored runs ------------------------------------------------------------------------------
+
+MISSING = "–"
+
+
+def _num(v) -> str:
+    if isinstance(v, bool) or v is None:
+        return {True: "yes", False: "no", None: "none"}[v]
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(_num(x) for x in v)
+    return str(v)
+
+
+def run_settings(rec: RunRecord, network_hash: str | None = None, devices_hash: str | None = None,
+                 batch_size: int | None = None) -> dict[str, str]:
+    """Every setting a run was made with, as text by name: what the settings diff of two runs compares.
+
+    The record alone does not say what its network and device files contained, so their content hashes
+    (``RunStore.input_hashes``) and the network's batch size come as arguments; without them those rows
+    are left out. A field an older store did not record shows as "–"."""
+    spec = rec.problem
+    out = {"network": rec.network_name}
+    if network_hash:
+        out["network content"] = network_hash[:12]
+    if batch_size is not None:
+        out["batch size"] = _num(int(batch_size))
+    out["devices"] = rec.devices_name
+    if devices_hash:
+        out["devices content"] = devices_hash[:12]
+    out["algorithm"] = f"{title(rec.algorithm)} ({rec.algorithm})"
+    for k in sorted(rec.params):
+        out[f"parameter {k}"] = _num(rec.params[k])
+    out["budget (evaluations)"] = _num(rec.budget_evaluations)
+    out["budget (seconds)"] = _num(rec.budget_seconds)
+    out["seed"] = _num(rec.seed)
+
+    def field(key, fmt=_num):
+        return fmt(spec[key]) if key in spec else MISSING
+
+    out["schedule"] = field("schedule", lambda s: state.SCHEDULE_NAMES.get(s, str(s)))
+    out["batches"] = field("batches")
+    out["in flight"] = field("in_flight")
+    out["micro-batches"] = field("micro_batches")
+    out["forward only"] = field("forward_only")
+    out["cost profile"] = field("profile")
+    out["compute efficiency"] = field("comp_efficiency")
+    out["communication efficiency"] = field("comm_efficiency")
+    out["measured op times"] = field("timings", _timings_text)
+    if spec.get("timings"):
+        out["measured at batch"] = field("timings_batch")
+    out["memory penalty"] = field("penalty", lambda p: state.PENALTIES.get(p, str(p)))
+    return out
+
+
+def _timings_text(timings) -> str:
+    if not timings:
+        return "none (cost formulas)"
+    from placement_core.store import content_hash
+    return f"a table of {len(timings)} entries ({content_hash(timings)[:12]})"
+
+
+def settings_diff(a: dict[str, str], b: dict[str, str]) -> list[tuple[str, str, str]]:
+    """(setting, value in A, value in B) for every setting that differs, in A's order then B's extra ones;
+    a setting only one run has counts as differing ("–" on the other side). Empty: identical settings."""
+    keys = list(a) + [k for k in b if k not in a]
+    return [(k, a.get(k, MISSING), b.get(k, MISSING)) for k in keys if a.get(k, MISSING) != b.get(k, MISSING)]
+
+
+def stored_settings(store: RunStore, rec: RunRecord) -> dict[str, str]:
+    """:func:`run_settings` of a stored run, with its network and device contents and batch size."""
+    net_hash, dev_hash = store.input_hashes(rec.id)
+    return run_settings(rec, net_hash, dev_hash, stored_problem(store, rec.id).graph.batch_size)
+
+
+@dataclass
+class Curve:
+    """One run's best-so-far curve for the overlay chart, with whether its objective holds a penalty."""
+    name: str
+    history: np.ndarray  # rows (evaluations, best objective s, current objective s)
+    penalty: str
+    best_overflow_bytes: float | None  # how far the run's best placement exceeds memory (0: it fits)
+
+
+def run_curve(store: RunStore, rec: RunRecord) -> Curve:
+    """A run's curve, named by run id, algorithm and network; its best placement is simulated once again to
+    say whether the curve's last point is a time per batch or a time plus a memory penalty."""
+    overflow = None
+    if rec.best_placement is not None:
+        ev = state.simulate(stored_problem(store, rec.id), rec.best_placement)
+        overflow = float(ev.overflow.sum())
+    return Curve(f"run {rec.id} · {title(rec.algorithm)} · {rec.network_name}", store.history(rec.id),
+                 rec.problem.get("penalty", "thesis"), overflow)

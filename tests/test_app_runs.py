@@ -1,4 +1,5 @@
-"""Runs page and stored runs across the dashboard (AppTest): list, reopen, resume, delete, pickers, sessions."""
+"""Runs page and stored runs across the dashboard (AppTest): list, reopen, resume, delete, pickers, sessions,
+overlaid curves and the settings diff of two runs."""
 
 import math
 import subprocess
@@ -6,14 +7,17 @@ import threading
 
 import numpy as np
 import pytest
-from apptest_util import assert_clean, decode, figures, goto, metrics, sidebar_text, start, text, wait_for_runs
+from apptest_util import (assert_clean, decode, figures, frame, goto, metrics, sidebar_text, start, text,
+                          wait_for_runs)
 
+from dashboard import stored
+from dashboard.charts import OBJECTIVE_TITLE
 from dashboard.runs import REGISTRY
 from placement_core import Problem, load_devices, load_network
-from placement_core.analysis import fmt_seconds
+from placement_core.analysis import fmt_bytes, fmt_seconds
 from placement_core.optimize import run as optimize
 from placement_core.runs import start_run
-from placement_core.store import RunStore
+from placement_core.store import RunRecord, RunStore, content_hash
 
 
 def runs_page(at=None):
@@ -60,11 +64,11 @@ def test_a_dashboard_run_is_stored_and_reopened():
     [row] = at.dataframe[0].value.to_dict("records")
     assert (row["run"], row["status"], row["algorithm"], row["network"], row["evaluations"]) == (
         run.store_id, "done", "Genetic algorithm", "resnet50", 300)
-    assert row["best (ms)"] == pytest.approx(run.result.best_objective * 1e3)
+    assert row["best objective (ms)"] == pytest.approx(run.result.best_objective * 1e3)
     m = metrics(at)
     assert m["Status"] == "done" and m["Evaluations"] == "300"
     assert m["Best objective"] == fmt_seconds(run.result.best_objective)
-    [fig] = figures(at)
+    fig = figures(at)[0]  # the run's own history; the overlay of runs follows
     best = next(t for t in fig["data"] if t["name"] == "best so far")
     assert decode(best["x"]) == run.result.history[:, 0].tolist()
     assert decode(best["y"]) == pytest.approx((run.result.history[:, 1] * 1e3).tolist())
@@ -196,3 +200,165 @@ def test_two_sessions_keep_their_own_state_and_share_the_store():
     for at in (one, two):
         runs_page(at)
         assert sorted(at.dataframe[0].value["run"]) == sorted([ga.store_id, rnd.store_id])
+
+
+
+# -- comparing runs: the settings diff on hand-made records ----------------------------------------------
+
+SPEC = {"profile": "default", "comp_efficiency": 0.9, "comm_efficiency": 0.25, "timings": None, "timings_batch": 0,
+        "penalty": "thesis", "schedule": "thesis", "micro_batches": 1, "batches": 1, "in_flight": 1,
+        "forward_only": False}
+
+
+def record(**kw) -> RunRecord:
+    base = dict(id=1, created=100.0, updated=200.0, status="done", label=None, network_name="resnet50",
+                devices_name="malvik-4gpu", problem=dict(SPEC), algorithm="ga",
+                params={"population": 50, "mutation_rate": 0.5}, seed=1, budget_evaluations=2000,
+                budget_seconds=None, evaluations=2000, best_objective=0.1, best_placement=None, wall_s=1.0,
+                extras={}, error=None, host="h", pid=1)
+    return RunRecord(**{**base, **kw})
+
+
+def test_runs_that_differ_only_in_outcome_have_identical_settings():
+    a = record()
+    b = record(id=2, created=300.0, updated=400.0, status="stopped", label="mine", evaluations=700,
+               best_objective=0.2, wall_s=9.0, host="other", pid=2, error="x")
+    assert stored.settings_diff(stored.run_settings(a, "n" * 64, "d" * 64, 128),
+                                stored.run_settings(b, "n" * 64, "d" * 64, 128)) == []
+
+
+def test_the_settings_diff_lists_every_differing_setting_with_both_values():
+    a = record()
+    b = record(id=2, network_name="alexnet", algorithm="map-elites", params={"population": 50, "dimensions": "x,y"},
+               seed=7, budget_evaluations=None, budget_seconds=30.0,
+               problem={**SPEC, "schedule": "1f1b", "micro_batches": 8, "penalty": "placeto",
+                        "timings": {"conv1": [1e-3, 2e-3]}, "timings_batch": 32})
+    diff = stored.settings_diff(stored.run_settings(a), stored.run_settings(b))
+    timings_hash = content_hash({"conv1": [1e-3, 2e-3]})
+    assert diff == [
+        ("network", "resnet50", "alexnet"),
+        ("algorithm", "Genetic algorithm (ga)", "MAP-Elites (map-elites)"),
+        ("parameter mutation_rate", "0.5", "–"),
+        ("budget (evaluations)", "2,000", "none"),
+        ("budget (seconds)", "none", "30"),
+        ("seed", "1", "7"),
+        ("schedule", "thesis scheme", "1F1B"),
+        ("micro-batches", "1", "8"),
+        ("measured op times", "none (cost formulas)", f"a table of 1 entries ({timings_hash[:12]})"),
+        ("memory penalty", "thesis: +1 ms per MB over capacity", "placeto: +2 s per GB over capacity"),
+        ("parameter dimensions", "–", "x,y"),
+        ("measured at batch", "–", "32"),
+    ]
+
+
+def test_same_names_with_other_contents_or_batch_sizes_differ():
+    a, b = record(), record(id=2)
+    diff = stored.settings_diff(stored.run_settings(a, "a" * 64, "d" * 64, 128),
+                                stored.run_settings(b, "b" * 64, "d" * 64, 32))
+    assert diff == [("network content", "a" * 12, "b" * 12), ("batch size", "128", "32")]
+    # a field an older store did not record counts as differing, shown as "–"
+    old = record(id=3, problem={k: v for k, v in SPEC.items() if k != "forward_only"})
+    assert stored.settings_diff(stored.run_settings(a), stored.run_settings(old)) == [("forward only", "no", "–")]
+
+
+# -- comparing runs on the page ---------------------------------------------------------------------------
+
+def two_random_runs(seeds=(1, 2), budgets=(30, 30), devices=None):
+    problem = Problem(load_network("alexnet"), devices or load_devices("malvik"))
+    with RunStore() as store:
+        return [start_run(store, problem, "random", evaluations=n, seed=s) for s, n in zip(seeds, budgets)]
+
+
+def diff_rows(at):
+    return {r["setting"]: (r[c_a], r[c_b]) for r in frame(at, "setting").to_dict("records")
+            for c_a, c_b in [list(frame(at, "setting").columns[1:])]}
+
+
+def test_overlaid_curves_of_two_runs_come_from_the_store():
+    (first, r1), (second, r2) = two_random_runs()
+    at = runs_page()
+    assert at.multiselect(key="runs_overlay").value == [second]  # default: the selected (newest) run
+    [fig] = [f for f in figures(at) if f["layout"]["title"]["text"] == "Best objective so far"]
+    assert [t["name"] for t in fig["data"]] == [f"run {second} · Random search · alexnet"]
+    at.multiselect(key="runs_overlay").set_value([first, second]).run()
+    assert_clean(at)
+    [fig] = [f for f in figures(at) if f["layout"]["title"]["text"] == "Best objective so far"]
+    assert [t["name"] for t in fig["data"]] == [f"run {first} · Random search · alexnet",
+                                                f"run {second} · Random search · alexnet"]
+    for trace, result in zip(fig["data"], (r1, r2)):
+        assert decode(trace["x"]) == result.history[:, 0].tolist()
+        assert decode(trace["y"]) == pytest.approx((result.history[:, 1] * 1e3).tolist())
+        assert decode(trace["y"])[-1] == pytest.approx(result.best_objective * 1e3)
+    assert fig["layout"]["yaxis"]["title"]["text"] == OBJECTIVE_TITLE == "objective (ms per batch + memory penalty)"
+    assert fig["layout"]["xaxis"]["type"] == "linear"
+    at.checkbox(key="runs_log_x").check().run()
+    [fig] = [f for f in figures(at) if f["layout"]["title"]["text"] == "Best objective so far"]
+    assert fig["layout"]["xaxis"]["type"] == "log"
+
+
+def test_a_curve_whose_best_placement_exceeds_memory_says_so():
+    small = load_devices("malvik").with_memory({"gpu0": 50e6, "gpu1": 50e6, "cpu0": 50e6})
+    [(run_id, result)] = two_random_runs(seeds=(3,), budgets=(20,), devices=small)
+    over = Problem(load_network("alexnet"), small).simulate(result.best_placement).overflow.sum()
+    assert over > 0  # AlexNet's weights alone (~240 MB) overflow 50 MB on every device
+    at = runs_page()
+    assert f"exceeds memory by {fmt_bytes(over)}" in text(at)
+    assert "thesis: +1 ms per MB over capacity" in text(at)
+
+
+def test_the_settings_diff_of_two_stored_runs():
+    (first, _), (second, _) = two_random_runs(seeds=(1, 2), budgets=(20, 30))
+    at = runs_page()
+    assert (at.selectbox(key="runs_diff_a").value, at.selectbox(key="runs_diff_b").value) == (second, first)
+    assert list(frame(at, "setting").columns) == ["setting", f"A: run {second}", f"B: run {first}"]
+    assert diff_rows(at) == {"budget (evaluations)": ("30", "20"), "seed": ("2", "1")}
+    at.selectbox(key="runs_diff_b").set_value(second).run()
+    assert "Choose two different runs" in text(at)
+
+
+def test_runs_with_the_same_settings_are_identical():
+    two_random_runs(seeds=(4, 4), budgets=(20, 20))
+    at = runs_page()
+    assert "Identical settings" in text(at)
+    with pytest.raises(KeyError):
+        frame(at, "setting")
+
+
+def test_the_runs_page_keeps_its_choices_across_pages():
+    (first, _), (second, _) = two_random_runs(seeds=(1, 2), budgets=(20, 30))
+    at = runs_page()
+    at.selectbox(key="runs_pick").set_value(first).run()
+    at.multiselect(key="runs_overlay").set_value([first, second]).run()
+    at.checkbox(key="runs_log_x").check().run()
+    at.selectbox(key="runs_diff_a").set_value(first).run()
+    at.selectbox(key="runs_diff_b").set_value(second).run()
+    at.selectbox(key="runs_export").set_value("history").run()
+    goto(at, "trace")
+    goto(at, "network")
+    runs_page(at)
+    assert at.selectbox(key="runs_pick").value == first
+    assert at.multiselect(key="runs_overlay").value == [first, second]
+    assert at.checkbox(key="runs_log_x").value is True
+    assert (at.selectbox(key="runs_diff_a").value, at.selectbox(key="runs_diff_b").value) == (first, second)
+    assert at.selectbox(key="runs_export").value == "history"
+    assert diff_rows(at) == {"budget (evaluations)": ("20", "30"), "seed": ("1", "2")}
+
+
+def test_hidden_statuses_stay_hidden_and_new_ones_show():
+    problem = alexnet_problem()
+    stopped = stopped_run(problem, "random", 400, 1, stop_at=150)
+    with RunStore() as store:
+        done, _ = start_run(store, problem, "random", evaluations=20, seed=2)
+    at = runs_page()
+    assert sorted(at.dataframe[0].value["run"]) == [stopped, done]
+    at.multiselect(key="runs_status").set_value(["stopped"]).run()
+    assert list(at.dataframe[0].value["run"]) == [stopped]
+    goto(at, "network")
+    runs_page(at)
+    assert at.multiselect(key="runs_status").value == ["stopped"]
+    assert list(at.dataframe[0].value["run"]) == [stopped]
+    with RunStore() as store:  # a status no run had when "done" was hidden appears: it is shown
+        store._conn.execute("UPDATE runs SET status='failed' WHERE id=?", (done,))
+    at.run()
+    assert at.multiselect(key="runs_status").value == ["failed", "stopped"]
+    assert sorted(at.dataframe[0].value["run"]) == [stopped, done]
