@@ -192,5 +192,5 @@ with ui.guarded("the comparison of runs"), stored.open_store() as store:
                        "algorithm, parameters, budget, seed and simulator settings.", icon=":material/check_circle:")
         else:
             st.dataframe([{"setting": k, f"A: run {a}": va, f"B: run {b}": vb} for k, va, vb in diff],
-                         hide_index=True, key="runs_diff_table")
+                         hide_index=True, height="content", key="runs_diff_table")
             st.caption(f"{len(diff)} setting(s) differ; every other setting is the same.")

@@ -217,13 +217,19 @@ def _timings_text(timings) -> str:
     if not timings:
         return "none (cost formulas)"
     from placement_core.store import content_hash
-    return f"a table of {len(timings)} entries ({content_hash(timings)[:12]})"
+    return f"measured, {len(timings)} op(s) (table {content_hash(timings)[:12]})"
 
 
 def settings_diff(a: dict[str, str], b: dict[str, str]) -> list[tuple[str, str, str]]:
-    """(setting, value in A, value in B) for every setting that differs, in A's order then B's extra ones;
-    a setting only one run has counts as differing ("–" on the other side). Empty: identical settings."""
-    keys = list(a) + [k for k in b if k not in a]
+    """(setting, value in A, value in B) for every setting that differs, in A's order with a setting only B
+    has placed after the one it follows in B (a parameter among the parameters); a setting only one run has
+    counts as differing ("–" on the other side). Empty: identical settings."""
+    keys = list(a)
+    previous = None
+    for k in b:
+        if k not in a:
+            keys.insert(keys.index(previous) + 1 if previous is not None else 0, k)
+        previous = k
     return [(k, a.get(k, MISSING), b.get(k, MISSING)) for k in keys if a.get(k, MISSING) != b.get(k, MISSING)]
 
 

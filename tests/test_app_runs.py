@@ -232,22 +232,22 @@ def test_the_settings_diff_lists_every_differing_setting_with_both_values():
     b = record(id=2, network_name="alexnet", algorithm="map-elites", params={"population": 50, "dimensions": "x,y"},
                seed=7, budget_evaluations=None, budget_seconds=30.0,
                problem={**SPEC, "schedule": "1f1b", "micro_batches": 8, "penalty": "placeto",
-                        "timings": {"conv1": [1e-3, 2e-3]}, "timings_batch": 32})
+                        "timings": {"conv1": {"gpu": {"fwd": 1e-3, "bwd": 2e-3}}}, "timings_batch": 32})
     diff = stored.settings_diff(stored.run_settings(a), stored.run_settings(b))
-    timings_hash = content_hash({"conv1": [1e-3, 2e-3]})
+    timings_hash = content_hash({"conv1": {"gpu": {"fwd": 1e-3, "bwd": 2e-3}}})
     assert diff == [
         ("network", "resnet50", "alexnet"),
         ("algorithm", "Genetic algorithm (ga)", "MAP-Elites (map-elites)"),
+        ("parameter dimensions", "–", "x,y"),  # only B has it: after what precedes it in B
         ("parameter mutation_rate", "0.5", "–"),
         ("budget (evaluations)", "2,000", "none"),
         ("budget (seconds)", "none", "30"),
         ("seed", "1", "7"),
         ("schedule", "thesis scheme", "1F1B"),
         ("micro-batches", "1", "8"),
-        ("measured op times", "none (cost formulas)", f"a table of 1 entries ({timings_hash[:12]})"),
-        ("memory penalty", "thesis: +1 ms per MB over capacity", "placeto: +2 s per GB over capacity"),
-        ("parameter dimensions", "–", "x,y"),
+        ("measured op times", "none (cost formulas)", f"measured, 1 op(s) (table {timings_hash[:12]})"),
         ("measured at batch", "–", "32"),
+        ("memory penalty", "thesis: +1 ms per MB over capacity", "placeto: +2 s per GB over capacity"),
     ]
 
 
