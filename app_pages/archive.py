@@ -3,34 +3,18 @@
 import streamlit as st
 
 from dashboard import charts, state, ui
-from dashboard.archiveview import archive_sources
+from dashboard.archiveview import archive_sources, clicked_cell, fits_in_memory
 from placement_core.analysis import (archive_heatmap, compare_placements, elite_label, fmt_bytes, fmt_seconds,
                                      placement_summary, top_elites)
 
-ui.header("Archive", "MAP-Elites keeps the best placement it found in every niche: by the device used most, "
-          "the number of devices used and how many tensors cross devices. Instead of one answer you get a map "
-          "of good, different placements to choose from, e.g. a slightly slower one that uses fewer devices.")
-s = state.ss()
-sources = []
-with ui.guarded("the list of archives"):
-    sources = archive_sources()
+SCALES = {"clipped": "clipped to the elites that fit", "log": "log", "linear": "linear"}
 
-if not sources:
-    st.info("No archive yet: run **MAP-Elites** on the Optimize page; its archive appears here when it finishes "
-            "(stored MAP-Elites runs from earlier sessions and the command line appear too).",
-            icon=":material/info:")
-    st.page_link("app_pages/optimize.py", label="Go to Optimize", icon=":material/rocket_launch:")
-else:
-    by_key = {src.key: src for src in sources}
-    if s.get("arch_run") not in by_key:
-        s.pop("arch_run", None)
-    key = st.selectbox("MAP-Elites run", list(by_key), key="arch_run",
-                       format_func=lambda k: by_key[k].description,
-                       help="This session's runs first, then every MAP-Elites run in the run store (see Runs).")
-    run = by_key[key]
-    archive = run.archive
-    problem = archive.problem
-    ranked = archive.ranked()
+s = state.ss()
+
+
+def archive_section(run, ranked, rank_of, pick_key) -> None:
+    """Metrics, the map (click a cell) and the inspected elite."""
+    archive, problem, options = run.archive, run.archive.problem, [e.niche for e in ranked]
     with ui.guarded("the archive"):
         c = st.columns(4)
         c[0].metric("Elites", f"{len(archive):,}")
@@ -44,33 +28,38 @@ else:
         names = [d.name for d in archive.descriptors]
         dx = names.index("cross_device_edges") if "cross_device_edges" in names else 0
         dy = names.index("most_used_device") if "most_used_device" in names else (1 if dx == 0 else 0)
-        c1, c2 = st.columns(2)
-        x_dim = c1.selectbox("Columns", dims, index=dims.index(dx), format_func=labels.get, key=f"arch_x_{run.key}")
-        y_dim = c2.selectbox("Rows", [i for i in dims if i != x_dim], format_func=labels.get, key=f"arch_y_{run.key}")
-        heat = archive_heatmap(archive, x_dim, y_dim)
+        c1, c2, c3 = st.columns([2, 2, 3])
+        x_key = ui.persist(f"arch_x_{run.key}", dims)
+        s.setdefault(x_key, dx)
+        x_dim = c1.selectbox("Columns", dims, format_func=labels.get, key=x_key)
+        y_options = [i for i in dims if i != x_dim]
+        y_key = ui.persist(f"arch_y_{run.key}", y_options)
+        s.setdefault(y_key, dy if dy in y_options else y_options[0])
+        y_dim = c2.selectbox("Rows", y_options, format_func=labels.get, key=y_key)
+        s.setdefault(ui.persist("arch_scale", list(SCALES)), "clipped")
+        scale = c3.radio("Colour scale", list(SCALES), format_func=SCALES.get, key="arch_scale", horizontal=True,
+                         help="Clipped: the colours span the elites that fit in memory (up to their 95th "
+                              "percentile); slower cells, e.g. placements penalised for exceeding memory, take "
+                              "the top colour and a ▲. Log: every cell on a logarithmic scale. Hover a cell for "
+                              "its true objective.")
+        heat = archive_heatmap(archive, x_dim, y_dim, fits=fits_in_memory(archive))
         others = [labels[i] for i in dims if i not in (x_dim, y_dim)]
-        pick_key = f"arch_pick_{run.key}"
-        options = [e.niche for e in ranked]
-        rank_of = {e.niche: k for k, e in enumerate(ranked, start=1)}
-        picked = s.get(pick_key, options[0])
-        cell = None
-        for yi, row in enumerate(heat.niche):
-            for xi, n in enumerate(row):
-                if n is not None and n == picked:
-                    cell = (yi, xi)
+        picked = s[pick_key]
         st.markdown("##### Map of the archive")
-        st.caption(f"Each cell: the best elite over {', '.join(others) or 'nothing else'}; darker is slower. "
-                   "Click a cell to inspect its elite, or choose one from the list below.")
-        event = st.plotly_chart(charts.heatmap_figure(heat, cell), key=f"arch_heat_{run.key}",
-                                on_select="rerun", selection_mode="points", config={"displaylogo": False})
-        points = (event or {}).get("selection", {}).get("points", []) if event else []
-        if points:
-            cd = points[0].get("customdata")
-            sel = (int(cd[0]), int(cd[1])) if cd else None
-            if sel and s.get(f"arch_last_click_{run.key}") != sel and heat.niche[sel[0]][sel[1]] is not None:
-                s[f"arch_last_click_{run.key}"] = sel
-                s[pick_key] = heat.niche[sel[0]][sel[1]]
-                st.rerun()
+        st.caption(f"Each cell: the best elite over {', '.join(others) or 'nothing else'}; darker is slower; grey "
+                   "cells with a dot are empty niches. Click a cell to inspect its elite (outlined in red), or "
+                   "choose one from the list below.")
+        event = st.plotly_chart(charts.heatmap_figure(heat, (picked[y_dim], picked[x_dim]), scale),
+                                key=f"arch_heat_{run.key}", on_select="rerun", selection_mode="points",
+                                config={"displaylogo": False})
+        points = ((event or {}).get("selection") or {}).get("points") or []
+        for point in points:
+            cell = clicked_cell(point, heat.cells(), heat.z.shape)
+            if cell is not None and heat.niche[cell[0]][cell[1]] is not None:
+                if heat.niche[cell[0]][cell[1]] != picked:
+                    s[pick_key] = heat.niche[cell[0]][cell[1]]
+                    st.rerun()
+                break
 
         niche = st.selectbox("Elite", options, key=pick_key,
                              format_func=lambda n: f"#{rank_of[n]} · {fmt_seconds(archive.elites[n].objective)} · "
@@ -78,7 +67,7 @@ else:
         elite = archive.elites[niche]
         summary = placement_summary(problem, elite.placement)
         with st.container(border=True):
-            st.markdown(f"**Elite #{rank_of[niche]}** · {elite_label(archive, elite)}")
+            st.markdown(f"**Elite #{rank_of[niche]}** · {ui.esc(elite_label(archive, elite))}")
             m = st.columns(5)
             m[0].metric("Objective", fmt_seconds(summary["objective_s"]), help="time per batch + memory penalty")
             m[1].metric("Time per batch", fmt_seconds(summary["batch_time_s"]))
@@ -98,9 +87,14 @@ else:
                 run.adopt(elite.placement, label)
                 st.switch_page("app_pages/trace.py")
 
+
+def top_section(archive) -> None:
+    """The k best elites as a table."""
     with ui.guarded("the top elites"):
         st.markdown("##### Top elites")
-        k = st.slider("How many", 3, max(3, min(100, len(archive))), min(10, max(3, len(archive))), key="arch_k")
+        top = max(3, min(100, len(archive)))
+        s.setdefault(ui.persist("arch_k", bounds=(3, top)), min(10, top))
+        k = st.slider("How many", 3, top, key="arch_k")
         rows = top_elites(archive, k)
         for r in rows:
             r["objective (ms)"] = r.pop("objective_s") * 1e3
@@ -108,16 +102,33 @@ else:
         st.dataframe(rows, hide_index=True, key="arch_top",
                      column_config={"objective (ms)": st.column_config.NumberColumn(format="%.4g")})
 
+
+def compare_section(run, ranked, rank_of, pick_key) -> None:
+    """Any two placements side by side; A follows the inspected elite until the user chooses A."""
+    archive, problem = run.archive, run.archive.problem
     with ui.guarded("the comparison"):
         st.markdown("##### Compare two placements")
-        candidates = {f"elite #{k}": e.placement for k, e in enumerate(ranked[:50], start=1)}
+        candidates = {f"elite #{k}": e.placement for k, e in enumerate(ranked, start=1)}
+        described = {f"elite #{k}": f"elite #{k} · {fmt_seconds(e.objective)} · {elite_label(archive, e)}"
+                     for k, e in enumerate(ranked, start=1)}
         candidates.update(run.others)
         if run.current_problem:
             candidates[f"current: {s.placement_label}"] = state.current_placement()
         keys = list(candidates)
+        a_key = ui.persist(f"cmp_a_{run.key}", keys)
+        b_key = ui.persist(f"cmp_b_{run.key}", keys)
+        a_chosen = f"cmp_a_chosen_{run.key}"  # the user picked A: it no longer follows the inspected elite
+        inspected = f"elite #{rank_of[s[pick_key]]}"
+        if not s.get(a_chosen) or a_key not in s:
+            s[a_key] = inspected
+        if b_key not in s:
+            s[b_key] = next((k_ for k_ in keys if k_ != s[a_key]), keys[0])
         c1, c2 = st.columns(2)
-        a = c1.selectbox("Placement A", keys, index=0, key="cmp_a")
-        b = c2.selectbox("Placement B", keys, index=min(1, len(keys) - 1), key="cmp_b")
+        a = c1.selectbox("Placement A", keys, key=a_key, format_func=lambda k_: described.get(k_, k_),
+                         on_change=lambda: s.__setitem__(a_chosen, True),
+                         help="Every elite of this archive, other runs' best placements and the current one. "
+                              "A follows the elite you inspect above until you choose A yourself.")
+        b = c2.selectbox("Placement B", keys, key=b_key, format_func=lambda k_: described.get(k_, k_))
         rows, diff = compare_placements(problem, candidates[a], candidates[b])
 
         def show(v, unit):
@@ -128,7 +139,39 @@ else:
                   if r["difference"] else "="} for r in rows]
         c1, c2 = st.columns([2, 3])
         c1.dataframe(table, hide_index=True, key="cmp_table")
+        c2.markdown(f"**A**: {ui.esc(described.get(a, a))}  \n**B**: {ui.esc(described.get(b, b))}")
         c2.markdown(f"**{diff['ops_moved']} of {diff['ops']} ops** run on a different device.")
         c2.plotly_chart(charts.placement_strip_figure([candidates[a], candidates[b]], ["A", "B"],
                                                       problem.devices.names), key="cmp_strip",
                         config={"displaylogo": False})
+
+
+ui.header("Archive", "MAP-Elites keeps the best placement it found in every niche: by the device used most, "
+          "the number of devices used and how many tensors cross devices. Instead of one answer you get a map "
+          "of good, different placements to choose from, e.g. a slightly slower one that uses fewer devices.")
+sources = []
+with ui.guarded("the list of archives"):
+    sources = archive_sources()
+
+if not sources:
+    st.info("No archive yet: run **MAP-Elites** on the Optimize page; its archive appears here when it finishes "
+            "(stored MAP-Elites runs from earlier sessions and the command line appear too).",
+            icon=":material/info:")
+    st.page_link("app_pages/optimize.py", label="Go to Optimize", icon=":material/rocket_launch:")
+else:
+    by_key = {src.key: src for src in sources}
+    key = st.selectbox("MAP-Elites run", list(by_key), key=ui.persist("arch_run", list(by_key)),
+                       format_func=lambda k: by_key[k].description,
+                       help="This session's runs first, then every MAP-Elites run in the run store (see Runs).")
+    run = by_key[key]
+    ranked = run.archive.ranked()
+    options = [e.niche for e in ranked]
+    rank_of = {e.niche: k for k, e in enumerate(ranked, start=1)}
+    pick_key = ui.persist(f"arch_pick_{run.key}", options)  # the inspected elite, by niche
+    if not ranked:
+        st.info("This run's archive holds no elite yet: run MAP-Elites for longer.", icon=":material/info:")
+    else:
+        s.setdefault(pick_key, options[0])
+        archive_section(run, ranked, rank_of, pick_key)
+        top_section(run.archive)
+        compare_section(run, ranked, rank_of, pick_key)

@@ -7,10 +7,13 @@ it is listed once, as the live run (which carries its full result).
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
+
+from placement_core.analysis.archive_view import elite_fits
 
 from . import state, stored
 from .runs import REGISTRY
@@ -81,3 +84,72 @@ def archive_sources() -> list[ArchiveSource]:
     live = _live_sources()
     skip = {r.store_id for r in REGISTRY.runs(state.ss().session_key) if r.store_id is not None}
     return list(reversed(live)) + _stored_sources(skip)
+
+
+# archive -> {niche: (objective, fits)}: one simulation per elite per archive, not per rerun.
+_FITS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def fits_in_memory(archive) -> Callable[[tuple], bool]:
+    """``niche -> fits in memory`` for :func:`archive_heatmap`, memoised per archive (a stored archive's
+    problem is shared between sessions, so its simulations take the page lock)."""
+    memo = _FITS.setdefault(archive, {})
+
+    def fits(niche) -> bool:
+        elite = archive.elites[niche]
+        known = memo.get(niche)
+        if known is None or known[0] != elite.objective:
+            with state._SIM_LOCK:
+                known = memo[niche] = (elite.objective, elite_fits(archive.problem, elite))
+        return known[1]
+
+    return fits
+
+
+def _int(v) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)) and float(v).is_integer():
+        return int(v)
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        return int(v)
+    return None
+
+
+def _pair(data) -> tuple[int, int] | None:
+    """The (row, column) in a point's customdata: a list or tuple, or a dict keyed 0/1 or "0"/"1" (what
+    Streamlit hands back for a row of a typed array under Plotly 6)."""
+    if isinstance(data, dict):
+        data = [data.get(k, data.get(str(k))) for k in (0, 1)]
+    if isinstance(data, (list, tuple)) and len(data) >= 2:
+        a, b = _int(data[0]), _int(data[1])
+        if a is not None and b is not None:
+            return a, b
+    return None
+
+
+def clicked_cell(point: dict, cells: list[tuple[int, int]], shape: tuple[int, int],
+                 curve: int = 1) -> tuple[int, int] | None:
+    """The heatmap cell (row, column) a selected chart point stands for, or None.
+
+    Tries the point's customdata, then its index among the clickable markers (trace ``curve``, listing
+    ``cells`` in order), then its x / y (the chart's axes are the column and row indices); a cell outside
+    ``shape`` is None. Robust to how Streamlit and Plotly versions serialise a selection.
+    """
+    if not isinstance(point, dict):
+        return None
+    ny, nx = shape
+    candidates = [_pair(point.get("customdata"))]
+    index = _int(point.get("point_index", point.get("point_number")))
+    same_curve = _int(point.get("curve_number", curve)) == curve
+    if index is not None and same_curve and 0 <= index < len(cells):
+        candidates.append(cells[index])
+    x, y = _int(point.get("x")), _int(point.get("y"))
+    if x is not None and y is not None:
+        candidates.append((y, x))
+    for c in candidates:
+        if c is not None and 0 <= c[0] < ny and 0 <= c[1] < nx:
+            return c
+    return None

@@ -209,27 +209,97 @@ def history_figure(history: np.ndarray, name: str) -> go.Figure:
 
 # -- Archive ----------------------------------------------------------------------------------------
 
-def heatmap_figure(h: HeatmapData, selected: tuple[int, int] | None = None) -> go.Figure:
+def _fmt_ms(v: float) -> str:
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
+def _nice_ticks(low: float, high: float, n: int = 5) -> list[float]:
+    """Round tick values (1, 2, 2.5, 5 × 10^k steps) inside [low, high]."""
+    span = high - low
+    if not span > 0:
+        return [low]
+    raw = span / n
+    mag = 10 ** np.floor(np.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    first = np.ceil(low / step) * step
+    return [float(v) for v in np.arange(first, high + step * 1e-9, step)]
+
+
+def heatmap_figure(h: HeatmapData, selected: tuple[int, int] | None = None, scale: str = "clipped") -> go.Figure:
+    """The archive map. Trace 0: the objective colours (``scale``: ``clipped`` at a high percentile of the
+    elites that fit, see :func:`color_range`, cells above it marked ▲; ``log``; ``linear``); trace 1:
+    one transparent, clickable marker per filled cell (customdata = [row, column]; the hover shows the
+    true objective); trace 2: empty niches in grey with a dot; then the outline of the selected cell."""
+    import html
+
+    from placement_core.analysis.archive_view import color_range
+
     ny, nx = h.z.shape
+    ms = h.z * 1e3
+    filled = np.isfinite(ms)
+    marks = np.full(ms.shape, "", dtype=object)
+    if scale == "log":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            colour = np.log10(np.where(filled & (ms > 0), ms, np.nan))
+        values = colour[np.isfinite(colour)]
+        low, high = (float(values.min()), float(values.max())) if len(values) else (0.0, 1.0)
+        if not high > low:
+            high = low + 1e-6
+        decades = range(int(np.floor(low)), int(np.ceil(high)) + 1)
+        ticks = [m * 10.0 ** k for k in decades for m in (1, 2, 5) if low <= np.log10(m * 10.0 ** k) <= high]
+        if len(ticks) < 2:
+            ticks = [10 ** low, 10 ** high]
+        bar = dict(title="best objective<br>(ms, log scale)", tickvals=[float(np.log10(t)) for t in ticks],
+                   ticktext=[_fmt_ms(t) for t in ticks])
+    elif scale == "linear":
+        colour = ms
+        values = ms[filled]
+        low, high = (float(values.min()), float(values.max())) if len(values) else (0.0, 1.0)
+        if not high > low:
+            high = low + max(abs(low), 1.0) * 1e-6
+        bar = dict(title="best objective (ms)")
+    else:
+        r = color_range(h)
+        low, high = r.low * 1e3, r.high * 1e3
+        colour = np.minimum(ms, high)
+        above = filled & (ms > high)
+        marks[above] = "▲"
+        ticks = [t for t in _nice_ticks(low, high) if t < high - (high - low) * 0.08] + [high]
+        bar = dict(title=f"best objective (ms)<br>clipped at the<br>{r.basis}" if r.clipped
+                   else "best objective (ms)",
+                   tickvals=ticks, ticktext=[_fmt_ms(t) for t in ticks[:-1]] +
+                   [("≥ " if r.clipped else "") + _fmt_ms(high)])
     fig = go.Figure(go.Heatmap(
-        z=h.z * 1e3, x=list(range(nx)), y=list(range(ny)), colorscale="Viridis_r", hoverinfo="skip",
-        colorbar=dict(title="best objective (ms)"), xgap=1, ygap=1))
-    yi, xi = np.nonzero(np.isfinite(h.z))
+        z=colour, x=list(range(nx)), y=list(range(ny)), zmin=low, zmax=high, colorscale="Viridis_r",
+        hoverinfo="skip", colorbar=bar, xgap=1, ygap=1, text=marks, texttemplate="%{text}",
+        textfont=dict(color="white", size=11)))
+    cells = h.cells()
     fig.add_trace(go.Scatter(
-        x=xi, y=yi, mode="markers", customdata=np.stack([yi, xi], axis=1) if len(xi) else None,
-        hovertext=[h.hover[a][b] for a, b in zip(yi, xi)], hoverinfo="text", showlegend=False,
-        marker=dict(symbol="square", size=14, color="rgba(0,0,0,0)"), name="elites",
+        x=[c[1] for c in cells], y=[c[0] for c in cells], mode="markers",
+        customdata=[[c[0], c[1]] for c in cells],  # plain lists: a numpy array arrives as a typed array
+        hovertext=[h.hover[a][b].replace("<br>", " (above the colour scale)<br>", 1) if marks[a, b] else h.hover[a][b]
+                   for a, b in cells],
+        hoverinfo="text", showlegend=False, name="elites",
+        marker=dict(symbol="square", size=16, color="rgba(0,0,0,0)"),
         selected=dict(marker=dict(opacity=1)), unselected=dict(marker=dict(opacity=1))))
+    empty = np.where(filled, np.nan, 0.0)
+    fig.add_trace(go.Heatmap(
+        z=empty, x=list(range(nx)), y=list(range(ny)), colorscale=[[0, "#ececec"], [1, "#ececec"]],
+        showscale=False, xgap=1, ygap=1, text=np.where(filled, "", "·"), texttemplate="%{text}",
+        textfont=dict(color="#9a9a9a", size=12), hovertext=h.hover, hoverinfo="text", name="empty niches"))
     if selected is not None:
         fig.add_trace(go.Scatter(x=[selected[1]], y=[selected[0]], mode="markers", hoverinfo="skip",
                                  showlegend=False, marker=dict(symbol="square-open", size=18,
                                                                color="#E45756", line=dict(width=3))))
-    step_x = max(1, nx // 20)
-    fig.update_layout(**BASE_LAYOUT, height=max(300, 60 + 40 * ny), clickmode="event+select",
-                      xaxis=dict(title=h.x_title, tickmode="array", tickvals=list(range(0, nx, step_x)),
-                                 ticktext=h.x_labels[::step_x], showgrid=False),
-                      yaxis=dict(title=h.y_title, tickmode="array", tickvals=list(range(ny)), ticktext=h.y_labels,
-                                 showgrid=False))
+    x_text = [html.escape(t) for t in h.x_labels]
+    fig.update_layout(**BASE_LAYOUT, height=max(320, 110 + 40 * ny), clickmode="event+select",
+                      xaxis=dict(title=h.x_title, tickmode="array", tickvals=list(range(nx)), ticktext=x_text,
+                                 tickangle=-45 if nx > 12 else 0, tickfont=dict(size=11), showgrid=False,
+                                 zeroline=False, range=[-0.5, nx - 0.5], fixedrange=True),
+                      yaxis=dict(title=h.y_title, tickmode="array", tickvals=list(range(ny)),
+                                 ticktext=[html.escape(t) for t in h.y_labels], showgrid=False, zeroline=False,
+                                 range=[-0.5, ny - 0.5], fixedrange=True),
+                      plot_bgcolor="white")
     return fig
 
 

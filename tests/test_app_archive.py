@@ -36,26 +36,70 @@ def test_without_a_run_the_page_says_what_to_do():
     assert "run **MAP-Elites** on the Optimize page" in text(at)
 
 
+def best_per_cell(archive, x_dim=2, y_dim=0):
+    """Brute force: (row, column) -> the best elite projecting there."""
+    best = {}
+    for e in archive.elites.values():
+        cell = (e.niche[y_dim], e.niche[x_dim])
+        if cell not in best or e.objective < best[cell].objective:
+            best[cell] = e
+    return best
+
+
 def test_heatmap_shows_the_best_elite_of_every_projected_niche(with_archive):
     at, run = with_archive
     archive_page(at)
     archive = run.result.archive
-    heat, cells = figures(at)[0]["data"][:2]
-    assert heat["type"] == "heatmap" and cells["type"] == "scatter"
+    heat, cells, empty = figures(at)[0]["data"][:3]
+    assert heat["type"] == "heatmap" and cells["type"] == "scatter" and empty["type"] == "heatmap"
+    best = best_per_cell(archive)  # default: columns = cross-device edges, rows = most-used device
+    marks = list(zip(decode(cells["y"]), decode(cells["x"])))
+    assert set(marks) == set(best) and len(marks) == len(best)
+    assert [list(c) for c in cells["customdata"]] == [list(c) for c in marks]  # plain [row, column] lists
+    for cell, hover in zip(marks, cells["hovertext"]):  # each cell's true objective, whatever its colour
+        assert hover.split("<br>")[0] in (f"objective {fmt_seconds(best[cell].objective)}",
+                                          f"objective {fmt_seconds(best[cell].objective)} (above the colour scale)")
+    # colours: clipped at the 95th percentile of the cells whose elite fits in memory
+    fitting = [e.objective * 1e3 for e in best.values() if run.problem.simulate(e.placement).feasible]
+    high = float(np.percentile(fitting or [e.objective * 1e3 for e in best.values()], 95))
     z = np.array([[math.nan if v is None else v for v in row] for row in decode(heat["z"])], dtype=float)
-    x_dim, y_dim = 2, 0  # default: columns = cross-device edges, rows = most-used device
-    projected = {(e.niche[y_dim], e.niche[x_dim]) for e in archive.elites.values()}
-    assert int(np.isfinite(z).sum()) == len(projected) == len(decode(cells["x"]))
-    for (yi, xi) in projected:  # each cell: the best objective over the third dimension, in ms
-        best = min(e.objective for e in archive.elites.values() if (e.niche[y_dim], e.niche[x_dim]) == (yi, xi))
-        assert z[yi, xi] == pytest.approx(best * 1e3)
+    assert int(np.isfinite(z).sum()) == len(best)
+    for (yi, xi), e in best.items():
+        assert z[yi, xi] == pytest.approx(min(e.objective * 1e3, high))
+        assert (decode(heat["text"])[yi][xi] == "▲") == (e.objective * 1e3 > high)
+    assert heat["zmax"] == pytest.approx(high)
+    # empty niches: grey cells with a dot wherever no elite projects
+    ez = np.array([[math.nan if v is None else v for v in row] for row in decode(empty["z"])], dtype=float)
+    assert {(a, b) for (a, b), v in np.ndenumerate(ez) if v == 0} == \
+        {(a, b) for a in range(5) for b in range(40)} - set(best)
+    assert all(t == "·" for (a, b), t in np.ndenumerate(np.array(empty["text"], dtype=object)) if (a, b) not in best)
     # per-cell elite counts add up to the archive size
     counts = [int(h.split("<br>")[-1].split()[0]) for h in cells["hovertext"]]
     assert sum(counts) == len(archive)
     layout = figures(at)[0]["layout"]
     assert layout["yaxis"]["ticktext"] == ["cpu0", "gpu0", "gpu1", "gpu2", "gpu3"]
+    # ResNet-50 has 191 edges in 40 bins, bin = rint(edges * 39 / 191): bin 0 holds 0-2, bin 1 3-7, bin 39 189-191
+    assert layout["xaxis"]["ticktext"][:2] == ["0–2", "3–7"] and layout["xaxis"]["ticktext"][-1] == "189–191"
     assert layout["xaxis"]["title"]["text"] == "cross-device edges"
-    assert figures(at)[0]["data"][0]["colorbar"]["title"]["text"] == "best objective (ms)"
+    assert heat["colorbar"]["title"]["text"].startswith("best objective (ms)")
+
+
+def test_log_and_linear_colour_scales(with_archive):
+    at, run = with_archive
+    archive_page(at)
+    best = best_per_cell(run.result.archive)
+    for scale, f, title in (("log", math.log10, "log scale"), ("linear", lambda v: v, "best objective (ms)"),
+                            ("clipped", None, "best objective (ms)")):
+        at.radio(key="arch_scale").set_value(scale).run()
+        assert_clean(at)
+        heat = figures(at)[0]["data"][0]
+        assert title in heat["colorbar"]["title"]["text"]
+        if f is None:
+            continue
+        z = decode(heat["z"])
+        for (yi, xi), e in best.items():
+            assert z[yi][xi] == pytest.approx(f(e.objective * 1e3))
+        assert "▲" not in [t for row in decode(heat["text"]) for t in row]
 
 
 def test_other_dimensions_can_be_shown(with_archive):
@@ -67,6 +111,8 @@ def test_other_dimensions_can_be_shown(with_archive):
     projected = {(e.niche[1], e.niche[2]) for e in run.result.archive.elites.values()}
     assert int(np.isfinite(z).sum()) == len(projected)
     assert figures(at)[0]["layout"]["yaxis"]["title"]["text"] == "devices used"
+    assert figures(at)[0]["layout"]["yaxis"]["ticktext"] == ["1", "2", "3", "4", "5"]
+    at.selectbox(key=f"arch_y_live:{run.id}").set_value(0).run()
 
 
 def test_picking_an_elite_from_the_list_shows_it(with_archive):
@@ -84,18 +130,32 @@ def test_picking_an_elite_from_the_list_shows_it(with_archive):
     assert load["layout"]["yaxis2"]["title"]["text"] == "memory (GB)"
 
 
-def test_clicking_a_heatmap_cell_picks_its_elite(with_archive):
+@pytest.mark.parametrize("shape", ["list", "dict", "index"])
+def test_clicking_a_heatmap_cell_picks_its_elite(with_archive, shape):
+    """Streamlit 1.67 with Plotly 6 hands a point's customdata back as {"0": row, "1": column} (a KeyError: 0
+    before); other versions as a list, or only the marker's index."""
     at, run = with_archive
     archive_page(at)
-    target = run.result.archive.ranked()[-1]  # the worst elite: never the default pick
+    archive = run.result.archive
+    ranked = archive.ranked()
+    target = ranked[-1]  # the worst elite: never the default pick
     yi, xi = target.niche[0], target.niche[2]
-    best_in_cell = min((e for e in run.result.archive.elites.values() if (e.niche[0], e.niche[2]) == (yi, xi)),
-                       key=lambda e: e.objective)
-    at.session_state[f"arch_heat_live:{run.id}"] = {"selection": {"points": [{"customdata": [yi, xi]}],
-                                                             "point_indices": [0], "box": [], "lasso": []}}
+    best_in_cell = best_per_cell(archive)[(yi, xi)]
+    marks = sorted(best_per_cell(archive))  # the markers, row-major
+    point = {"list": {"customdata": [yi, xi]}, "dict": {"customdata": {"0": yi, "1": xi}},
+             "index": {"point_index": marks.index((yi, xi)), "curve_number": 1}}[shape]
+    at.selectbox(key=f"arch_y_live:{run.id}").set_value(0).run()  # rows: most-used device
+    at.selectbox(key=f"arch_pick_live:{run.id}").set_value(ranked[0].niche).run()
+    at.session_state[f"arch_heat_live:{run.id}"] = {"selection": {"points": [point], "point_indices": [0],
+                                                                  "box": [], "lasso": []}}
     at.run()
     assert_clean(at)
     assert at.session_state[f"arch_pick_live:{run.id}"] == best_in_cell.niche
+    rank = ranked.index(best_in_cell) + 1
+    assert f"**Elite #{rank}**" in text(at)
+    assert {x.label: x.value for x in at.metric}["Objective"] == fmt_seconds(best_in_cell.objective)
+    outline = figures(at)[0]["data"][3]
+    assert (decode(outline["x"]), decode(outline["y"])) == ([xi], [yi])
 
 
 def test_top_elites_and_comparison(with_archive):
@@ -110,8 +170,62 @@ def test_top_elites_and_comparison(with_archive):
     strip = figures(at)[-1]["data"][0]
     z = decode(strip["z"])
     assert strip["type"] == "heatmap" and len(z) == 2 and len(z[0]) == 176
-    at.selectbox(key="cmp_b").set_value("elite #1").run()
+    at.selectbox(key=f"cmp_a_live:{run.id}").set_value("elite #1").run()
+    at.selectbox(key=f"cmp_b_live:{run.id}").set_value("elite #1").run()
     assert "**0 of 176 ops** run on a different device." in text(at)
+    at.session_state[f"cmp_a_chosen_live:{run.id}"] = False  # A follows the inspected elite again
+
+
+def test_compare_offers_every_elite_and_a_follows_the_inspected_one(with_archive):
+    at, run = with_archive
+    archive_page(at)
+    ranked = run.result.archive.ranked()
+    n = len(ranked)
+    assert n > 50  # more than the old list of #1-#50
+    a = at.selectbox(key=f"cmp_a_live:{run.id}")
+    expected = [f"elite #{k}" for k in range(1, n + 1)] + [f"best of {run.name}",
+                                                           f"current: {at.session_state['placement_label']}"]
+    assert [o.split(" · ")[0] for o in a.options] == expected
+    # A follows the inspected elite ...
+    at.selectbox(key=f"arch_pick_live:{run.id}").set_value(ranked[n - 1].niche).run()
+    assert at.selectbox(key=f"cmp_a_live:{run.id}").value == f"elite #{n}"
+    at.selectbox(key=f"cmp_b_live:{run.id}").set_value("elite #2").run()
+    rows = frame(at, "")
+    assert rows.iloc[0]["A"] == fmt_seconds(ranked[n - 1].objective)
+    assert rows.iloc[0]["B"] == fmt_seconds(ranked[1].objective)
+    moved = int((ranked[n - 1].placement != ranked[1].placement).sum())
+    assert f"**{moved} of 176 ops** run on a different device." in text(at)
+    # ... until the user chooses A
+    at.selectbox(key=f"cmp_a_live:{run.id}").set_value("elite #3").run()
+    at.selectbox(key=f"arch_pick_live:{run.id}").set_value(ranked[4].niche).run()
+    assert_clean(at)
+    assert at.selectbox(key=f"cmp_a_live:{run.id}").value == "elite #3"
+    assert "**Elite #5**" in text(at)
+    at.session_state[f"cmp_a_chosen_live:{run.id}"] = False
+
+
+def test_choices_survive_leaving_the_page(with_archive):
+    at, run = with_archive
+    archive_page(at)
+    ranked = run.result.archive.ranked()
+    at.radio(key="arch_scale").set_value("log").run()
+    at.selectbox(key=f"arch_y_live:{run.id}").set_value(1).run()
+    at.selectbox(key=f"arch_pick_live:{run.id}").set_value(ranked[6].niche).run()
+    at.selectbox(key=f"cmp_b_live:{run.id}").set_value("elite #4").run()
+    at.slider(key="arch_k").set_value(5).run()
+    goto(at, "trace")
+    goto(at, "network")
+    archive_page(at)
+    assert at.radio(key="arch_scale").value == "log"
+    assert at.selectbox(key=f"arch_y_live:{run.id}").value == 1
+    assert at.selectbox(key=f"arch_pick_live:{run.id}").value == ranked[6].niche
+    assert "**Elite #7**" in text(at)
+    assert at.selectbox(key=f"cmp_a_live:{run.id}").value == "elite #7"
+    assert at.selectbox(key=f"cmp_b_live:{run.id}").value == "elite #4"
+    assert len(frame(at, "rank")) == 5
+    at.radio(key="arch_scale").set_value("clipped").run()
+    at.selectbox(key=f"arch_y_live:{run.id}").set_value(0).run()
+    at.slider(key="arch_k").set_value(10).run()
 
 
 def test_use_an_elite_and_open_its_trace(with_archive):
