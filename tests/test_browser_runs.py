@@ -115,3 +115,11 @@ def test_overlay_diff_and_export_of_command_line_runs(page, home, tmp_path):
     assert data["assignment"] == {op.name: devices.names[int(k)] for op, k in zip(g.ops, ga.best_placement)}
     no_errors(pg)
     shot(pg, "runs-compare")
+
+    # the choices stay after visiting another page
+    open_page(pg, "Network")
+    open_page(pg, "Runs")
+    assert overlay_traces(pg) == [f"run {ga.id} · Genetic algorithm · alexnet", f"run {rnd.id} · Random search · alexnet"]
+    chart = pg.locator("[data-testid='stPlotlyChart']").filter(has_text="Best objective so far").first
+    assert chart.locator(".js-plotly-plot").evaluate("el => el.layout.xaxis.type") == "log"
+    no_errors(pg)
