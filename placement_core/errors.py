@@ -9,7 +9,40 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from typing import Any
+
+# Characters that must never reach a terminal raw: C0/C1 controls and DEL (ANSI escapes start with ESC),
+# lone surrogates (undecodable bytes; printing them fails), line and paragraph separators, bidi overrides.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029\u200e\u200f\u061c"
+                     "\u202a-\u202e\u2066-\u2069]")
+# How much of one user string an error message shows; the rest is counted, not printed.
+MAX_SHOWN = 500
+
+
+def escape(text: str) -> str:
+    """``text`` with every unsafe character written as ``repr`` would (``\\x1b``, ``\\n``, ``\\ud800``)."""
+    return _UNSAFE.sub(_escape_char, text) if _UNSAFE.search(text) else text
+
+
+def _escape_char(m: re.Match) -> str:
+    return repr(m.group())[1:-1]
+
+
+def shown(text: Any, limit: int = MAX_SHOWN) -> str:
+    """A user string fit for one line of a terminal: escaped, and cut after ``limit`` characters
+    with an ellipsis that says how many more there were (a 20,000-op cycle is not a 189,000-character line)."""
+    text = str(text)
+    if len(text) <= limit and not _UNSAFE.search(text):
+        return text
+    out, used = [], 0
+    for i, ch in enumerate(text):
+        piece = escape(ch)
+        if used + len(piece) > limit:
+            return "".join(out) + f"... ({len(text) - i:,} more characters)"
+        out.append(piece)
+        used += len(piece)
+    return "".join(out)
 
 
 class InputError(ValueError):
@@ -25,10 +58,13 @@ class InputError(ValueError):
 
     @property
     def message(self) -> str:
-        where = ": ".join(p for p in (self.source, self.field) if p)
-        text = f"{where}: {self.problem}" if where else self.problem
+        """One line: every part escaped (no raw terminal control) and capped (paths and fields at 200
+        characters, the problem and the fix at 500)."""
+        where = ": ".join(shown(p, 200) for p in (self.source, self.field) if p)
+        problem = shown(self.problem)
+        text = f"{where}: {problem}" if where else problem
         if self.fix:
-            text = f"{text.rstrip('.')}. {self.fix}"
+            text = f"{text.rstrip('.')}. {shown(self.fix)}"
         return text
 
     def __str__(self) -> str:  # pragma: no cover - trivial
@@ -74,8 +110,12 @@ MAX_QUANTITY = 1e24
 
 
 def require_number(value: Any, *, source: str | None, field: str, positive: bool = False,
-                   allow_zero: bool = True, maximum: float = MAX_QUANTITY) -> float:
-    """A finite, non-negative (or positive) number; booleans are not numbers."""
+                   allow_zero: bool = True, maximum: float = MAX_QUANTITY, minimum: float | None = None) -> float:
+    """A finite, non-negative (or positive) number; booleans are not numbers.
+
+    ``minimum`` bounds a positive number from below: rates and sizes that divide (FLOP/s, bytes/s) must
+    not be subnormal (5e-324 turned every time into inf or NaN).
+    """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InputError(f"expected a number, got {_describe(value)}", source=source, field=field,
                          fix="Write a plain JSON number")
@@ -98,6 +138,9 @@ def require_number(value: Any, *, source: str | None, field: str, positive: bool
     if value > maximum:
         raise InputError(f"is implausibly large ({_fmt(value)} > {_fmt(maximum)})", source=source,
                          field=field, fix="Check the unit: sizes are bytes, times seconds, rates per second")
+    if minimum is not None and 0 < value < minimum:
+        raise InputError(f"is implausibly small ({value!r} < {_fmt(minimum)})", source=source, field=field,
+                         fix="Check the unit: sizes are bytes, times seconds, rates per second")
     return value
 
 

@@ -202,7 +202,7 @@ def topological_order(ops: list[Op], source: str | None = None) -> list[Op]:
                 heapq.heappush(ready, c)
     if len(order) < len(ops):
         cycle = _find_cycle(ops, pos, {i for i, d in enumerate(indeg) if d > 0})
-        raise InputError("the network has a cycle: " + " -> ".join(cycle), source=source, field="ops",
+        raise InputError(_describe_cycle(cycle), source=source, field="ops",
                          fix="A training step's graph must be acyclic; remove one of these inputs")
     return [ops[i] for i in order]
 
@@ -219,5 +219,16 @@ def _find_cycle(ops: list[Op], pos: dict[str, int], stuck: set[int]) -> list[str
         node = next(pos[p] for p in ops[node].inputs if pos[p] in stuck)
     cycle = path[on_path[node]:]
     cycle.reverse()  # inputs point backwards; print in data-flow order
+    first = cycle.index(min(cycle))  # start at the op that comes first in the file
+    cycle = cycle[first:] + cycle[:first]
     names = [ops[i].name for i in cycle]
     return names + [names[0]]
+
+
+def _describe_cycle(names: list[str], shown: int = 6) -> str:
+    """``a -> b -> a``; a long cycle shows its first ops and how many more (a 20,000-op cycle is one line)."""
+    ops = len(names) - 1
+    if ops <= shown + 2:
+        return "the network has a cycle: " + " -> ".join(names)
+    return (f"the network has a cycle of {ops:,} ops: " + " -> ".join(names[:shown])
+            + f" -> ... ({ops - shown:,} more) -> {names[-1]}")

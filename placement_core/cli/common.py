@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import sys
 from typing import Callable, Sequence
 
-from ..errors import InputError
+from ..errors import InputError, escape, shown
 
 
 class UsageError(Exception):
@@ -26,16 +28,36 @@ def run_safely(build_parser: Callable[[], Parser], argv: Sequence[str]) -> int:
         args = build_parser().parse_args(argv)
         return int(args.handler(args) or 0)
     except (InputError, UsageError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        # InputError escapes and caps its parts; argparse's messages quote user strings raw
+        print(f"error: {shown(e, 1500)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as e:
+        if e.errno != errno.ENAMETOOLONG:
+            return _unexpected(e)
+        # the last line of defence for a path no loader checked first (an output file, say)
+        name = e.filename if isinstance(e.filename, str) else ""
+        longest = max((len(os.fsencode(p)) for p in name.split("/")), default=0)
+        print(f"error: {shown(name, 200)}: a file name in the path is {longest} bytes long, more than the "
+              f"limit of 255 for one file name. Use a shorter file name", file=sys.stderr)
+        return 2
     except Exception as e:  # noqa: BLE001 - a user never sees a traceback
-        print(f"error: unexpected failure: {type(e).__name__}: {e} (please report this)", file=sys.stderr)
-        return 1
+        return _unexpected(e)
+
+
+def _unexpected(e: BaseException) -> int:
+    print(f"error: unexpected failure: {type(e).__name__}: {shown(e, 1000)} (please report this)", file=sys.stderr)
+    return 1
+
+
+def printable(text) -> str:
+    """A user string (a name from a file, a path from the command line) safe to print on a terminal:
+    control characters and ANSI escapes written as ``repr`` would, undecodable bytes as ``\\udcff``."""
+    return escape(str(text))
 
 
 def positive_int(text: str, maximum: int = 2**31 - 1) -> int:
@@ -56,13 +78,17 @@ def unit_count(text: str) -> int:
     return positive_int(text, MAX_UNITS)
 
 
+MIN_EFFICIENCY = 1e-3  # a thousandth of peak: lower is a typo, and 5e-324 made every time infinite
+
+
 def fraction(text: str) -> float:
+    """An efficiency: a share of peak FLOP/s or bandwidth, from 0.001 to 1."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
+        value = float("nan")
+    if not MIN_EFFICIENCY <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], at least {MIN_EFFICIENCY:g}, got {text!r}")
     return value
 
 
@@ -125,11 +151,25 @@ def load_cli_timings(spec: str, network_spec: str, graph):
     from ..torch.timings import load_timings
 
     gp = groups_path(network_spec)
-    groups = read_groups(gp) if gp.is_file() else None
+    groups = read_groups(gp) if _is_file(gp) else None
+    for g, members in (groups or {}).items():
+        if not members:  # its time would be an intersection over no ops
+            raise InputError("the group is empty", source=str(gp), field=f"groups.{g}",
+                             fix="Every group needs at least one op; write the mapping again with "
+                                 "import-model --groups")
     try:
         return load_timings(spec, graph, groups)
     except InputError as e:
-        raise InputError(e.problem, source=e.source, field="--timings", fix=e.fix) from None
+        # a field inside the file (batch_size) says more than the option; otherwise name the option
+        field = e.field if e.source and e.field else "--timings"
+        raise InputError(e.problem, source=e.source, field=field, fix=e.fix) from None
+
+
+def _is_file(path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # a name too long: then there is no such groups file
+        return False
 
 
 def print_json(data) -> None:

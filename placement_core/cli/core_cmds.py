@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..catalog import builtin_devices, builtin_networks, load_devices, load_network
 from ..jsonio import write_json
 from ..placement import describe_ignored, parse_placement_spec
-from .common import add_problem_options, build_problem, human_bytes, human_seconds, print_json, table
+from .common import add_problem_options, build_problem, human_bytes, human_seconds, print_json, printable, table
 from .validate import check_output_file
 
 
@@ -109,9 +109,12 @@ def cmd_simulate(args) -> int:
     problem = build_problem(args)
     ignored: list[str] = []
     placement = parse_placement_spec(args.placement, problem.graph, problem.devices, ignored=ignored)
-    ev = problem.simulate(placement, trace=trace_path is not None)
+    ev = problem.simulate(placement)  # the fast kernel: the numbers, and how large a trace would be
     if trace_path is not None:
         from ..simulate.chrome import chrome_trace
+        from ..simulate.tracesize import check_trace_size
+        check_trace_size(problem, ev.result)
+        ev = problem.simulate(placement, trace=True)
         write_json(trace_path, chrome_trace(ev.result, problem.devices.names,
                                       [c.name for c in problem.devices.channels],
                                       title=f"{problem.graph.name} on {problem.devices.name}"), indent=None)
@@ -122,30 +125,32 @@ def cmd_simulate(args) -> int:
         return 0
     r = ev.result
     how = describe_batches(report)
-    print(f"{report['network']} ({report['ops']} ops, batch {report['batch_size']}) on "
-          f"{report['device_graph']}, profile {report['profile']}"
+    # names come from files and paths from the command line: escaped, they cannot drive the terminal
+    print(f"{printable(report['network'])} ({report['ops']} ops, batch {report['batch_size']}) on "
+          f"{printable(report['device_graph'])}, profile {report['profile']}"
           f"{' with measured op times' if report['measured_op_times'] else ''}, {how}"
           + (", forward only" if report["forward_only"] else ""))
-    print(f"placement {args.placement}: makespan {human_seconds(r.makespan)}, batch time "
+    print(f"placement {printable(args.placement)}: makespan {human_seconds(r.makespan)}, batch time "
           f"{human_seconds(r.batch_time)}, {r.transfers} transfers, "
           + ("fits in memory" if ev.feasible else "OVERFLOWS memory") + f", objective {ev.objective:.6g} s, "
           f"bubble {report['bubble_fraction']:.1%} (mean idle share of the devices used)")
     if ignored:
-        print(f"note: {describe_ignored(ignored)}")
+        print(f"note: {printable(describe_ignored(ignored))}")
     print()
     rows = []
     for name, d in report["devices"].items():
         util = d["busy_s"] / r.makespan if r.makespan > 0 else 0.0
-        rows.append([name, d["kind"], human_seconds(d["busy_s"]), f"{util:.0%}", human_bytes(d["peak_memory_bytes"]),
+        rows.append([printable(name), d["kind"], human_seconds(d["busy_s"]), f"{util:.0%}",
+                     human_bytes(d["peak_memory_bytes"]),
                      human_bytes(d["memory_bytes"]), human_bytes(d["overflow_bytes"]) if d["overflow_bytes"] else "-"])
     print(table(rows, ["device", "kind", "busy", "util", "peak memory", "capacity", "overflow"],
                 right=(2, 3, 4, 5, 6)))
     if report["channels"]:
         print()
-        rows = [[name, human_bytes(c["bytes"]), human_seconds(c["busy_s"]),
+        rows = [[printable(name), human_bytes(c["bytes"]), human_seconds(c["busy_s"]),
                  f"{c['busy_s'] / r.makespan:.0%}" if r.makespan > 0 else "0%"]
                 for name, c in report["channels"].items()]
         print(table(rows, ["channel", "traffic", "busy", "util"], right=(1, 2, 3)))
     if trace_path is not None:
-        print(f"\ntrace written to {args.trace} (open it in https://ui.perfetto.dev)")
+        print(f"\ntrace written to {printable(args.trace)} (open it in https://ui.perfetto.dev)")
     return 0

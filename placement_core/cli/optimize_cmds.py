@@ -8,7 +8,7 @@ import time
 from ..errors import InputError
 from ..jsonio import write_json
 from ..placement import placement_to_dict
-from .common import add_problem_options, build_problem, human_seconds, print_json
+from .common import add_problem_options, build_problem, human_seconds, print_json, printable
 from .core_cmds import batch_summary, describe_batches
 from .validate import check_output_file, count_int, positive_seconds, run_id as run_id_arg, seed_int, workers_int
 
@@ -156,7 +156,8 @@ def cmd_optimize(args) -> int:
         print_json(data)
         return 0
     summary = data["problem"]
-    print(f"{result.algorithm} on {problem.graph.name} / {problem.devices.name} (batch {summary['batch_size']}, "
+    print(f"{result.algorithm} on {printable(problem.graph.name)} / {printable(problem.devices.name)} "
+          f"(batch {summary['batch_size']}, "
           f"{describe_batches(summary)}): best objective "
           f"{result.best_objective:.6g} s (batch time {human_seconds(data['batch_time_s'])}, "
           + ("fits in memory" if data["feasible"] else "overflows memory")
@@ -171,9 +172,9 @@ def cmd_optimize(args) -> int:
     used = {}
     for dev in data["best_assignment"].values():
         used[dev] = used.get(dev, 0) + 1
-    print("ops per device: " + ", ".join(f"{d} {n}" for d, n in sorted(used.items())))
+    print("ops per device: " + ", ".join(f"{printable(d)} {n}" for d, n in sorted(used.items())))
     if args.out:
-        print(f"result written to {args.out}")
+        print(f"result written to {printable(args.out)}")
     if run_id is not None:
         print(f"stored as run {run_id} (see `placement runs show {run_id}`)")
     return 0
