@@ -18,7 +18,7 @@ from . import exprimo
 from .devices import DeviceGraph, devices_from_dict
 from .errors import InputError
 from .graph import Graph
-from .jsonio import parse_json, read_json
+from .jsonio import parse_json, path_exists, read_json
 from .netformat import network_from_dict
 
 
@@ -86,7 +86,7 @@ def load_network(spec: str, batch_size: int | None = None) -> Graph:
         graph = _builtin_network(spec)
         return graph if batch_size is None else graph.with_batch_size(batch_size)
     path = Path(spec)
-    if not path.exists():
+    if not path_exists(path, "network"):
         raise InputError(f"{spec!r} is neither a built-in network nor a file", field="network",
                          fix="Use one of: " + ", ".join(builtin_networks()) + ", or a path to a JSON file")
     return network_from_data(read_json(path), source=str(path), batch_size=batch_size)
@@ -104,7 +104,7 @@ def load_devices(spec: str) -> DeviceGraph:
                          fix="Run `placement calibrate --model ... --devices cpu:2` first (it saves it in "
                              f"{user_dir() / 'devices'})")
     path = Path(spec)
-    if not path.exists():
+    if not path_exists(path, "devices"):
         raise InputError(f"{spec!r} is neither a device preset nor a file", field="devices",
                          fix="Use one of: " + ", ".join(builtin_devices()) + ", or a path to a JSON file")
     return devices_from_data(read_json(path), source=str(path))

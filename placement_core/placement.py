@@ -12,7 +12,7 @@ import numpy as np
 from .devices import DeviceGraph
 from .errors import InputError, require_mapping
 from .graph import Graph
-from .jsonio import read_json
+from .jsonio import path_exists, read_json
 
 FORMAT = "placement/1"
 RESULT_FORMAT = "placement-result/1"  # `placement optimize --out`: the placement nested under "placement"
@@ -160,13 +160,21 @@ def parse_placement_spec(spec: str, graph: Graph, devices: DeviceGraph,
     if spec.startswith("single:"):
         return single_device(graph, devices, spec.split(":", 1)[1])
     if spec.startswith("random:"):
-        seed = spec.split(":", 1)[1]
-        if not seed.isdigit():
-            raise InputError(f"random seed must be a non-negative integer, got {seed!r}", field="--placement",
-                             fix="Write e.g. random:7")
-        return random_placement(graph, devices, int(seed))
+        return random_placement(graph, devices, parse_seed(spec.split(":", 1)[1]))
     path = Path(spec)
-    if not path.is_file():
+    if not path_exists(path, "--placement"):
         raise InputError(f"no such placement file {spec!r}", field="--placement",
                          fix="Give single:DEVICE, random:SEED or a path to a placement JSON file")
     return placement_from_dict(read_json(path), graph, devices, source=str(path), ignored=ignored)
+
+
+MAX_SEED = 2**63 - 1  # as --seed: SQLite's INTEGER and numpy's seeds stop here
+
+
+def parse_seed(text: str) -> int:
+    """ASCII digits only (``int`` also takes '٣' and '²' fails it), at most 2^63 - 1."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 19 and int(text) <= MAX_SEED):
+        shown = repr(text) if len(text) <= 30 else f"{text[:20]!r}... ({len(text):,} characters)"
+        raise InputError(f"random seed must be a non-negative integer up to {MAX_SEED}, got {shown}",
+                         field="--placement", fix="Write e.g. random:7")
+    return int(text)

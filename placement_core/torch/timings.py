@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Mapping
 
 from ..catalog import user_dir
-from ..errors import InputError, require_mapping, require_number
+from ..errors import InputError, require_mapping, require_name, require_number
 from ..graph import Graph
-from ..jsonio import read_json, write_json
+from ..jsonio import path_exists, read_json, write_json
+from ..netformat import MAX_BATCH, MAX_DIM
 
 FORMAT = "placement-timings/1"
 PHASES = ("fwd", "bwd", "update")
@@ -53,6 +54,16 @@ def check_timings(doc, source: str | None = None) -> dict:
         if key not in doc:
             raise InputError(f"missing {key!r}", source=source, field=key, fix="Use a file written by placement "
                                                                                   "calibrate")
+    require_name(doc["network"], source=source, field="network")
+    batch = doc["batch_size"]
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
+        raise InputError(f"must be an integer from 1 to {MAX_BATCH}, got {_short(batch)}", source=source,
+                         field="batch_size", fix="Use a file written by placement calibrate")
+    shape = doc.get("input_shape")
+    if shape is not None and not (isinstance(shape, list) and all(
+            isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= MAX_DIM for d in shape)):
+        raise InputError(f"must be a list of integers from 0 to {MAX_DIM}, got {_short(shape)}", source=source,
+                         field="input_shape", fix="Use a file written by placement calibrate")
     ops = require_mapping(doc["ops"], source=source, field="ops", what="op -> device -> times")
     for op, per_device in ops.items():
         per_device = require_mapping(per_device, source=source, field=f"ops.{op}", what="device -> times")
@@ -64,6 +75,11 @@ def check_timings(doc, source: str | None = None) -> dict:
                                      fix='Use "fwd", "bwd" or "update"')
                 require_number(t, source=source, field=f"ops.{op}.{dev}.{ph}", maximum=1e7)
     return doc
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def read_timings(path: str | Path) -> dict:
@@ -98,6 +114,10 @@ def timing_table(doc: dict, graph: Graph, groups: Mapping[str, list[str]] | None
         return {op.name: ops[op.name] for op in graph.ops}
     table: dict[str, dict[str, dict[str, float]]] = {}
     for group, members in groups.items():
+        if not members:
+            raise InputError(f"group {group!r} has no ops", field=where,
+                             fix="Every group needs at least one op; write the mapping again with import-model "
+                                 "--groups")
         absent = [m for m in members if m not in ops]
         if absent:
             raise InputError(f"the timings have no entry for op {absent[0]!r} of group {group!r}", field=where,
@@ -120,7 +140,7 @@ def saved_calibrations(graph: Graph) -> dict[str, Path]:
 def load_timings(spec: str, graph: Graph, groups: Mapping[str, list[str]] | None = None) -> dict:
     """The table for ``graph`` from a file, or from the saved calibration of a preset (``local``)."""
     path = Path(spec)
-    if not path.is_file():
+    if not path_exists(path, "timings"):  # a FIFO or device is a path too: reading it says what is wrong
         shape = input_shape_of(graph)
         if shape is None:
             raise InputError(f"{spec!r} is not a file, and {graph.name} has no single input to look it up by",
