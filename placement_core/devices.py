@@ -16,6 +16,9 @@ from .errors import (InputError, check_fields, require_list, require_mapping, re
 FORMAT = "placement-devices/1"
 KINDS = ("cpu", "gpu")
 MAX_MESSAGE_OVERHEAD = 1e3  # seconds, the bound a channel's latency has
+# Rates and sizes that divide (FLOP/s, bytes/s, bytes, Hz) are at least 1: with a quantity of at most 1e24
+# and an efficiency of at least 0.001 every time stays below 1e27 s, while a subnormal 5e-324 gave inf.
+MIN_RATE = 1.0
 
 
 @dataclass(frozen=True)
@@ -162,14 +165,15 @@ def devices_from_dict(data: Any, source: str | None = None) -> DeviceGraph:
             name=require_name(raw.get("name"), source=source, field=f"{at}.name"),
             kind=kind,
             peak_flops=require_number(raw.get("peak_flops"), source=source, field=f"{at}.peak_flops",
-                                      positive=True),
+                                      positive=True, minimum=MIN_RATE),
             memory_bytes=require_number(raw.get("memory_bytes"), source=source, field=f"{at}.memory_bytes",
-                                        positive=True),
+                                        positive=True, minimum=MIN_RATE),
             mem_bandwidth=require_number(raw.get("mem_bandwidth"), source=source,
-                                         field=f"{at}.mem_bandwidth", positive=True),
+                                         field=f"{at}.mem_bandwidth", positive=True, minimum=MIN_RATE),
             model=model,
             clock_hz=None if clock is None else require_number(clock, source=source, field=f"{at}.clock_hz",
-                                                               positive=True),
+                                                               positive=True,
+                                                               minimum=MIN_RATE),
             message_overhead=require_number(raw.get("message_overhead", 0.0), source=source,
                                             field=f"{at}.message_overhead", maximum=MAX_MESSAGE_OVERHEAD),
         ))
@@ -190,7 +194,7 @@ def devices_from_dict(data: Any, source: str | None = None) -> DeviceGraph:
         channels.append(Channel(
             name=require_name(raw.get("name"), source=source, field=f"{at}.name"),
             bandwidth=require_number(raw.get("bandwidth"), source=source, field=f"{at}.bandwidth",
-                                     positive=True),
+                                     positive=True, minimum=MIN_RATE),
             latency=require_number(raw.get("latency", 0.0), source=source, field=f"{at}.latency",
                                    maximum=1e3),
             routes=tuple(routes),

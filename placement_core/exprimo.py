@@ -12,10 +12,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .devices import Channel, Device, DeviceGraph
-from .errors import InputError, require_list, require_mapping, require_name, require_number
+from .devices import MIN_RATE, Channel, Device, DeviceGraph
+from .errors import MAX_QUANTITY, InputError, require_list, require_mapping, require_name, require_number
 from .graph import BYTES_PER_FLOAT as F
 from .graph import Graph, Op
+from .netformat import MAX_BATCH, MAX_DIM
 
 DEFAULT_BATCH_SIZE = 128  # Exprimo's simulator overrides the file's batch with 128.
 
@@ -46,8 +47,8 @@ def network_from_exprimo(data: Any, source: str | None = None, batch_size: int |
     if not layers:
         raise InputError("the network has no layers", source=source, field="layers", fix="Add at least one layer")
     batch = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise InputError(f"batch size must be a positive integer, got {batch!r}", source=source,
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
+        raise InputError(f"batch size must be an integer from 1 to {MAX_BATCH}, got {batch!r}", source=source,
                          field="batch_size")
     flat: dict[str, dict] = {}
     endpoints: dict[str, str] = {}
@@ -355,11 +356,30 @@ def _layer_op(name: str, spec: dict, parents: list[str], ins: list[list[int]], p
     else:  # pragma: no cover - SUPPORTED is checked while flattening
         raise InputError(f"unknown layer type {t!r}", field=f"{at}.type")
 
+    _check_limits(at, out, {"output_bytes": _prod(out) * F, "fwd_flops": fwd, "bwd_flops": fwd * bwd_mult,
+                            "param_bytes": params, "mem_bytes": traffic, "exprimo fwd FLOPs": ex_fwd[0],
+                            "exprimo bwd FLOPs": ex_bwd[0], "exprimo fwd bytes": max(ex_fwd[1], default=0),
+                            "exprimo bwd bytes": max(ex_bwd[1], default=0)})
     op = Op(name=name, kind=kind, inputs=tuple(dict.fromkeys(parents)), fwd_flops=float(fwd),
             bwd_flops=float(fwd * bwd_mult), output_bytes=float(_prod(out) * F), param_bytes=float(params),
             mem_bytes=float(traffic), shape=tuple(int(v) for v in out),
             exprimo={"fwd": ex_fwd, "bwd": ex_bwd})
     return op, out
+
+
+def _check_limits(at: str, out: list[int], quantities: dict[str, float]) -> None:
+    """Our format's limits (each dimension at most 2^40, each size and FLOP count at most 1e24), checked
+    layer by layer: computed shapes compound (six 1000x up-samplings gave a 1.6e131 s makespan)."""
+    big = [v for v in out if v > MAX_DIM]
+    if big:
+        raise InputError(f"the layer's output shape {out} has a dimension of {big[0]}, more than the limit of "
+                         f"{MAX_DIM} (2^40)", field=at, fix="Check the layer's sizes (ksize, strides, output_shape) "
+                                                            "and those of the layers before it")
+    for what, value in quantities.items():
+        if value > MAX_QUANTITY:
+            raise InputError(f"the layer's {what} {float(value):g} is more than the limit of {MAX_QUANTITY:g} "
+                             f"(output shape {out})", field=at,
+                             fix="Check the layer's sizes and those of the layers before it")
 
 
 # ---------------------------------------------------------------------------
@@ -388,14 +408,16 @@ def devices_from_exprimo(data: Any, source: str | None = None, name: str | None 
         counts[kind] = idx + 1
         devices.append(Device(
             name=f"{kind}{idx}", kind=kind,
+            # the file's units are GFLOP/s, GB, GB/s and MHz: the minimums are ours (MIN_RATE) in them
             peak_flops=require_number(d.get("peak_gflops"), source=source, field=f"{at}.peak_gflops",
-                                      positive=True) * 1e9,
+                                      positive=True, minimum=MIN_RATE / 1e9) * 1e9,
             memory_bytes=require_number(d.get("memory"), source=source, field=f"{at}.memory",
-                                        positive=True) * 1e9,
+                                        positive=True, minimum=MIN_RATE / 1e9) * 1e9,
             mem_bandwidth=require_number(d.get("mem_bandwidth"), source=source, field=f"{at}.mem_bandwidth",
-                                         positive=True) * 1e9,
+                                         positive=True, minimum=MIN_RATE / 1e9) * 1e9,
             model=str(d.get("model", "")),
-            clock_hz=require_number(d.get("clock"), source=source, field=f"{at}.clock", positive=True) * 1e6
+            clock_hz=require_number(d.get("clock"), source=source, field=f"{at}.clock", positive=True,
+                                    minimum=MIN_RATE / 1e6) * 1e6
             if d.get("clock") is not None else None,
         ))
     routes: list[list[tuple[str, str]]] = [[] for _ in raw_ch]
@@ -416,7 +438,8 @@ def devices_from_exprimo(data: Any, source: str | None = None, name: str | None 
     for c, ch in enumerate(raw_ch):
         at = f"comm_channels[{c}]"
         ch = require_mapping(ch, source=source, field=at, what="a channel")
-        gbps = require_number(ch.get("bandwidth"), source=source, field=f"{at}.bandwidth", positive=True)
+        gbps = require_number(ch.get("bandwidth"), source=source, field=f"{at}.bandwidth", positive=True,
+                              minimum=MIN_RATE * 8 / 1e9)  # Gbit/s: at least 1 byte/s
         channels.append(Channel(name=f"{ch.get('type', 'link')}-{c}", bandwidth=gbps * 1e9 / 8, latency=0.0,
                                 routes=tuple(routes[c])))
     title = name or data.get("name") or (source.rsplit("/", 1)[-1].removesuffix(".json") if source else "exprimo")
