@@ -9,6 +9,7 @@ memory penalty (lower is better).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -42,15 +43,21 @@ class Param:
                     raise InputError(f"{name} must be true or false, got {value!r}", field=name)
                 value = value.lower() in ("true", "1", "yes")
             return bool(value)
+        raw = value
         try:
             value = self.type(value)
-        except (TypeError, ValueError):
-            raise InputError(f"{name} must be {self.type.__name__}, got {value!r}", field=name) from None
+        except (TypeError, ValueError, OverflowError):  # OverflowError: int(inf), float(10**400)
+            raise InputError(f"{name} must be {_TYPE_WORDS.get(self.type, self.type.__name__)}, got "
+                             f"{_short(raw)}", field=name) from None
+        if self.type is float and not math.isfinite(value):
+            # NaN passes every bound check (all comparisons are false), and the run store cannot read it back
+            raise InputError(f"{name} must be a finite number, got {_short(raw)}", field=name)
         if self.choices is not None and value not in self.choices:
             raise InputError(f"{name} must be one of {', '.join(map(str, self.choices))}, got {value!r}",
                              field=name)
-        if self.low is not None and value < self.low or self.high is not None and value > self.high:
-            raise InputError(f"{name} must be in [{self.low}, {self.high}], got {value!r}", field=name)
+        high = self.high if self.high is not None or self.type is not int else MAX_INT_PARAM
+        if self.low is not None and value < self.low or high is not None and value > high:
+            raise InputError(f"{name} must be in [{self.low}, {high}], got {_short(value)}", field=name)
         return value
 
 
@@ -65,6 +72,17 @@ class Param:
             raise InputError(f"{name} needs at least two different names, got {value!r}", field=name,
                              fix="Use a comma-separated list of two or more of: " + ", ".join(self.items))
         return ",".join(names)
+
+
+# An integer parameter without its own bound still ends up in SQLite and numpy: 64 bits at most. Those that
+# size an allocation (population, batch, initial_size, tournament_size) set a far lower ``high``.
+MAX_INT_PARAM = 2**63 - 1
+_TYPE_WORDS = {int: "an integer", float: "a number", str: "text"}
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}... ({len(text):,} characters)"
 
 
 class Optimizer:

@@ -35,7 +35,7 @@ class GeneticAlgorithm(Optimizer):
         "selection": Param("linear-rank", "parent selection", str,
                            choices=("linear-rank", "exponential-rank", "tournament")),
         "selection_pressure": Param(2.0, "linear rank pressure s in [1, 2]", float, low=1, high=2),
-        "tournament_size": Param(3, "tournament size when selection=tournament", int, low=1),
+        "tournament_size": Param(3, "tournament size when selection=tournament", int, low=1, high=100_000),
         "include_trivial": Param(False, "start with every single-device placement in the population", bool),
     }
 

@@ -22,9 +22,10 @@ class MapElites(Optimizer):
     name = "map-elites"
     title = "MAP-Elites"
     PARAMS = {
-        "initial_size": Param(3, "random placements that seed the archive", int, low=1),
+        "initial_size": Param(3, "random placements that seed the archive", int, low=1, high=100_000),
         "batch": Param(50, "children proposed (and evaluated) together", int, low=1, high=100_000),
-        "tournament_size": Param(10, "elites drawn per parent selection; the best wins", int, low=1),
+        "tournament_size": Param(10, "elites drawn per parent selection; the best wins", int, low=1,
+                                 high=100_000),
         "crossover_rate": Param(0.4, "probability of a second parent and single-point crossover", float, low=0,
                                 high=1),
         "mutation_rate": Param(0.4, "per-gene point mutation (random device)", float, low=0, high=1),
