@@ -25,7 +25,7 @@ from placement_core import InputError, Problem
 from placement_core.devices import DeviceGraph
 from placement_core.graph import Graph
 
-MAX_CURVE_POINTS = 600
+MAX_CURVE_POINTS = 4000  # improvements kept per run's best-so-far curve; past it the smallest steps merge
 MAX_FINISHED_PER_SESSION = 24
 MAX_SESSIONS = 64  # sessions whose runs are kept; the oldest idle ones are forgotten first
 _ids = itertools.count(1)
@@ -53,6 +53,53 @@ class RunSpec:
     resume_id: int | None = None  # continue this stored run (from its last checkpoint) instead of starting one
 
 
+class BestCurve:
+    """A run's best-so-far curve as a step function: the first point, every improvement, and the latest point.
+
+    Points between improvements repeat the best and carry nothing a step chart needs, so they are not kept:
+    a 200,000-evaluation run keeps its early history exactly. Past ``limit`` improvements the half with the
+    smallest drops go (the curve then steps down at the next kept improvement: still monotone, never below the
+    true best, with its first, largest and latest improvements), so the size stays bounded.
+    """
+
+    def __init__(self, limit: int = MAX_CURVE_POINTS):
+        self.limit = max(4, int(limit))
+        self._x: list[float] = []  # evaluations at each improvement
+        self._y: list[float] = []  # the best from there on
+        self._last: float | None = None  # evaluations of the latest report, if after the last improvement
+
+    def add(self, evaluations: float, best: float) -> None:
+        if not np.isfinite(best):
+            return
+        if not self._y or best < self._y[-1]:
+            self._x.append(float(evaluations))
+            self._y.append(float(best))
+            self._last = None
+            if len(self._x) > self.limit:
+                self._thin()
+        elif evaluations > self._x[-1]:
+            self._last = float(evaluations)
+
+    def _thin(self) -> None:
+        y = np.asarray(self._y)
+        drops = y[:-1] - y[1:]  # drops[i]: the step down at point i + 1
+        interior = np.arange(1, len(y) - 1)  # the first and the latest improvement always stay
+        smallest = interior[np.argsort(drops[interior - 1], kind="stable")[:len(interior) // 2]]
+        keep = np.ones(len(y), dtype=bool)
+        keep[smallest] = False
+        self._x = [x for x, k in zip(self._x, keep) if k]
+        self._y = [v for v, k in zip(self._y, keep) if k]
+
+    def points(self) -> list[tuple[float, float]]:
+        pts = list(zip(self._x, self._y))
+        if self._last is not None:
+            pts.append((self._last, self._y[-1]))
+        return pts
+
+    def __len__(self) -> int:
+        return len(self._x) + (self._last is not None)
+
+
 @dataclass
 class Run:
     spec: RunSpec
@@ -65,7 +112,7 @@ class Run:
     evals_per_s: float = 0.0
     elapsed_s: float = 0.0
     fraction: float | None = 0.0
-    curve: list[tuple[float, float]] = field(default_factory=list)  # (evaluations, best so far)
+    curve: BestCurve = field(default_factory=BestCurve)  # (evaluations, best so far) at every improvement
     snapshot: dict | None = None
     result: Any = None  # OptimizeResult when finished
     error: str | None = None
@@ -100,10 +147,7 @@ class Run:
                 self.fraction = min(1.0, p.elapsed_s / self.spec.seconds)
             else:
                 self.fraction = p.fraction
-            if np.isfinite(p.best):
-                if self.curve and len(self.curve) >= MAX_CURVE_POINTS:
-                    self.curve = self.curve[::2]  # thin out, keep the shape
-                self.curve.append((float(p.evaluations), float(p.best)))
+            self.curve.add(p.evaluations, p.best)
             if p.snapshot is not None:
                 self.snapshot = p.snapshot
 
@@ -113,7 +157,7 @@ class Run:
             return {"id": self.id, "name": self.name, "algorithm": self.spec.algorithm, "status": self.status,
                     "evaluations": self.evaluations, "budget": self.spec.evaluations, "best": self.best,
                     "evals_per_s": self.evals_per_s, "elapsed_s": self.elapsed_s, "fraction": self.fraction,
-                    "curve": list(self.curve), "snapshot": self.snapshot, "error": self.error,
+                    "curve": self.curve.points(), "snapshot": self.snapshot, "error": self.error,
                     "seconds": self.spec.seconds, "store_id": self.store_id}
 
 

@@ -1,0 +1,68 @@
+"""Background runs' live records (dashboard.runs): the best-so-far curve keeps the whole history of a long run.
+
+The expected curves are worked out by hand from the reported (evaluations, best) sequences.
+"""
+
+import math
+
+import numpy as np
+
+from dashboard.runs import BestCurve, Run, RunSpec
+from placement_core.optimize import Progress
+
+
+def _run(budget: int) -> Run:
+    spec = RunSpec(algorithm="map-elites", title="MAP-Elites", params={}, evaluations=budget, seconds=None, seed=0,
+                   workers=1, graph=None, graph_key="", network_label="", devices=None, devices_key="",
+                   devices_label="", sim={})
+    return Run(spec, problem=None)
+
+
+def test_the_curve_keeps_every_improvement_and_the_last_report():
+    c = BestCurve()
+    for ev, best in [(50, math.inf), (100, 9.0), (150, 9.0), (200, 7.0), (250, 7.0), (300, 7.0), (350, 4.0),
+                     (400, 4.0)]:
+        c.add(ev, best)
+    assert c.points() == [(100, 9.0), (200, 7.0), (350, 4.0), (400, 4.0)]
+
+
+def test_a_200000_evaluation_run_keeps_its_early_improvements():
+    """4,000 reports (one per batch of 50): the old curve, halved every 600 points, lost the improvements at
+    100 and 150 evaluations and looked flat until much later."""
+    improvements = {50: 10.0, 100: 9.0, 150: 8.0, 1_000: 7.0, 70_600: 6.0, 150_000: 5.0}
+    run = _run(200_000)
+    best = math.inf
+    for ev in range(50, 200_001, 50):
+        best = improvements.get(ev, best)
+        run.on_progress(Progress("map-elites", ev, 200_000, best, best, ev / 2000.0, None, ev == 200_000))
+    assert run.view()["curve"] == [(50, 10.0), (100, 9.0), (150, 8.0), (1_000, 7.0), (70_600, 6.0),
+                                   (150_000, 5.0), (200_000, 5.0)]
+
+
+def test_past_the_limit_the_smallest_steps_go():
+    c = BestCurve(limit=4)
+    for ev, best in [(1, 10.0), (2, 9.0), (3, 5.0), (4, 4.5), (5, 4.0)]:
+        c.add(ev, best)
+    # interior drops: 1 (10 -> 9 at 2), 4 (9 -> 5 at 3), 0.5 (5 -> 4.5 at 4): the smallest (at 4) goes
+    assert c.points() == [(1, 10.0), (2, 9.0), (3, 5.0), (5, 4.0)]
+
+
+def test_the_bounded_curve_stays_above_the_true_best_and_keeps_the_big_steps():
+    c = BestCurve(limit=100)
+    true_x, true_y = [], []
+    best = 20_000.0
+    for i in range(10_000):
+        best -= 1000.0 if i == 5_000 else 1.0
+        true_x.append(float(i))
+        true_y.append(best)
+        c.add(i, best)
+    c.add(12_000, best)
+    pts = c.points()
+    assert len(pts) <= 101
+    xs, ys = np.array(pts).T
+    assert pts[0] == (0.0, true_y[0]) and pts[-2] == (9_999.0, true_y[-1]) and pts[-1] == (12_000.0, true_y[-1])
+    assert np.all(np.diff(ys) < 0) or np.all(np.diff(ys[:-1]) < 0)
+    assert 5_000.0 in xs  # the one big step
+    shown = ys[np.searchsorted(xs, true_x, side="right") - 1]  # the step chart's value at every true improvement
+    assert np.all(shown >= np.array(true_y))
+    assert set(zip(xs, ys)) <= set(zip(true_x, true_y)) | {(12_000.0, true_y[-1])}
