@@ -188,7 +188,7 @@ def render() -> None:
     bench = benchmark_backend()
     if bench is None:
         st.warning("Real benchmarking is not available here: PyTorch or `placement_core.torch.benchmark` is not "
-                   "installed (`pip install -e \".[torch]\"`). The other pages work without it.",
+                   "installed (`.venv/bin/pip install -e \".[torch]\"`). The other pages work without it.",
                    icon=":material/construction:")
         return
     s = state.ss()

@@ -14,7 +14,7 @@ def torch_import_form() -> None:
 
     s = state.ss()
     if not torch_available():
-        st.info('PyTorch is not installed here. Install it with `pip install -e ".[torch]"` to import models.',
+        st.info('PyTorch is not installed here. Install it with `.venv/bin/pip install -e ".[torch]"` to import models.',
                 icon=":material/info:")
         return
     st.caption("Traced with torch.fx at leaf-module granularity; FLOPs from torch's counter, sizes from a "

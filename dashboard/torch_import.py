@@ -67,7 +67,7 @@ def import_model(source: str, shape_text: str = "3, 224, 224", batch_size: int =
     """A Graph of the model ``source`` describes, traced on one sample and scaled to ``batch_size``."""
     if not torch_available():
         raise InputError("PyTorch is not installed", field="model",
-                         fix='Install it with pip install -e ".[torch]" and restart the dashboard')
+                         fix='Install it with .venv/bin/pip install -e ".[torch]" and restart the dashboard')
     shape = parse_shape(shape_text)
     from placement_core.torch.fx_import import import_module
     from placement_core.torch.sources import load_model, parse_source

@@ -78,7 +78,7 @@ def rows_to_parquet(rows: list[dict], path: str | Path | io.BytesIO) -> None:
         import pyarrow.parquet as pq
     except ImportError:
         raise InputError("Parquet export needs pyarrow", field="--format",
-                         fix='Install it (pip install -e ".[app]") or export CSV') from None
+                         fix='Install it (.venv/bin/pip install -e ".[app]") or export CSV') from None
     if not rows:
         raise InputError("there is nothing to export", field="--what")
     columns = {k: [r[k] for r in rows] for k in rows[0]}

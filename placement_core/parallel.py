@@ -96,7 +96,7 @@ class DaskEvaluator(SerialEvaluator):
             from distributed import Client
         except ImportError:
             raise InputError("Dask is not installed", field="dask",
-                             fix='Install it with pip install -e ".[dask]"') from None
+                             fix='Install it with .venv/bin/pip install -e ".[dask]"') from None
         self._own_client = not hasattr(address, "scatter")
         try:
             self.client = Client(address, timeout="10s") if self._own_client else address

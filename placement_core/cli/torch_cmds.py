@@ -121,7 +121,7 @@ def _needs_torch() -> None:
         import torch  # noqa: F401
     except ImportError:
         raise InputError("PyTorch is not installed", field="torch",
-                         fix='pip install -e ".[torch]" (CPU wheels work: --index-url '
+                         fix='Install it: .venv/bin/pip install -e ".[torch]" (CPU wheels work: --index-url '
                              "https://download.pytorch.org/whl/cpu)") from None
 
 

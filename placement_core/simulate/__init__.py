@@ -45,7 +45,7 @@ class Simulator:
                 np.ascontiguousarray(c.msg_overhead, dtype=float))
         elif fast:
             warnings.warn("the compiled simulator is not built; using the slow Python reference "
-                          "(reinstall with `pip install -e .` and a C compiler)", RuntimeWarning, stacklevel=2)
+                          "(reinstall with `.venv/bin/pip install -e .` and a C compiler)", RuntimeWarning, stacklevel=2)
         nd, nc = compiled.n_dev, compiled.n_ch
         self._out_len = 2 + 2 * nd + 2 * nc
         self._out = np.zeros(self._out_len)

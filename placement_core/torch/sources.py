@@ -111,7 +111,7 @@ def _torchvision_model(src: Source):
         import torchvision
     except ImportError:
         raise InputError("torchvision is not installed", field=FIELD,
-                         fix="pip install -e .[torch] (or use FILE.py:NAME)") from None
+                         fix='Install it with .venv/bin/pip install -e ".[torch]" (or use FILE.py:NAME)') from None
     names = torchvision.models.list_models()
     if src.target not in names:
         close = difflib.get_close_matches(src.target, names, n=3)
