@@ -362,3 +362,20 @@ def test_hidden_statuses_stay_hidden_and_new_ones_show():
     at.run()
     assert at.multiselect(key="runs_status").value == ["failed", "stopped"]
     assert sorted(at.dataframe[0].value["run"]) == [stopped, done]
+
+
+def test_a_hostile_network_name_stays_text_in_the_comparison():
+    from placement_core.graph import Graph
+    g = load_network("alexnet")
+    name = '<img src=x onerror=alert(1)> *net*'
+    hostile = Problem(Graph(name, g.ops, g.batch_size), load_devices("malvik"))
+    with RunStore() as store:
+        first, _ = start_run(store, hostile, "random", evaluations=20, seed=1)
+        second, _ = start_run(store, alexnet_problem(), "random", evaluations=20, seed=1)
+    at = runs_page()
+    at.multiselect(key="runs_overlay").set_value([first, second]).run()
+    assert_clean(at)
+    [fig] = [f for f in figures(at) if f["layout"]["title"]["text"] == "Best objective so far"]
+    # Plotly renders tags in legend and hover names: the name arrives escaped
+    assert fig["data"][0]["name"] == f"run {first} · Random search · &lt;img src=x onerror=alert(1)&gt; *net*"
+    assert diff_rows(at)["network"] == ("alexnet", name)  # a dataframe shows text as it is
