@@ -183,7 +183,10 @@ with ui.guarded("the comparison of runs"), stored.open_store() as store:
     a = c1.selectbox("Run A", ids, index=ids.index(run_id), key=ui.persist("runs_diff_a", ids), format_func=short_name)
     other = next((i for i in ids if i != a), a)
     b = c2.selectbox("Run B", ids, index=ids.index(other), key=ui.persist("runs_diff_b", ids), format_func=short_name)
-    if a == b:
+    if len(ids) < 2:
+        st.info("Only one run is listed: start another (or show more statuses above) to compare settings.",
+                icon=":material/info:")
+    elif a == b:
         st.info("Choose two different runs to compare their settings.", icon=":material/info:")
     else:
         diff = stored.settings_diff(stored.stored_settings(store, by_id[a]), stored.stored_settings(store, by_id[b]))

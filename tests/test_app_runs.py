@@ -73,6 +73,7 @@ def test_a_dashboard_run_is_stored_and_reopened():
     assert decode(best["x"]) == run.result.history[:, 0].tolist()
     assert decode(best["y"]) == pytest.approx((run.result.history[:, 1] * 1e3).tolist())
     assert fig["layout"]["yaxis"]["title"]["text"] == "objective (ms per batch)"
+    assert "Only one run is listed" in text(at)  # nothing to diff it with
     at.button(key="runs_use").click().run()
     assert_clean(at)
     assert (at.session_state["placement"] == run.result.best_placement).all()
