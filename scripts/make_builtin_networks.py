@@ -2,7 +2,7 @@
 
     python scripts/make_builtin_networks.py
 
-Needs torch and torchvision (pip install -e .[torch]); the core reads the
+Needs torch and torchvision (.venv/bin/pip install -e .[torch]); the core reads the
 resulting JSON without them. Each network is traced with torch.fx at batch 1
 and ImageNet input size, then scaled to the thesis' batch of 128.
 """

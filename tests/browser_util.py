@@ -30,7 +30,7 @@ def missing() -> str | None:
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        return "the playwright package is not installed (pip install -e '.[test]')"
+        return "the playwright package is not installed (.venv/bin/pip install -e '.[test]')"
     if not Path(CHROMIUM).exists():
         return f"no Chromium at {CHROMIUM}: run `bash scripts/browser-deps.sh`"
     return None

@@ -6,7 +6,7 @@ page. Every step asserts visible text and that no exception box appeared; a scre
 test-artifacts/.
 
 Skipped (with the reason) when Chromium or the playwright package is missing: `bash scripts/browser-deps.sh`
-installs Chromium; `pip install -e ".[app,test]"` installs playwright. Never run `playwright install`.
+installs Chromium; `.venv/bin/pip install -e ".[app,test]"` installs playwright. Never run `playwright install`.
 """
 
 from __future__ import annotations
