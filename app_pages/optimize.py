@@ -94,6 +94,9 @@ def live():
         snap = v["snapshot"] or {}
         if "coverage" in snap:
             text += f" · archive {snap['archive_size']} elites ({snap['coverage']:.1%} of niches)"
+        if snap.get("stage") == "planning" and snap["tasks"]:  # HEFT plans long before its one evaluation
+            text += f" · planning {snap['planned_tasks']:,} / {snap['tasks']:,} tasks"
+            frac = snap["planned_tasks"] / snap["tasks"]
         c1.progress(min(max(frac, 0.0), 1.0), text=text)
         if c2.button("Stop", key=f"stop_{v['id']}", icon=":material/stop:"):
             REGISTRY.get(s.session_key, v["id"]).stop()

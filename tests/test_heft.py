@@ -9,7 +9,7 @@ from placement_core.devices import Channel, Device, DeviceGraph
 from placement_core.graph import Graph, Op
 from placement_core.optimize import ALGORITHMS, run
 from placement_core.optimize.baselines import Links
-from placement_core.optimize.heft import _earliest_slot, heft_schedule
+from placement_core.optimize.heft import Timeline, heft_schedule
 from placement_core.problem import Problem
 from placement_core.simulate import SimSettings
 
@@ -87,13 +87,16 @@ def test_paper_example_through_the_driver():
 
 
 def test_insertion_uses_an_idle_gap():
-    busy = [(0.0, 2.0), (5.0, 9.0)]
-    assert _earliest_slot(busy, 1.0, 3.0) == 2.0  # fits in [2, 5]
-    assert _earliest_slot(busy, 1.0, 4.0) == 9.0  # does not: after the last task
-    assert _earliest_slot(busy, 6.0, 1.0) == 9.0
-    assert _earliest_slot(busy, 0.0, 0.0) == 0.0  # a zero-cost task needs no gap
-    assert _earliest_slot(busy, 0.5, 0.0) == 2.0
-    assert _earliest_slot([], 3.5, 1.0) == 3.5
+    assert Timeline().earliest(3.5, 1.0)[0] == 3.5
+    busy = Timeline()
+    for s, e in [(5.0, 9.0), (0.0, 2.0)]:
+        busy.insert(*busy.earliest(s, e - s)[1:], s, e)
+    assert busy.intervals() == [(0.0, 2.0), (5.0, 9.0)]
+    assert busy.earliest(1.0, 3.0)[0] == 2.0  # fits in [2, 5]
+    assert busy.earliest(1.0, 4.0)[0] == 9.0  # does not: after the last task
+    assert busy.earliest(6.0, 1.0)[0] == 9.0
+    assert busy.earliest(0.0, 0.0)[0] == 0.0  # a zero-cost task needs no gap
+    assert busy.earliest(0.5, 0.0)[0] == 2.0
 
 
 def test_training_step_plan_matches_the_simulator_on_two_branches():

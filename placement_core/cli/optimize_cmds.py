@@ -74,6 +74,11 @@ class ProgressBar:
         frac = pr.fraction
         bar = "" if frac is None else "[" + "#" * int(frac * 30) + "." * (30 - int(frac * 30)) + "] "
         budget = f"/{pr.budget}" if pr.budget else ""
+        snap = pr.snapshot or {}
+        if snap.get("stage") == "planning" and not pr.done:  # HEFT: long planning before its one evaluation
+            sys.stderr.write(f"\r{pr.algorithm}: planning {snap['planned_tasks']:,}/{snap['tasks']:,} tasks ")
+            sys.stderr.flush()
+            return
         sys.stderr.write(f"\r{pr.algorithm}: {bar}{pr.evaluations}{budget} evals, best {pr.best:.6g} s, "
                          f"{pr.evals_per_s:,.0f} evals/s ")
         if pr.done:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
@@ -93,6 +93,9 @@ class Optimizer:
     PARAMS: ClassVar[dict[str, Param]] = {}
     # Deterministic algorithms (HEFT, baselines) propose a fixed list and then finish.
     deterministic: ClassVar[bool] = False
+    # Set by the driver while it drives this optimizer (None otherwise): work that takes long inside
+    # one ask(), such as HEFT planning 125,000 tasks, reports a snapshot through it.
+    report: Callable[[dict], None] | None = None
 
     def __init__(self, problem: Problem, *, seed: int = 0, initial: np.ndarray | None = None, **params):
         self.problem = problem

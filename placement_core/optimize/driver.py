@@ -70,6 +70,9 @@ def drive(optimizer: Optimizer, *, evaluations: int | None = None, seconds: floa
             last_snapshot = now
         progress(Progress(optimizer.name, used, evaluations, best_f, optimizer.current, now - start, snap, done))
 
+    if progress is not None:  # long work inside one ask() (HEFT's planning) reports through the same callback
+        optimizer.report = lambda snap: progress(Progress(optimizer.name, used, evaluations, best_f, optimizer.current,
+                                                          time.perf_counter() - start, snap))
     while True:
         if stopped_by():
             stopped = True

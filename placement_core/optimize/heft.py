@@ -37,7 +37,7 @@ queues are FIFO, channels are shared, or there are several batches.
 
 from __future__ import annotations
 
-from bisect import bisect_right, insort
+from bisect import bisect_right
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +46,7 @@ from ..problem import Problem
 from .baselines import BWD, FWD, UPD, FixedCandidates, Links, MemoryEstimate
 
 PHASES = ("fwd", "bwd", "update")
+PROGRESS_EVERY = 2000  # tasks planned between progress reports
 
 
 @dataclass(frozen=True)
@@ -106,14 +107,104 @@ def upward_ranks(tasks: TaskGraph, links: Links | None) -> np.ndarray:
     return rank
 
 
-def _earliest_slot(busy: list[tuple[float, float]], ready: float, length: float) -> float:
-    """Start of the first idle gap of ``length`` at or after ``ready`` (busy: sorted, disjoint)."""
-    t = ready
-    for s, e in busy[bisect_right(busy, ready, key=lambda iv: iv[1]):]:
-        if t + length <= s:
-            break
-        t = max(t, e)
-    return t
+class Timeline:
+    """One device's busy intervals in time order, in blocks that know their widest idle gap.
+
+    The insertion policy asks for the first idle gap of a given length at or after a ready
+    time. Walking the intervals one by one made HEFT quadratic (a task whose inputs are ready
+    early on a device that is busy to the end walked every interval); here whole blocks whose
+    widest gap is too short are skipped with one vectorised comparison, so a query costs
+    about a block's length plus a scan over block maxima, and the answers are exactly those
+    of the walk (:meth:`earliest` compares ``end + length <= start`` as the walk did; the
+    block test only prunes with a margin above float rounding).
+    """
+
+    BLOCK = 64  # intervals per block (split at twice this)
+
+    def __init__(self):
+        self.starts: list[list[float]] = []
+        self.ends: list[list[float]] = []
+        self.last_end: list[float] = []  # per block; ends never decrease along the timeline
+        self.widest = np.empty(0)  # per block: widest gap before one of its intervals (not the very first)
+        self.top = 0.0  # the latest start: bounds the rounding in the block test
+
+    def __len__(self) -> int:
+        return sum(map(len, self.starts))
+
+    def intervals(self) -> list[tuple[float, float]]:
+        return [iv for st, en in zip(self.starts, self.ends) for iv in zip(st, en)]
+
+    def earliest(self, ready: float, length: float) -> tuple[float, int, int]:
+        """(start of the first idle gap of ``length`` at or after ``ready``, block, index to insert at)."""
+        nb = len(self.starts)
+        b = bisect_right(self.last_end, ready)
+        if b == nb:  # idle from ``ready`` on
+            return ready, nb, 0
+        i = bisect_right(self.ends[b], ready)
+        if ready + length <= self.starts[b][i]:
+            return ready, b, i
+        prev = self.ends[b][i]
+        i += 1
+        while True:
+            st, en = self.starts[b], self.ends[b]
+            for k in range(i, len(st)):
+                if prev + length <= st[k]:
+                    return prev, b, k
+                prev = en[k]
+            if b + 1 == nb:
+                return prev, nb, 0
+            # fits: prev + length <= start, so start - prev >= length - 2**-52 * (start + length)
+            hit = np.flatnonzero(self.widest[b + 1:] >= length - 1e-15 * (self.top + length))
+            if not len(hit):
+                return self.last_end[-1], nb, 0
+            b += 1 + int(hit[0])
+            prev, i = self.last_end[b - 1], 0
+
+    def insert(self, b: int, i: int, start: float, end: float) -> None:
+        """Add the interval where :meth:`earliest` said (it fits there: the order stays sorted)."""
+        self.top = max(self.top, start)
+        if not self.starts:
+            self.starts, self.ends, self.last_end = [[start]], [[end]], [end]
+            self.widest = np.array([-np.inf])
+            return
+        if b == len(self.starts):
+            b, i = b - 1, len(self.starts[b - 1])
+        st, en = self.starts[b], self.ends[b]
+        nb = len(self.starts)
+        prev = en[i - 1] if i else (self.last_end[b - 1] if b else None)
+        nxt = st[i] if i < len(st) else (self.starts[b + 1][0] if b + 1 < nb else None)
+        owner = b if i < len(st) else b + 1  # the gap before an interval belongs to that interval's block
+        st.insert(i, start)
+        en.insert(i, end)
+        self.last_end[b] = en[-1]
+        widest = self.widest
+        if prev is None or nxt is None:  # a new first or last interval: one new gap, none split
+            if prev is not None:
+                widest[b] = max(widest[b], start - prev)
+            if nxt is not None:
+                widest[owner] = max(widest[owner], nxt - end)
+        else:  # the split gap's two parts are narrower: only a block whose widest gap it was changes
+            if nxt - prev >= widest[owner]:
+                self._refresh(owner)
+            if owner != b:
+                widest[b] = max(widest[b], start - prev)
+        if len(st) > 2 * self.BLOCK:
+            h = len(st) // 2
+            self.starts[b:b + 1] = [st[:h], st[h:]]
+            self.ends[b:b + 1] = [en[:h], en[h:]]
+            self.last_end[b:b + 1] = [en[h - 1], en[-1]]
+            self.widest = np.insert(self.widest, b, 0.0)
+            self._refresh(b)
+            self._refresh(b + 1)
+
+    def _refresh(self, b: int) -> None:
+        widest = -np.inf
+        prev = self.last_end[b - 1] if b else None
+        for s, e in zip(self.starts[b], self.ends[b]):
+            if prev is not None and s - prev > widest:
+                widest = s - prev
+            prev = e
+        self.widest[b] = widest
 
 
 @dataclass
@@ -141,8 +232,12 @@ class HeftPlan:
                 for t in order]
 
 
-def heft_schedule(problem: Problem, *, comm: bool = True, memory: bool = False) -> HeftPlan:
-    """HEFT's placement and planned schedule of one training step (see the module docstring)."""
+def heft_schedule(problem: Problem, *, comm: bool = True, memory: bool = False, progress=None) -> HeftPlan:
+    """HEFT's placement and planned schedule of one training step (see the module docstring).
+
+    ``progress(planned, tasks)``, when given, is called about every ``PROGRESS_EVERY`` tasks
+    (a 50,000-op network has 125,000 tasks: some seconds of planning).
+    """
     tasks = task_graph(problem)
     links = Links(problem)
     ranks = upward_ranks(tasks, links if comm else None)
@@ -155,7 +250,7 @@ def heft_schedule(problem: Problem, *, comm: bool = True, memory: bool = False) 
     device = np.full(len(tasks), -1, dtype=np.int64)
     start = np.zeros(len(tasks))
     end = np.zeros(len(tasks))
-    busy: list[list[tuple[float, float]]] = [[] for _ in range(d)]
+    busy = [Timeline() for _ in range(d)]
     # The op's backward and update will land on the device chosen for its forward.
     pending = (np.zeros((n, d)) if problem.settings.forward_only
                else np.asarray(problem.costs.bwd + problem.costs.update, dtype=float))
@@ -163,32 +258,44 @@ def heft_schedule(problem: Problem, *, comm: bool = True, memory: bool = False) 
     total = np.asarray(problem.costs.fwd, dtype=float).sum(axis=0) + pending.sum(axis=0)
     preference = np.argsort(np.lexsort((np.arange(d), total)))
 
-    def finish_on(t: int, dev: int) -> tuple[float, float]:
-        ready = 0.0
-        for p, b in tasks.preds[t]:
-            arrive = end[p] + (links.time(int(device[p]), dev, b) if comm and b is not None else 0.0)
-            ready = max(ready, arrive)
-        s = _earliest_slot(busy[dev], ready, float(tasks.cost[t, dev]))
-        return s, s + float(tasks.cost[t, dev])
+    # Plain lists in the loop: indexing numpy arrays one element at a time costs more than the planning.
+    cost, preds = tasks.cost.tolist(), tasks.preds
+    dev_of, end_of = [-1] * len(tasks), [0.0] * len(tasks)
+    transfer = links.time if comm else None
 
-    for t in order:
+    def finish_on(t: int, dev: int) -> tuple[float, float, int, int]:
+        ready = 0.0
+        for p, b in preds[t]:
+            arrive = end_of[p] if transfer is None or b is None else end_of[p] + transfer(dev_of[p], dev, b)
+            if arrive > ready:
+                ready = arrive
+        s, block, at = busy[dev].earliest(ready, cost[t][dev])
+        return s, s + cost[t][dev], block, at
+
+    for k, t in enumerate(order.tolist()):
+        if progress is not None and k % PROGRESS_EVERY == 0:
+            progress(k, len(tasks))
         op = int(tasks.op[t])
         if tasks.phase[t] == FWD:
             best = None
             for dev in range(d):
-                s, e = finish_on(t, dev)
+                s, e, block, at = finish_on(t, dev)
                 key = (mem.overflow(op, dev, placement) if mem else 0.0, e + pending[op, dev], preference[dev])
                 if best is None or key < best[0]:
-                    best = (key, dev, s, e)
-            _, dev, s, e = best
+                    best = (key, dev, s, e, block, at)
+            _, dev, s, e, block, at = best
             if mem:
                 mem.place(op, dev, placement)
             placement[op] = dev
         else:
             dev = int(placement[op])
-            s, e = finish_on(t, dev)
-        device[t], start[t], end[t] = dev, s, e
-        insort(busy[dev], (s, e))
+            s, e, block, at = finish_on(t, dev)
+        dev_of[t], end_of[t], start[t] = dev, e, s
+        busy[dev].insert(block, at, s, e)
+    device[:] = dev_of
+    end[:] = end_of
+    if progress is not None:
+        progress(len(tasks), len(tasks))
     return HeftPlan(placement=placement, makespan=float(end.max(initial=0.0)), ranks=ranks, tasks=tasks,
                     device=device, start=start, end=end)
 
@@ -205,7 +312,10 @@ class Heft(FixedCandidates):
 
     def schedule(self) -> HeftPlan:
         if self.plan is None:
-            self.plan = heft_schedule(self.problem, comm=self.COMM, memory=self.MEMORY)
+            report = self.report
+            progress = None if report is None else (
+                lambda planned, total: report({"stage": "planning", "planned_tasks": planned, "tasks": total}))
+            self.plan = heft_schedule(self.problem, comm=self.COMM, memory=self.MEMORY, progress=progress)
         return self.plan
 
     def candidates(self):
