@@ -443,3 +443,13 @@ def test_long_user_strings_are_capped():
     assert len(e.message) < 1200
     assert e.message.endswith("... (4,504 more characters)")
     assert f"{'y' * 200}... (800 more characters): bad " in e.message
+
+
+@pytest.mark.parametrize("label, shown", [("\udcff", "'\\udcff'"), ("a\x1b[2Jb", "'\\x1b'")])
+def test_labels_are_plain_text(capsys, tmp_path, label, shown):
+    """An undecodable byte in --label (argv's \\udcff) failed at the store and lost the run."""
+    home = tmp_path / "home"
+    msg = one_error_line(*run(capsys, "optimize", "--network", "alexnet", "--devices", "malvik", "--algorithm",
+                              "random", "--budget", "5", "--label", label, "--home", home))
+    assert msg.startswith(f"argument --label: contains {shown}, a control character or an undecodable byte")
+    assert stored_runs(home) == []

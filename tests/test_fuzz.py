@@ -4,12 +4,15 @@ Documents are valid ones mutated at random (fields deleted, values replaced by
 wrong types, NaN, huge numbers, unicode, empty lists, duplicates, unknown
 names). Every outcome must be a loaded object or an InputError -- never another
 exception -- and at the CLI exit status 2 with one `error:` line, no traceback,
-and nothing written to the run store.
+and nothing written to the run store. Further down: Exprimo layer chains that
+outgrow the size limits, subnormal device numbers, timing tables and group
+files, special files (FIFOs, devices, sockets) and algorithm parameters.
 """
 
 import copy
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -256,3 +259,248 @@ def test_huge_integers_are_field_errors(capsys, tmp_path, kind, path, field, sig
     code = main(["simulate", "--network", net, "--devices", devs, "--placement", "single:cpu0"])
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and err == f"error: {e.value.message}\n"
+
+
+# -- Exprimo networks: our format's size limits, layer by layer -----------------------------------------------
+
+DIM = st.one_of(st.integers(1, 64), st.integers(1, 2**31 - 1), st.sampled_from([2**20, 2**30, 2**31 - 1]))
+
+
+@st.composite
+def exprimo_chain(draw):
+    """An Input and up to six layers that grow (or reshape) the tensor, sizes anywhere up to 2^31 - 1."""
+    layers = {"data": {"type": "Input", "parents": [], "tensor": [1, draw(DIM), draw(DIM), draw(DIM)]}}
+    prev = "data"
+    for i in range(draw(st.integers(1, 6))):
+        kind = draw(st.sampled_from(["UpSampling2D", "Convolution", "InnerProduct", "Concatenate", "Reshape",
+                                     "Pooling"]))
+        if kind == "UpSampling2D":
+            spec = {"ksize": [1, draw(DIM), draw(DIM), 1]}
+        elif kind == "Convolution":
+            spec = {"filter": [1, 1, -1, draw(DIM)], "strides": [1, 1, 1, 1], "padding": "SAME"}
+        elif kind == "InnerProduct":
+            spec = {"num_outputs": draw(DIM)}
+        elif kind == "Concatenate":
+            spec = {"dim": 3}
+        elif kind == "Reshape":
+            spec = {"output_shape": [-1, draw(DIM)]}
+        else:
+            spec = {"ksize": [1, 1, 1, 1], "strides": [1, 1, 1, 1], "padding": "VALID"}
+        parents = [prev, prev] if kind == "Concatenate" else [prev]
+        layers[f"l{i}"] = {"type": kind, "parents": parents, **spec}
+        prev = f"l{i}"
+    return {"name": "chain", "layers": layers}
+
+
+@fuzz
+@given(exprimo_chain(), st.one_of(st.none(), st.integers(1, 2**31 - 1), st.integers(2**31, 2**40)))
+def test_exprimo_size_limits(doc, batch):
+    """Whatever loads stays inside our format's limits, so both cost profiles give finite times."""
+    from placement_core.errors import MAX_QUANTITY
+    from placement_core.netformat import MAX_DIM
+    try:
+        g = network_from_data(doc, source="chain.json", batch_size=batch)
+    except InputError as e:
+        assert e.message.startswith("chain.json: ") and len(e.message) < 1500
+        return
+    for op in g.ops:
+        assert all(0 <= d <= MAX_DIM for d in op.shape), op
+        assert max(op.fwd_flops, op.bwd_flops, op.output_bytes, op.param_bytes, op.mem_bytes) <= MAX_QUANTITY
+        for flops, mem in op.exprimo.values():
+            assert flops <= MAX_QUANTITY and all(b <= MAX_QUANTITY for b in mem)
+    devs = devices_from_data(DEVICES)
+    for profile in ("default", "exprimo-2020"):
+        ev = Problem(g, devs, profile=profile).simulate(np.ones(len(g), dtype=np.int32))
+        assert math.isfinite(ev.objective) and math.isfinite(ev.result.makespan)
+
+
+# -- subnormal and tiny device numbers ----------------------------------------------------------------------
+
+TINY = st.one_of(st.floats(min_value=0, max_value=2, allow_subnormal=True),
+                 st.sampled_from([5e-324, 1e-320, 2.2250738585072014e-308, 1e-300, 1e-9, 0.999999, 1.0]))
+DEVICE_NUMBERS = [("devices", 0, "peak_flops"), ("devices", 1, "mem_bandwidth"), ("devices", 0, "memory_bytes"),
+                  ("devices", 1, "clock_hz"), ("channels", 0, "bandwidth"), ("channels", 0, "latency"),
+                  ("devices", 0, "message_overhead")]
+EXPRIMO_NUMBERS = [("devices", 1, "peak_gflops"), ("devices", 1, "memory"), ("devices", 1, "mem_bandwidth"),
+                   ("devices", 0, "clock"), ("comm_channels", 0, "bandwidth")]
+# the largest quantities our format accepts, on every op
+HEAVY = _with(_with(NETWORK, ("ops", 1, "fwd_flops"), 1e24), ("ops", 1, "mem_bytes"), 1e24)
+
+
+@fuzz
+@given(st.one_of(st.tuples(st.just(DEVICES), st.lists(st.sampled_from(DEVICE_NUMBERS), min_size=1, max_size=3)),
+                 st.tuples(st.just(EXPRIMO_DEVICES), st.lists(st.sampled_from(EXPRIMO_NUMBERS), min_size=1,
+                                                              max_size=3))),
+       st.data())
+def test_tiny_device_numbers(case, data):
+    """Either a field error or finite times, even for 1e24 FLOPs at the lowest efficiency the CLI takes."""
+    base, paths = case
+    doc = base
+    for path in paths:
+        doc = _with(doc, path, data.draw(TINY))
+    try:
+        devs = devices_from_data(doc, source="tiny.json")
+    except InputError as e:
+        assert e.message.startswith("tiny.json: ") and ("small" in e.message or "positive" in e.message)
+        return
+    g = network_from_data(HEAVY)
+    for eff in (None, 1e-3):
+        p = Problem(g, devs, comp_efficiency=eff, comm_efficiency=eff)
+        for d in range(len(devs)):
+            assert math.isfinite(p.evaluate(np.full(len(g), d, dtype=np.int32)))
+        assert math.isfinite(p.evaluate(np.arange(len(g), dtype=np.int32) % len(devs)))
+
+
+# -- --timings tables and NET.groups.json -------------------------------------------------------------------
+
+def _timings_case():
+    from test_timings_cli import DEVICES as T_DEVICES
+    from test_timings_cli import NETWORK as T_NETWORK
+    from test_timings_cli import TIMINGS
+    groups = {"format": "placement-groups/1", "network": "tiny", "groups": {"x": ["x"], "a": ["a"], "b": ["b"]}}
+    return T_NETWORK, T_DEVICES, TIMINGS, groups
+
+
+@fuzz
+@given(mutated(_timings_case()[2]), st.one_of(st.none(), mutated(_timings_case()[3])))
+def test_timing_tables(timings, groups):
+    """A mutated timings.json (and NET.groups.json beside the network): an InputError or a table of finite times."""
+    import tempfile
+    from pathlib import Path
+
+    from placement_core.cli.common import load_cli_timings
+    net, devs, _, _ = _timings_case()
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        (tmp / "net.json").write_text(json.dumps(net))
+        (tmp / "t.json").write_text(json.dumps(timings, allow_nan=True))
+        if groups is not None:
+            (tmp / "net.groups.json").write_text(json.dumps(groups, allow_nan=True))
+        g = network_from_data(net)
+        try:
+            table = load_cli_timings(str(tmp / "t.json"), str(tmp / "net.json"), g)
+        except InputError as e:
+            assert e.message and "\n" not in e.message
+            return
+    for per_device in table.values():
+        for phases in per_device.values():
+            assert all(type(t) in (int, float) and math.isfinite(t) and t >= 0 for t in phases.values()), table
+    p = Problem(g, devices_from_data(devs), timings=table, timings_batch=g.batch_size)
+    assert math.isfinite(p.evaluate(np.zeros(len(g), dtype=np.int32)))
+
+
+# -- special files as --network, --devices, --placement, --timings: never a hang, never read whole -----------
+
+SPECIAL = ["fifo", "/dev/null", "/dev/zero", "/dev/urandom", "directory", "symlink to fifo", "symlink loop",
+           "dangling symlink", "socket", "/proc/self/maps", "empty", "name too long"]
+
+
+def _special(kind, tmp):
+    import socket
+    path = tmp / "special.json"
+    if kind.startswith("/"):
+        return kind, None
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "symlink to fifo":
+        os.mkfifo(tmp / "real")
+        path.symlink_to(tmp / "real")
+    elif kind == "symlink loop":
+        path.symlink_to(path)
+    elif kind == "dangling symlink":
+        path.symlink_to(tmp / "nowhere")
+    elif kind == "socket":
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(path))
+        return str(path), s
+    elif kind == "empty":
+        path.write_text("")
+    elif kind == "name too long":
+        path = tmp / ("n" * 256)
+    return str(path), None
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("option", ["--network", "--devices", "--placement", "--timings"])
+@pytest.mark.parametrize("kind", SPECIAL)
+def test_special_files(capsys, tmp_path, kind, option):
+    path, keep = _special(kind, tmp_path)
+    argv = {"--network": "alexnet", "--devices": "malvik", "--placement": "single:gpu0"}
+    argv[option] = path
+    try:
+        code = main(["simulate", *[x for kv in argv.items() for x in kv]])
+    finally:
+        if keep is not None:
+            keep.close()
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.startswith("error: ") and err.count("\n") == 1, err
+    assert "unexpected" not in err
+
+
+# -- --param values: finite, bounded, storable ---------------------------------------------------------------
+
+def _algorithm_params():
+    from placement_core.optimize import ALGORITHMS
+    return [(a, k) for a, cls in ALGORITHMS.items() for k in cls.PARAMS]
+
+
+PARAM_VALUES = st.one_of(
+    st.sampled_from(["nan", "NaN", "inf", "-inf", "Infinity", "1e999", "-1e999", "1e308", "5e-324", "-0", "0",
+                     "1", "2", "0.5", "1_000", " 7 ", "0x10", "²", "٣", "true", "", "1" * 5000,
+                     str(2**63 - 1), str(2**63), "100000", "100001", "10000000000"]),
+    st.floats(allow_nan=True, allow_infinity=True), st.integers(-2**70, 2**70), st.sampled_from([10**400, -10**400]),
+    st.text(max_size=12), st.booleans())
+
+
+@fuzz
+@given(st.sampled_from(_algorithm_params()), PARAM_VALUES)
+def test_param_values(algorithm_param, value):
+    """Param.parse returns a value inside its bounds that JSON (and so the run store) can hold, or an InputError."""
+    from placement_core.optimize import ALGORITHMS
+    from placement_core.optimize.base import MAX_INT_PARAM
+    algorithm, key = algorithm_param
+    p = ALGORITHMS[algorithm].PARAMS[key]
+    try:
+        v = p.parse(key, value)
+    except InputError as e:
+        assert e.message.startswith(f"{key}: ") and len(e.message) < 700
+        return
+    json.dumps(v, allow_nan=False)
+    if p.type is float:
+        assert math.isfinite(v)
+    if p.type is int:
+        assert -MAX_INT_PARAM - 1 <= v <= MAX_INT_PARAM
+    if p.low is not None and p.type in (int, float):
+        assert v >= p.low
+    if p.high is not None and p.type in (int, float):
+        assert v <= p.high
+
+
+@settings(max_examples=int(__import__("os").environ.get("FUZZ_CLI_EXAMPLES", 40)), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.sampled_from([ap for ap in _algorithm_params() if ap[0] in ("ga", "map-elites", "cem", "annealing",
+                                                                       "random")]),
+       PARAM_VALUES)
+def test_cli_param_values_never_break_the_store(tmp_path_factory, capsys, algorithm_param, value):
+    """Exit 0 or 2; whatever was stored, `runs show` reads back (a stored NaN broke it for good)."""
+    algorithm, key = algorithm_param
+    tmp = tmp_path_factory.mktemp("param")
+    net, devs = tmp / "net.json", tmp / "devs.json"
+    net.write_text(json.dumps(NETWORK))
+    devs.write_text(json.dumps(DEVICES))
+    home = tmp / "home"
+    text = value if isinstance(value, str) else repr(value)
+    code = main(["optimize", "--network", str(net), "--devices", str(devs), "--algorithm", algorithm, "--budget",
+                 "20", "--param", f"{key}={text}", "--home", str(home), "--quiet"])
+    out, err = capsys.readouterr()
+    assert code in (0, 2), err
+    if code == 2:
+        assert err.startswith("error: ") and err.count("\n") == 1
+        return
+    with RunStore(home=home) as store:
+        [run] = store.runs()
+    assert main(["runs", "show", str(run.id), "--home", str(home), "--json"]) == 0
+    shown = json.loads(capsys.readouterr()[0])
+    assert json.dumps(shown, allow_nan=False)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
-from ..errors import InputError
+from ..errors import InputError, escape
 from ..jsonio import write_json
 from ..placement import placement_to_dict
 from .common import add_problem_options, build_problem, human_seconds, print_json, printable
@@ -36,7 +37,7 @@ def register(sub) -> None:
                    help="continue a stopped or interrupted stored run from its last checkpoint (the problem, "
                         "algorithm and budget are the run's own)")
     p.add_argument("--no-store", action="store_true", help="do not record the run in the run store")
-    p.add_argument("--label", help="a note stored with the run")
+    p.add_argument("--label", type=note, help="a note stored with the run (plain text, at most 1,000 characters)")
     p.add_argument("--home", metavar="DIR", help="data directory (default $PLACEMENT_HOME or ~/.placement)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -45,6 +46,17 @@ def register(sub) -> None:
     p = sub.add_parser("algorithms", help="list the algorithms and their parameters (thesis defaults)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_algorithms)
+
+
+def note(text: str) -> str:
+    """A run's label: printed by `runs list` and stored as UTF-8, so no control characters or undecodable bytes."""
+    if escape(text) != text:
+        bad = next(c for c in text if escape(c) != c)
+        raise argparse.ArgumentTypeError(f"contains {escape(repr(bad))}, a control character or an undecodable "
+                                         "byte; write the note as plain text")
+    if len(text) > 1000:
+        raise argparse.ArgumentTypeError(f"is {len(text):,} characters long; write at most 1,000")
+    return text
 
 
 def parse_params(items: list[str]) -> dict:
