@@ -11,7 +11,6 @@ import json
 import os
 import re
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -162,26 +161,6 @@ def _reject_constant(name: str):
 
 
 def write_json(path: str | Path, data: Any, indent: int | None = 1) -> None:
-    """Write atomically: a crash leaves the old file or the new one, never half of one."""
-    path = Path(path)
-    text = json.dumps(data, indent=indent, allow_nan=False)
-    directory = path.parent if str(path.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
-    except OSError as e:
-        raise InputError(f"cannot be written ({e.strerror})", source=str(path),
-                         fix="Check that the folder exists and is writable") from None
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Write atomically (a crash leaves the old file or the new one); see :func:`.outputs.write_output`."""
+    from .outputs import write_output
+    write_output(path, (json.dumps(data, indent=indent, allow_nan=False) + "\n").encode("utf-8"))

@@ -11,26 +11,15 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import tempfile
 from pathlib import Path
 
+from .. import outputs
 from ..errors import InputError
 
 
 def check_output_file(spec: str, option: str, example: str = "result.json") -> Path:
-    """``spec`` as a Path that can be written: not a directory, in an existing, writable folder."""
-    if not spec or not spec.strip():
-        raise InputError("is empty", field=option, fix=f"Give a file name such as {example}")
-    path = Path(spec)
-    if path.is_dir():
-        raise InputError("is a directory", source=spec, field=option,
-                         fix=f"Give a file name, e.g. {path / example}")
-    parent = path.parent
-    if not parent.exists():
-        raise InputError(f"the folder {str(parent)!r} does not exist", source=spec, field=option,
-                         fix="Create it first, or give a path in an existing folder")
-    _writable_folder(parent, spec, option)
-    return path
+    """``spec`` as a Path that can be written (see :mod:`placement_core.outputs`: regular files or new paths)."""
+    return outputs.check_output_file(spec, option, example)
 
 
 def check_output_dir(spec: str, option: str) -> Path:
@@ -49,38 +38,12 @@ def check_output_dir(spec: str, option: str) -> Path:
 
 
 def _writable_folder(folder: Path, spec: str, option: str) -> None:
-    if not folder.is_dir():
-        raise InputError(f"{str(folder)!r} is not a folder", source=spec, field=option,
-                         fix="Give a path in an existing folder")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise InputError(f"the folder {str(folder)!r} is not writable", source=spec, field=option,
-                         fix="Give a path in a folder you can write to")
+    outputs.writable_folder(folder, spec, option)
 
 
 def write_output_bytes(path: str | os.PathLike, data: bytes, option: str) -> None:
-    """Write atomically (a crash leaves the old file or the new one); OSError becomes an InputError."""
-    path = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    except OSError as e:
-        raise InputError(f"cannot be written ({e.strerror})", source=str(path), field=option,
-                         fix="Check that the folder exists and is writable") from None
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError):
-            raise InputError(f"cannot be written ({e.strerror})", source=str(path), field=option,
-                             fix="Check the disk space and the permissions") from None
-        raise
+    """Write atomically, refusing special files and links; OSError (a full disk) becomes an InputError."""
+    outputs.write_output(path, data, option)
 
 
 # -- argparse types ------------------------------------------------------------------------------------
