@@ -62,12 +62,13 @@ def read_bytes(path: str | Path, limit: int | None = None) -> bytes:
     except IsADirectoryError:
         raise InputError("is a directory, not a JSON file", source=source) from None
     except OSError as e:
+        try:  # a socket cannot be opened at all (ENXIO): say what it is
+            _require_regular(os.stat(path).st_mode, source)
+        except OSError:
+            pass
         raise InputError(f"cannot be read ({e.strerror})", source=source) from None
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            what = next((name for test, name in _KINDS if test(mode)), "not a file")
-            raise InputError(f"is {what}, not a regular file", source=source, fix="Give a JSON file")
+        _require_regular(os.fstat(fd).st_mode, source)
         chunks, size = [], 0
         while size <= limit:
             chunk = os.read(fd, min(_CHUNK, limit + 1 - size))
@@ -84,6 +85,12 @@ def read_bytes(path: str | Path, limit: int | None = None) -> bytes:
         raise InputError(f"cannot be read ({e.strerror})", source=source) from None
     finally:
         os.close(fd)
+
+
+def _require_regular(mode: int, source: str) -> None:
+    if not stat.S_ISREG(mode):
+        what = next((name for test, name in _KINDS if test(mode)), "not a file")
+        raise InputError(f"is {what}, not a regular file", source=source, fix="Give a JSON file")
 
 
 def _size(limit: int) -> str:
