@@ -228,8 +228,9 @@ def _nice_ticks(low: float, high: float, n: int = 5) -> list[float]:
 def heatmap_figure(h: HeatmapData, selected: tuple[int, int] | None = None, scale: str = "clipped") -> go.Figure:
     """The archive map. Trace 0: the objective colours (``scale``: ``clipped`` at a high percentile of the
     elites that fit, see :func:`color_range`, cells above it marked ▲; ``log``; ``linear``); trace 1:
-    one transparent, clickable marker per filled cell (customdata = [row, column]; the hover shows the
-    true objective); trace 2: empty niches in grey with a dot; then the outline of the selected cell."""
+    one transparent, clickable marker per cell (customdata = [row, column]; the hover shows the
+    true objective, or "empty niche"); trace 2: empty niches in grey with a dot; then the outline of the
+    selected cell."""
     import html
 
     from placement_core.analysis.archive_view import color_range
@@ -265,7 +266,8 @@ def heatmap_figure(h: HeatmapData, selected: tuple[int, int] | None = None, scal
         above = filled & (ms > high)
         marks[above] = "▲"
         ticks = [t for t in _nice_ticks(low, high) if t < high - (high - low) * 0.08] + [high]
-        bar = dict(title=f"best objective (ms)<br>clipped at the<br>{r.basis}" if r.clipped
+        # the blank last line keeps the title clear of the top tick ("≥ ...") that sits at the bar's end
+        bar = dict(title=f"best objective (ms)<br>clipped at the<br>{r.basis}<br> " if r.clipped
                    else "best objective (ms)",
                    tickvals=ticks, ticktext=[_fmt_ms(t) for t in ticks[:-1]] +
                    [("≥ " if r.clipped else "") + _fmt_ms(high)])
@@ -273,32 +275,34 @@ def heatmap_figure(h: HeatmapData, selected: tuple[int, int] | None = None, scal
         z=colour, x=list(range(nx)), y=list(range(ny)), zmin=low, zmax=high, colorscale="Viridis_r",
         hoverinfo="skip", colorbar=bar, xgap=1, ygap=1, text=marks, texttemplate="%{text}",
         textfont=dict(color="white", size=11)))
+    # One transparent marker per cell, filled or empty, with hoverdistance -1: the hover (and a click) always
+    # lands on the marker nearest the cursor, i.e. the cell under it. Only scatter points can be selected.
     cells = h.cells()
     fig.add_trace(go.Scatter(
         x=[c[1] for c in cells], y=[c[0] for c in cells], mode="markers",
         customdata=[[c[0], c[1]] for c in cells],  # plain lists: a numpy array arrives as a typed array
         hovertext=[h.hover[a][b].replace("<br>", " (above the colour scale)<br>", 1) if marks[a, b] else h.hover[a][b]
                    for a, b in cells],
-        hoverinfo="text", showlegend=False, name="elites",
+        hoverinfo="text", showlegend=False, name="cells",
         marker=dict(symbol="square", size=16, color="rgba(0,0,0,0)"),
         selected=dict(marker=dict(opacity=1)), unselected=dict(marker=dict(opacity=1))))
-    empty = np.where(filled, np.nan, 0.0)
-    fig.add_trace(go.Heatmap(
-        z=empty, x=list(range(nx)), y=list(range(ny)), colorscale=[[0, "#ececec"], [1, "#ececec"]],
-        showscale=False, xgap=1, ygap=1, text=np.where(filled, "", "·"), texttemplate="%{text}",
-        textfont=dict(color="#9a9a9a", size=12), hovertext=h.hover, hoverinfo="text", name="empty niches"))
+    fig.add_trace(go.Heatmap(  # empty niches: grey with a dot
+        z=np.where(filled, np.nan, 0.0), x=list(range(nx)), y=list(range(ny)),
+        colorscale=[[0, "#ececec"], [1, "#ececec"]], showscale=False, xgap=1, ygap=1,
+        text=np.where(filled, "", "·"), texttemplate="%{text}", textfont=dict(color="#9a9a9a", size=12),
+        hoverinfo="skip", name="empty niches"))
     if selected is not None:
         fig.add_trace(go.Scatter(x=[selected[1]], y=[selected[0]], mode="markers", hoverinfo="skip",
                                  showlegend=False, marker=dict(symbol="square-open", size=18,
                                                                color="#E45756", line=dict(width=3))))
     x_text = [html.escape(t) for t in h.x_labels]
-    fig.update_layout(**BASE_LAYOUT, height=max(320, 110 + 40 * ny), clickmode="event+select",
+    fig.update_layout(**BASE_LAYOUT, height=max(320, 110 + 40 * ny), clickmode="event+select", hoverdistance=-1,
                       xaxis=dict(title=h.x_title, tickmode="array", tickvals=list(range(nx)), ticktext=x_text,
                                  tickangle=-45 if nx > 12 else 0, tickfont=dict(size=11), showgrid=False,
-                                 zeroline=False, range=[-0.5, nx - 0.5], fixedrange=True),
+                                 zeroline=False, range=[-0.5, nx - 0.5]),
                       yaxis=dict(title=h.y_title, tickmode="array", tickvals=list(range(ny)),
                                  ticktext=[html.escape(t) for t in h.y_labels], showgrid=False, zeroline=False,
-                                 range=[-0.5, ny - 0.5], fixedrange=True),
+                                 range=[-0.5, ny - 0.5]),
                       plot_bgcolor="white")
     return fig
 

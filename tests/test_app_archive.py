@@ -54,11 +54,16 @@ def test_heatmap_shows_the_best_elite_of_every_projected_niche(with_archive):
     assert heat["type"] == "heatmap" and cells["type"] == "scatter" and empty["type"] == "heatmap"
     best = best_per_cell(archive)  # default: columns = cross-device edges, rows = most-used device
     marks = list(zip(decode(cells["y"]), decode(cells["x"])))
-    assert set(marks) == set(best) and len(marks) == len(best)
+    assert marks == [(a, b) for a in range(5) for b in range(40)]  # one clickable marker per cell, row-major
     assert [list(c) for c in cells["customdata"]] == [list(c) for c in marks]  # plain [row, column] lists
-    for cell, hover in zip(marks, cells["hovertext"]):  # each cell's true objective, whatever its colour
-        assert hover.split("<br>")[0] in (f"objective {fmt_seconds(best[cell].objective)}",
-                                          f"objective {fmt_seconds(best[cell].objective)} (above the colour scale)")
+    hover = dict(zip(marks, cells["hovertext"]))
+    for cell in marks:  # each cell's true objective, whatever its colour, or "empty niche"
+        if cell not in best:
+            assert hover[cell].startswith("<b>empty niche</b>")
+            continue
+        assert hover[cell].split("<br>")[0] in (
+            f"objective {fmt_seconds(best[cell].objective)}",
+            f"objective {fmt_seconds(best[cell].objective)} (above the colour scale)")
     # colours: clipped at the 95th percentile of the cells whose elite fits in memory
     fitting = [e.objective * 1e3 for e in best.values() if run.problem.simulate(e.placement).feasible]
     high = float(np.percentile(fitting or [e.objective * 1e3 for e in best.values()], 95))
@@ -74,7 +79,7 @@ def test_heatmap_shows_the_best_elite_of_every_projected_niche(with_archive):
         {(a, b) for a in range(5) for b in range(40)} - set(best)
     assert all(t == "·" for (a, b), t in np.ndenumerate(np.array(empty["text"], dtype=object)) if (a, b) not in best)
     # per-cell elite counts add up to the archive size
-    counts = [int(h.split("<br>")[-1].split()[0]) for h in cells["hovertext"]]
+    counts = [int(hover[c].split("<br>")[-1].split()[0]) for c in best]
     assert sum(counts) == len(archive)
     layout = figures(at)[0]["layout"]
     assert layout["yaxis"]["ticktext"] == ["cpu0", "gpu0", "gpu1", "gpu2", "gpu3"]
@@ -141,9 +146,8 @@ def test_clicking_a_heatmap_cell_picks_its_elite(with_archive, shape):
     target = ranked[-1]  # the worst elite: never the default pick
     yi, xi = target.niche[0], target.niche[2]
     best_in_cell = best_per_cell(archive)[(yi, xi)]
-    marks = sorted(best_per_cell(archive))  # the markers, row-major
     point = {"list": {"customdata": [yi, xi]}, "dict": {"customdata": {"0": yi, "1": xi}},
-             "index": {"point_index": marks.index((yi, xi)), "curve_number": 1}}[shape]
+             "index": {"point_index": yi * 40 + xi, "curve_number": 1}}[shape]  # markers: every cell, row-major
     at.selectbox(key=f"arch_y_live:{run.id}").set_value(0).run()  # rows: most-used device
     at.selectbox(key=f"arch_pick_live:{run.id}").set_value(ranked[0].niche).run()
     at.session_state[f"arch_heat_live:{run.id}"] = {"selection": {"points": [point], "point_indices": [0],
@@ -156,6 +160,21 @@ def test_clicking_a_heatmap_cell_picks_its_elite(with_archive, shape):
     assert {x.label: x.value for x in at.metric}["Objective"] == fmt_seconds(best_in_cell.objective)
     outline = figures(at)[0]["data"][3]
     assert (decode(outline["x"]), decode(outline["y"])) == ([xi], [yi])
+
+
+def test_clicking_an_empty_niche_changes_nothing(with_archive):
+    at, run = with_archive
+    archive_page(at)
+    at.selectbox(key=f"arch_y_live:{run.id}").set_value(0).run()
+    ranked = run.result.archive.ranked()
+    at.selectbox(key=f"arch_pick_live:{run.id}").set_value(ranked[1].niche).run()
+    yi, xi = next((a, b) for a in range(5) for b in range(40) if (a, b) not in best_per_cell(run.result.archive))
+    at.session_state[f"arch_heat_live:{run.id}"] = {"selection": {"points": [{"customdata": {"0": yi, "1": xi}}],
+                                                                  "point_indices": [0], "box": [], "lasso": []}}
+    at.run()
+    assert_clean(at)
+    assert at.session_state[f"arch_pick_live:{run.id}"] == ranked[1].niche
+    assert "**Elite #2**" in text(at)
 
 
 def test_top_elites_and_comparison(with_archive):

@@ -118,20 +118,22 @@ def test_the_figure_clips_colours_marks_outliers_and_keeps_their_true_value_in_t
     assert above == {(0, 39), (1, 39)}  # 5 s and 100 s lie above 4.8 s
     bar = heat["colorbar"]
     assert "clipped" in bar["title"]["text"] and bar["ticktext"] == ["1,000", "2,000", "3,000", "4,000", "≥ 4,800"]
-    # the clickable markers: one per filled cell, customdata [row, column] as plain lists, true objectives
+    # the clickable markers: one per cell, row-major, customdata [row, column] as plain lists; the hover holds
+    # the true objective, or says the niche is empty; hovering anywhere picks the nearest marker
     cells = list(zip(marks["y"], marks["x"]))
-    assert cells == [(0, 0), (0, 20), (0, 39), (1, 0), (1, 20), (1, 39)]
-    assert [list(c) for c in marks["customdata"]] == [[0, 0], [0, 20], [0, 39], [1, 0], [1, 20], [1, 39]]
+    assert cells == [(a, b) for a in range(2) for b in range(40)]
+    assert [list(c) for c in marks["customdata"]] == [[a, b] for a, b in cells]
     hover = dict(zip(cells, marks["hovertext"]))
-    assert hover[(1, 39)].startswith("objective 100 s") and "above the colour scale" in hover[(1, 39)]
-    assert "above the colour scale" not in hover[(0, 0)]
-    # empty niches: grey cells with a dot and their own hover, everywhere nothing was found
+    assert hover[(1, 39)].startswith("objective 100 s (above the colour scale)<br>")
+    assert hover[(0, 0)].startswith("objective 1 s<br>")
+    assert hover[(1, 7)].startswith("<b>empty niche</b>") and "cross-device edges none" in hover[(1, 7)]
+    assert "cross-device edges 1" in hover[(1, 20)]  # the bin's label, not its index 20
+    assert fig.layout.hoverdistance == -1 and heat["hoverinfo"] == "skip" and empty["hoverinfo"] == "skip"
+    # empty niches: grey cells with a dot, everywhere nothing was found
     ez = np.array(empty["z"], dtype=float)
     assert {(int(a), int(b)) for (a, b), v in np.ndenumerate(ez) if v == 0} == \
         {(a, b) for a in range(2) for b in range(40)} - set(expected)
     assert np.array(empty["text"])[0, 1] == "·" and np.array(empty["text"])[0, 0] == ""
-    assert np.array(empty["hovertext"])[1, 7].startswith("<b>empty niche</b>")
-    assert "cross-device edges 1" in hover[(1, 20)]  # the bin's label, not its index 20
     # the selected cell is outlined; axes are the bins, labelled, with fixed ranges a click can rely on
     assert (list(outline["x"]), list(outline["y"])) == ([39], [1])
     lay = fig.layout
@@ -160,6 +162,6 @@ def test_device_names_in_hover_and_ticks_are_escaped():
     archive.add(np.array([[0, 0]], dtype=np.int32), np.array([1.0]))
     h = archive_heatmap(archive, 2, 0)
     fig = heatmap_figure(h)
-    hover = fig.data[1].hovertext[0]
+    hover = fig.data[1].hovertext[0]  # cell (0, 0): the elite
     assert "<b>x</b>" not in hover and "&lt;b&gt;x&lt;/b&gt;" in hover
     assert fig.layout.yaxis.ticktext[0] == "&lt;b&gt;x&lt;/b&gt;"

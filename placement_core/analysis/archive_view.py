@@ -31,9 +31,9 @@ class HeatmapData:
         return int(np.isfinite(self.z).sum())
 
     def cells(self) -> list[tuple[int, int]]:
-        """The filled cells (yi, xi) in row-major order: the order the chart lists its clickable points."""
-        yi, xi = np.nonzero(np.isfinite(self.z))
-        return [(int(a), int(b)) for a, b in zip(yi, xi)]
+        """Every cell (yi, xi) in row-major order: the order the chart lists its clickable markers."""
+        ny, nx = self.z.shape
+        return [(a, b) for a in range(ny) for b in range(nx)]
 
 
 def elite_label(archive: Archive, elite: Elite) -> str:
