@@ -73,6 +73,7 @@ def network_from_exprimo(data: Any, source: str | None = None, batch_size: int |
     name = data.get("name", "exprimo-network")
     if not isinstance(name, str) or not name:
         name = "exprimo-network"
+    require_name(name, source=source, field="name")  # at most 512 characters, as in our format
     # Keep the file's layer order (not our topological order) as the op list order:
     # the Graph sorts topologically with ties broken by this order.
     return Graph(name, [ops[n] for n in flat], batch, source=source)

@@ -360,20 +360,32 @@ def test_undecodable_file_name_in_text_output(capsys, tmp_path):
 # -- simulate --trace: estimated before it runs out of memory -------------------------------------------------
 
 def test_trace_estimate_against_the_real_trace():
-    """The estimate is an upper bound within 15 % of the events the trace really holds."""
+    """The estimate counts exactly the events the trace holds: whole batches in flight, forward only, a
+    message overhead (send and receive slices), gpipe (one update per step)."""
+    from dataclasses import replace
+
     from placement_core import Problem, load_devices, load_network
+    from placement_core.devices import DeviceGraph
     from placement_core.placement import random_placement
     from placement_core.simulate import SimSettings
     from placement_core.simulate.chrome import chrome_trace
+    from placement_core.simulate.schedules import pipeline_problem
     from placement_core.simulate.tracesize import estimate_trace_events
-    for net, batches in (("alexnet", 1), ("alexnet", 3), ("resnet50", 2)):
-        g, d = load_network(net), load_devices("malvik-4gpu")
-        p = Problem(g, d, settings=SimSettings(batches=batches, in_flight=2 if batches > 1 else 1))
-        pl = random_placement(g, d, 5)
+    d = load_devices("malvik-4gpu")
+    slow = DeviceGraph("slow", [replace(x, message_overhead=5e-5) for x in d.devices], list(d.channels))
+    cases = [(Problem(load_network("alexnet"), d), d), (Problem(load_network("alexnet"), d,
+                                                                 settings=SimSettings(batches=3, in_flight=2)), d),
+             (Problem(load_network("resnet50"), d, settings=SimSettings(batches=2, forward_only=True)), d),
+             (Problem(load_network("resnet50"), slow, settings=SimSettings(batches=2, in_flight=2)), slow),
+             (pipeline_problem(load_network("resnet50"), d, "gpipe", 4, batches=1, in_flight=1, forward_only=False,
+                               profile="default", penalty="thesis", comp_efficiency=None, comm_efficiency=None,
+                               timings=None, timings_batch=None), d)]
+    for p, devs in cases:
+        pl = random_placement(p.graph, devs, 5)
         estimate = estimate_trace_events(p, p.simulate(pl).result)
-        events = len(chrome_trace(p.simulate(pl, trace=True).result, d.names,
-                                  [c.name for c in d.channels])["traceEvents"])
-        assert events <= estimate <= 1.15 * events, (net, batches, events, estimate)
+        events = len(chrome_trace(p.simulate(pl, trace=True).result, devs.names,
+                                  [c.name for c in devs.channels])["traceEvents"])
+        assert estimate == events, (p, estimate, events)
 
 
 def test_trace_too_large_is_refused(capsys, tmp_path, monkeypatch):

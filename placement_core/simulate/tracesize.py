@@ -16,11 +16,11 @@ MAX_TRACE_EVENTS = 1_000_000
 
 
 def estimate_trace_events(problem, result: SimResult) -> int:
-    """Events in ``chrome_trace`` for the placement that gave ``result`` (an untraced run), slightly high.
+    """Events in ``chrome_trace`` for the placement that gave ``result`` (an untraced run of it).
 
     Every op task is a slice and a memory counter; every transfer a slice and two memory counters (sent,
-    received); with a message overhead, a send and a receive task each. Plus each device's counter at time 0
-    and the track names.
+    received); with a message overhead, also a send and a receive slice. Plus each device's counter at time 0
+    and the track names. Under gpipe/1f1b the weights update once per step, not once per micro-batch.
     """
     s = problem.settings
     n, nd, nc = problem.n_ops, problem.n_devices, len(problem.devices.channels)
@@ -31,7 +31,7 @@ def estimate_trace_events(problem, result: SimResult) -> int:
         tasks += units * n + (updates if s.update_per_step else units * updates)
     per_transfer = 3
     if any(d.message_overhead > 0 for d in problem.devices.devices):
-        per_transfer += 4  # a send and a receive task, each a slice and a memory counter
+        per_transfer += 2  # a send and a receive task on the devices (they change no memory)
     metadata = 3 + 2 * nd + nc
     return metadata + nd + 2 * tasks + per_transfer * int(result.transfers)
 
