@@ -54,8 +54,9 @@ def cmd_devices(args) -> int:
     if args.json:
         print_json(rows)
     else:
-        print(table([[r["name"], len(r["devices"]), len(r["channels"]),
-                      ", ".join(f"{d}" for d in r["devices"])] for r in rows],
+        # the user's presets (file names, device names in them) are escaped like every name from a file
+        print(table([[printable(r["name"]), len(r["devices"]), len(r["channels"]),
+                      ", ".join(printable(d) for d in r["devices"])] for r in rows],
                     ["preset", "devices", "channels", "names"], right=(1, 2)))
     return 0
 
