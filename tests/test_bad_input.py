@@ -465,3 +465,16 @@ def test_labels_are_plain_text(capsys, tmp_path, label, shown):
                               "random", "--budget", "5", "--label", label, "--home", home))
     assert msg.startswith(f"argument --label: contains {shown}, a control character or an undecodable byte")
     assert stored_runs(home) == []
+
+
+def test_user_presets_are_escaped_in_the_device_list(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("PLACEMENT_HOME", str(tmp_path))
+    (tmp_path / "devices").mkdir()
+    doc = copy.deepcopy(DEVICES)
+    doc["devices"][0]["name"] = "cpu\x1b[2J"
+    doc["channels"][0]["routes"] = [["cpu\x1b[2J", "gpu0"], ["gpu0", "cpu\x1b[2J"]]
+    (tmp_path / "devices" / "my\x1b]0;t\x07.json").write_text(json.dumps(doc))
+    code, out, err = run(capsys, "devices")
+    assert code == 0, err
+    assert "\x1b" not in out and "\x07" not in out
+    assert "my\\x1b]0;t\\x07" in out and "cpu\\x1b[2J, gpu0" in out
