@@ -296,7 +296,7 @@ def heatmap_figure(h: HeatmapData, selected: tuple[int, int] | None = None, scal
                                  showlegend=False, marker=dict(symbol="square-open", size=18,
                                                                color="#E45756", line=dict(width=3))))
     x_text = [html.escape(t) for t in h.x_labels]
-    fig.update_layout(**BASE_LAYOUT, height=max(320, 110 + 40 * ny), clickmode="event+select", hoverdistance=-1,
+    fig.update_layout(**BASE_LAYOUT, height=max(300, 100 + 40 * ny), clickmode="event+select", hoverdistance=-1,
                       xaxis=dict(title=h.x_title, tickmode="array", tickvals=list(range(nx)), ticktext=x_text,
                                  tickangle=-45 if nx > 12 else 0, tickfont=dict(size=11), showgrid=False,
                                  zeroline=False, range=[-0.5, nx - 0.5]),
