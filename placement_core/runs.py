@@ -11,7 +11,7 @@ from .optimize import make_optimizer
 from .optimize.driver import check_budget, drive
 from .parallel import make_evaluator
 from .problem import Problem
-from .store import STOP_IT_FIRST, RunStore
+from .store import STOP_IT_FIRST, RunStore, StoreError
 
 CHECKPOINT_EVERY = 500  # evaluations between checkpoints (at the next generation / step boundary)
 
@@ -46,20 +46,23 @@ def start_run(store: RunStore, problem: Problem, algorithm: str, *, evaluations:
 
 
 def resume_run(store: RunStore, run_id: int, *, workers: int = 1, dask=None, evaluator=None, progress=None,
-               stop=None, checkpoint_every: int = CHECKPOINT_EVERY):
+               stop=None, checkpoint_every: int = CHECKPOINT_EVERY, force: bool = False):
     """Continue a stopped or interrupted run from its last checkpoint (from the start if it has none).
 
     A run that is still running in a live process is refused: two processes must never drive
-    one run. Nothing is written until the evaluator is ready and the run is claimed.
+    one run. ``force`` takes it over anyway (for a claim that cannot be checked, such as a
+    process on a host that is gone); a process still driving it stops at its next checkpoint.
+    Nothing is written until the evaluator is ready and the run is claimed.
     """
     rec = store.get(run_id)
     from .errors import InputError
     if rec.status == "done":
         raise InputError(f"run {run_id} has already finished", field="--resume",
                          fix="Start a new run, or resume one that was stopped or interrupted")
-    if rec.alive:
+    if rec.alive and not force:
         raise InputError(f"run {run_id} is still running ({rec.where}); two processes must not drive one run",
-                         field="--resume", fix=f"{STOP_IT_FIRST} resumed")
+                         field="--resume", fix=f"{STOP_IT_FIRST} resumed (--force takes it over anyway, e.g. when "
+                                               "it runs on a host that is gone)")
     problem = store.problem(run_id)
     optimizer = make_optimizer(problem, rec.algorithm, seed=rec.seed, params=rec.params,
                                evaluations=rec.budget_evaluations, initial=store.initial(run_id))
@@ -86,15 +89,28 @@ def _drive(store, run_id, optimizer, evaluations, seconds, state, evaluator, own
         finally:
             if own:
                 evaluator.close()
+    except StoreError as e:  # the store was replaced or the run taken over: nothing more can be recorded
+        raise _lost(run_id, e) from None
     except BaseException as e:
         from .errors import InputError
-        if isinstance(e, KeyboardInterrupt):
-            store.stop(run_id)
-        else:
-            store.fail(run_id, str(e) if isinstance(e, InputError) else f"{type(e).__name__}: {e}")
+        try:
+            if isinstance(e, KeyboardInterrupt):
+                store.stop(run_id)
+            else:
+                store.fail(run_id, str(e) if isinstance(e, InputError) else f"{type(e).__name__}: {e}")
+        except StoreError:
+            pass  # the original failure is what the user needs to see
         raise
-    store.finish(run_id, result, status="stopped" if result.stopped else "done")
+    try:
+        store.finish(run_id, result, status="stopped" if result.stopped else "done")
+    except StoreError as e:
+        raise _lost(run_id, e) from None
     return result
+
+
+def _lost(run_id: int, e: StoreError) -> StoreError:
+    problem = e.problem if e.problem.startswith(f"run {run_id} ") else f"run {run_id} is not stored: {e.problem}"
+    return StoreError(problem, source=e.source, fix=e.fix)
 
 
 def load_archive(store: RunStore, run_id: int, problem: Problem | None = None):

@@ -11,11 +11,13 @@ counters), zlib-compressed.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import socket
 import sqlite3
+import tempfile
 import time
 import zlib
 from contextlib import contextmanager
@@ -36,6 +38,75 @@ from .simulate.schedules import schedule_settings
 
 SCHEMA_VERSION = 1
 STATUSES = ("running", "done", "stopped", "failed")
+JSON_COLUMNS = ("problem", "params", "best_placement", "extras")  # the runs columns that hold JSON text
+DOCTOR = ("Run `placement runs doctor` to check the store and copy every run that can still be read into a new "
+          "store file (the damaged file is kept as it is)")
+
+
+class StoreError(InputError):
+    """The run store itself cannot be used (damaged, replaced, unreadable), whatever the command asked."""
+
+
+class DamagedRun(StoreError):
+    """One run's row cannot be read; the other runs can."""
+
+    def __init__(self, run_id: int, why: str, path: str | None = None):
+        self.run_id = run_id
+        self.why = why
+        super().__init__(f"run {run_id} is damaged: {why}", source=path, field="run",
+                         fix=f"{DOCTOR}, or delete just this run with `placement runs delete {run_id}`")
+
+
+def store_error(e: sqlite3.Error, path, doing: str = "use") -> StoreError:
+    """An SQLite failure as a StoreError whose fix fits the cause (never "move the file away")."""
+    low = str(e).lower()
+    folder = Path(path).parent
+    if isinstance(e, sqlite3.OperationalError) and ("locked" in low or "busy" in low):
+        fix = "Another process has held it for writing for over 30 s; try again in a moment"
+    elif isinstance(e, sqlite3.OperationalError) and ("readonly" in low or "read-only" in low
+                                                        or "unable to open" in low):
+        fix = (f"Check that you may write to the file and to its folder {str(folder)!r} (SQLite keeps its journal "
+               "next to it), or point PLACEMENT_HOME (or --home) elsewhere; the store is left as it is")
+    elif isinstance(e, sqlite3.OperationalError) and ("disk i/o" in low or "full" in low):
+        fix = "Check the disk (free space, errors) and try again; the store is left as it is"
+    else:
+        fix = DOCTOR
+    return StoreError(f"cannot {doing} the run store ({e})", source=str(path), fix=fix)
+
+
+def _guarded(doing: str):
+    """SQLite failures inside a RunStore method become a StoreError with the right fix."""
+    def wrap(method):
+        @functools.wraps(method)
+        def inner(self, *args, **kwargs):
+            try:
+                return method(self, *args, **kwargs)
+            except (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError):
+                raise
+            except sqlite3.DatabaseError as e:
+                raise store_error(e, self.path, doing) from None
+        return inner
+    return wrap
+
+
+def process_start(pid: int) -> str | None:
+    """What tells process ``pid`` from a later one given the same pid: boot id and start time (clock ticks
+    after boot, field 22 of /proc/PID/stat). None where there is no /proc (then only the pid is checked)."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            text = f.read()
+        ticks = text[text.rindex(b")") + 2:].split()[19].decode()
+    except (OSError, ValueError, IndexError):
+        return None
+    return f"{_boot_id()}:{ticks}"
+
+
+@functools.lru_cache(maxsize=1)
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -64,7 +135,8 @@ CREATE TABLE IF NOT EXISTS runs(
     error TEXT,
     host TEXT,
     pid INTEGER,
-    initial_hash TEXT REFERENCES blobs(hash)
+    initial_hash TEXT REFERENCES blobs(hash),
+    pid_start TEXT
 );
 CREATE TABLE IF NOT EXISTS history(
     run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
@@ -162,11 +234,13 @@ class RunRecord:
     error: str | None
     host: str | None
     pid: int | None
+    pid_start: str | None = None  # see process_start: a recycled pid is not this run's process
 
     @property
     def display_status(self) -> str:
         """'interrupted' for a run whose process on this host is gone without finishing."""
-        if self.status == "running" and self.host == socket.gethostname() and self.pid and not _alive(self.pid):
+        if (self.status == "running" and self.host == socket.gethostname() and self.pid
+                and not _alive(self.pid, self.pid_start)):
             return "interrupted"
         return self.status
 
@@ -186,34 +260,143 @@ STOP_IT_FIRST = ("Stop it first (Ctrl-C where it runs, or Stop on the dashboard'
                  "finishes; a run whose process is gone shows as interrupted and can be")
 
 
-def _alive(pid: int) -> bool:
+def _alive(pid: int, start: str | None = None) -> bool:
+    """Process ``pid`` exists and, when its start is known, is the same process (not a reused pid)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
+    except (OverflowError, ValueError):
+        return False
+    if start is not None:
+        now = process_start(pid)
+        if now is not None and now != start:
+            return False
     return True
 
 
 class RunStore:
+    """The run store of one data directory (or one file, ``path``).
+
+    A store is made under a temporary name and linked into place, so ``runs.sqlite`` is never
+    an empty or half-made file: an empty one is damage, reported, not a new store. The file's
+    identity (device, inode) is taken at opening and checked before every commit, so a store
+    deleted or replaced under a running process fails that process's next write instead of
+    letting it report success into a file nobody can open again.
+    """
+
     def __init__(self, home: str | os.PathLike | None = None, path: str | os.PathLike | None = None):
         self.path = Path(path) if path else home_dir(home) / "runs.sqlite"
+        self.created = False  # this call made a new, empty store
+        try:
+            size = os.stat(self.path).st_size
+        except FileNotFoundError:
+            size = None
+        except OSError as e:
+            raise StoreError(f"cannot open the run store ({e.strerror})", source=str(self.path),
+                             fix="Check the path and its permissions, or point PLACEMENT_HOME (or --home) "
+                                 "elsewhere") from None
+        if size is None:
+            self._create()
+        elif size == 0:
+            raise StoreError("is empty (0 bytes): a run store is never made empty, so this one was truncated or "
+                             "replaced", source=str(self.path),
+                             fix="Restore it from a backup if it held runs; if it did not, delete it and a new "
+                                 "store is made")
         try:
             self._conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as e:
+            raise store_error(e, self.path, "open") from None
+        try:
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.execute("PRAGMA foreign_keys=ON")
+            self._check_schema()
             self._conn.executescript(_SCHEMA)
             self._migrate()
             self._conn.execute("INSERT OR IGNORE INTO meta VALUES('schema_version', ?)", (str(SCHEMA_VERSION),))
-        except sqlite3.DatabaseError as e:
-            raise InputError(f"cannot open the run store ({e})", source=str(self.path),
-                             fix="Move the file away (it will be recreated) or point PLACEMENT_HOME elsewhere") from None
+            self._identity = self._file_identity()
+        except sqlite3.Error as e:
+            self._conn.close()
+            raise store_error(e, self.path, "open") from None
+        except BaseException:
+            self._conn.close()
+            raise
         self._conn.row_factory = sqlite3.Row
 
+    def _create(self) -> None:
+        folder = self.path.parent
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".runs-new-", suffix=".sqlite", dir=folder)
+        except OSError as e:
+            raise StoreError(f"cannot create the run store in {str(folder)!r} ({e.strerror})", source=str(self.path),
+                             fix="Point PLACEMENT_HOME (or --home) at a writable folder") from None
+        os.close(fd)
+        try:
+            conn = sqlite3.connect(tmp, isolation_level=None)
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.executescript(_SCHEMA)
+                conn.execute("INSERT INTO meta VALUES('schema_version', ?)", (str(SCHEMA_VERSION),))
+                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            finally:
+                conn.close()
+            try:
+                os.link(tmp, self.path)  # never replaces a store another process made meanwhile
+                self.created = True
+            except FileExistsError:
+                pass
+            except OSError:  # a file system without hard links
+                if not os.path.lexists(self.path):
+                    os.replace(tmp, self.path)
+                    self.created = True
+        except (OSError, sqlite3.Error) as e:
+            raise StoreError(f"cannot create the run store ({getattr(e, 'strerror', None) or e})",
+                             source=str(self.path), fix="Check the free space and the folder's permissions") from None
+        finally:
+            for name in (tmp, tmp + "-wal", tmp + "-shm"):
+                try:
+                    os.unlink(name)
+                except OSError:
+                    pass
+
+    def _check_schema(self) -> None:
+        """A SQLite file that is not a run store, or one from a newer version, is refused, never changed."""
+        tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if tables and not {"runs", "meta"} <= tables:
+            raise StoreError("is an SQLite database but not a run store (it has no runs and meta tables)",
+                             source=str(self.path), fix="Point PLACEMENT_HOME (or --home) at a folder of its own")
+        if "meta" in tables:
+            row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            try:
+                version = int(row[0]) if row else SCHEMA_VERSION
+            except (TypeError, ValueError):
+                raise StoreError(f"has an unreadable schema_version {row[0]!r}", source=str(self.path),
+                                 fix=DOCTOR) from None
+            if version > SCHEMA_VERSION:
+                raise StoreError(f"was written by a newer version of placement (store schema {version}; this "
+                                 f"version reads schema {SCHEMA_VERSION} and older)", source=str(self.path),
+                                 fix="Use that newer version, or point PLACEMENT_HOME (or --home) elsewhere")
+
+    def _file_identity(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return st.st_dev, st.st_ino
+
+    def check_file(self) -> None:
+        """Raise a StoreError when the file at ``path`` is no longer the one this store opened."""
+        if self._file_identity() != self._identity:
+            raise StoreError("the run store was deleted or replaced while this process was using it; what this "
+                             "process recorded since went with the old file", source=str(self.path),
+                             fix="Restore the old file if you have a copy; leave runs.sqlite in place while a "
+                                 "run is going")
+
     # Columns added after the first schema: older stores get them in place (all nullable).
-    _ADDED_COLUMNS = {"runs": {"initial_hash": "TEXT REFERENCES blobs(hash)"},
+    _ADDED_COLUMNS = {"runs": {"initial_hash": "TEXT REFERENCES blobs(hash)", "pid_start": "TEXT"},
                       "benchmarks": {"label": "TEXT", "network_hash": "TEXT", "batch_size": "INTEGER"}}
 
     def _migrate(self) -> None:
@@ -237,6 +420,7 @@ class RunStore:
         self._conn.execute("BEGIN IMMEDIATE")
         try:
             yield self._conn
+            self.check_file()  # a commit into a deleted or replaced file would be lost unseen
         except BaseException:
             self._conn.execute("ROLLBACK")
             raise
@@ -252,10 +436,14 @@ class RunStore:
     def _get_blob(self, h: str) -> Any:
         row = self._conn.execute("SELECT data FROM blobs WHERE hash=?", (h,)).fetchone()
         if row is None:
-            raise InputError(f"the store is missing data {h[:12]}", source=str(self.path))
-        return json.loads(zlib.decompress(row[0]))
+            raise StoreError(f"the store is missing data {h[:12]}", source=str(self.path), fix=DOCTOR)
+        try:
+            return json.loads(zlib.decompress(row[0]))
+        except (zlib.error, TypeError, ValueError) as e:
+            raise StoreError(f"the store's data {h[:12]} is damaged ({e})", source=str(self.path), fix=DOCTOR) from None
 
     # -- runs ----------------------------------------------------------------------------------
+    @_guarded("write to")
     def create_run(self, problem: Problem, algorithm: str, params: dict, seed: int, *,
                    evaluations: int | None = None, seconds: float | None = None, label: str | None = None,
                    initial: np.ndarray | None = None) -> int:
@@ -270,12 +458,13 @@ class RunStore:
             cur = c.execute(
                 "INSERT INTO runs(created, updated, status, label, network_name, network_hash, devices_name, "
                 "devices_hash, problem, algorithm, params, seed, budget_evaluations, budget_seconds, host, pid, "
-                "initial_hash) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "initial_hash, pid_start) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (now, now, "running", label, problem.graph.name, nh, problem.devices.name, dh,
                  _dumps(problem_spec(problem)), algorithm, _dumps(params), int(seed), evaluations, seconds,
-                 socket.gethostname(), os.getpid(), ih))
+                 socket.gethostname(), os.getpid(), ih, process_start(os.getpid())))
             return int(cur.lastrowid)
 
+    @_guarded("read")
     def initial(self, run_id: int) -> np.ndarray | None:
         """The placements a run was seeded with, or None."""
         row = self._conn.execute("SELECT initial_hash FROM runs WHERE id=?", (int(run_id),)).fetchone()
@@ -285,6 +474,7 @@ class RunStore:
             return None
         return np.array(self._get_blob(row["initial_hash"]), dtype=np.int32)
 
+    @_guarded("read")
     def input_hashes(self, run_id: int) -> tuple[str, str]:
         """Content hashes of a run's network and device graph (equal hashes: the same problem inputs)."""
         row = self._conn.execute("SELECT network_hash, devices_hash FROM runs WHERE id=?", (int(run_id),)).fetchone()
@@ -292,6 +482,7 @@ class RunStore:
             self.get(run_id)
         return row["network_hash"], row["devices_hash"]
 
+    @_guarded("write to")
     def claim(self, run_id: int, expected: RunRecord | None = None) -> None:
         """Mark a run as running in this process again (resume).
 
@@ -299,8 +490,8 @@ class RunStore:
         unchanged: of two processes resuming the same run at once, one gets an InputError.
         """
         with self._tx() as c:
-            sql = "UPDATE runs SET status='running', pid=?, host=?, updated=?, error=NULL WHERE id=?"
-            args = [os.getpid(), socket.gethostname(), time.time(), run_id]
+            sql = "UPDATE runs SET status='running', pid=?, host=?, pid_start=?, updated=?, error=NULL WHERE id=?"
+            args = [os.getpid(), socket.gethostname(), process_start(os.getpid()), time.time(), run_id]
             if expected is not None:
                 sql += " AND status=? AND pid IS ? AND host IS ?"
                 args += [expected.status, expected.pid, expected.host]
@@ -309,9 +500,23 @@ class RunStore:
                 raise InputError(f"run {run_id} was just resumed by another process", field="--resume",
                                  fix="Let that process drive it; see `placement runs show` for its state")
 
+    def _owned(self, c, run_id: int) -> None:
+        """Raise unless this process still drives the run (it was not deleted, nor resumed elsewhere)."""
+        row = c.execute("SELECT status, pid, host FROM runs WHERE id=?", (int(run_id),)).fetchone()
+        if row is None:
+            raise StoreError(f"run {run_id} was deleted while this process was running it; its result is not "
+                             "stored", source=str(self.path), field="run")
+        if tuple(row) != ("running", os.getpid(), socket.gethostname()):
+            where = f"process {row[1]} on {row[2]}" if row[0] == "running" else f"it is now {row[0]}"
+            raise StoreError(f"run {run_id} was taken over by another process ({where}) while this process was "
+                             "running it; this process stops and stores nothing more", source=str(self.path),
+                             field="run")
+
+    @_guarded("write to")
     def checkpoint(self, run_id: int, state: dict) -> None:
         blob = zlib.compress(json.dumps(state, separators=(",", ":")).encode())
         with self._tx() as c:
+            self._owned(c, run_id)
             c.execute("INSERT INTO checkpoints VALUES(?,?,?,?) ON CONFLICT(run_id) DO UPDATE SET "
                       "evaluations=excluded.evaluations, updated=excluded.updated, state=excluded.state",
                       (run_id, int(state["evaluations"]), time.time(), blob))
@@ -320,10 +525,18 @@ class RunStore:
                        None if state["best_placement"] is None else _dumps(state["best_placement"]), time.time(),
                        run_id))
 
+    @_guarded("read")
     def load_checkpoint(self, run_id: int) -> dict | None:
         row = self._conn.execute("SELECT state FROM checkpoints WHERE run_id=?", (run_id,)).fetchone()
-        return None if row is None else json.loads(zlib.decompress(row[0]))
+        if row is None:
+            return None
+        try:
+            return json.loads(zlib.decompress(row[0]))
+        except (zlib.error, TypeError, ValueError) as e:
+            raise StoreError(f"run {run_id}'s checkpoint is damaged ({e})", source=str(self.path), field="run",
+                             fix=DOCTOR) from None
 
+    @_guarded("write to")
     def finish(self, run_id: int, result, status: str = "done") -> None:
         """Store the final result: best placement, history, archive; drop the checkpoint."""
         extras = {k: v for k, v in result.extras.items() if k != "archive"}
@@ -332,6 +545,7 @@ class RunStore:
             extras["archive_dimensions"] = [{"name": d.name, "label": d.label, "size": d.size}
                                             for d in archive.descriptors]
         with self._tx() as c:
+            self._owned(c, run_id)
             c.execute("UPDATE runs SET status=?, updated=?, evaluations=?, best_objective=?, best_placement=?, "
                       "wall_s=?, extras=? WHERE id=?",
                       (status, time.time(), int(result.evaluations), _finite(result.best_objective),
@@ -348,56 +562,121 @@ class RunStore:
             if status == "done":
                 c.execute("DELETE FROM checkpoints WHERE run_id=?", (run_id,))
 
+    @_guarded("write to")
     def fail(self, run_id: int, message: str) -> None:
+        """Mark the run failed, if this process still drives it (a run taken over stays with its new process)."""
         with self._tx() as c:
-            c.execute("UPDATE runs SET status='failed', error=?, updated=? WHERE id=?", (message, time.time(), run_id))
+            c.execute("UPDATE runs SET status='failed', error=?, updated=? WHERE id=? AND pid IS ? AND host IS ?",
+                      (message, time.time(), run_id, os.getpid(), socket.gethostname()))
 
+    @_guarded("write to")
     def stop(self, run_id: int) -> None:
+        """Mark the run stopped, if this process still drives it."""
         with self._tx() as c:
-            c.execute("UPDATE runs SET status='stopped', updated=? WHERE id=? AND status='running'",
-                      (time.time(), run_id))
+            c.execute("UPDATE runs SET status='stopped', updated=? WHERE id=? AND status='running' AND pid IS ? "
+                      "AND host IS ?", (time.time(), run_id, os.getpid(), socket.gethostname()))
 
-    def delete(self, run_id: int) -> None:
-        """Delete a run and everything stored with it; a run that is still running is refused."""
-        rec = self.get(run_id)
-        if rec.alive:
+    @_guarded("delete from")
+    def delete(self, run_id: int, force: bool = False) -> None:
+        """Delete a run and everything stored with it (a damaged one too).
+
+        A run that is still running is refused unless ``force`` (for a claim that cannot be
+        checked: a process on another host); the process driving it then stops at its next
+        checkpoint, storing nothing more.
+        """
+        rec = self.claim_of(run_id)
+        if rec.alive and not force:
             raise InputError(f"run {rec.id} is still running ({rec.where})", field="run",
-                             fix=f"{STOP_IT_FIRST} deleted")
+                             fix=f"{STOP_IT_FIRST} deleted (--force deletes it anyway, e.g. when it runs on a host "
+                                 "that is gone)")
         with self._tx() as c:
             # only as checked: a resume that claimed the run in between keeps it
             gone = c.execute("DELETE FROM runs WHERE id=? AND status=? AND pid IS ? AND host IS ?",
                              (rec.id, rec.status, rec.pid, rec.host)).rowcount
         if not gone:
-            self.get(run_id)
+            self.claim_of(run_id)
             raise InputError(f"run {rec.id} was resumed while it was being deleted", field="run",
                              fix=f"{STOP_IT_FIRST} deleted")
 
+    @_guarded("read")
+    def claim_of(self, run_id: int) -> RunRecord:
+        """Who drives a run: a record with its plain columns only (JSON cells unread), so a damaged run has one."""
+        row = self._conn.execute("SELECT id, created, updated, status, label, network_name, devices_name, "
+                                 "algorithm, seed, budget_evaluations, budget_seconds, evaluations, best_objective, "
+                                 "wall_s, error, host, pid, pid_start FROM runs WHERE id=?", (int(run_id),)).fetchone()
+        if row is None:
+            raise InputError(f"there is no run {run_id} in {self.path}", field="run",
+                             fix="See `placement runs list` for the run ids")
+        return RunRecord(problem={}, params={}, best_placement=None, extras={}, **dict(row))
+
     # -- reading -------------------------------------------------------------------------------
     def _record(self, row: sqlite3.Row) -> RunRecord:
+        """A row as a RunRecord; a cell that does not parse is a DamagedRun naming the run and the column."""
+        cells = {c: _json_cell(row, c, str(self.path)) for c in JSON_COLUMNS}
+        try:
+            best = None if cells["best_placement"] is None else np.array(cells["best_placement"], dtype=np.int32)
+        except (TypeError, ValueError, OverflowError):
+            raise DamagedRun(row["id"], "its best_placement is not a list of device indices", str(self.path)) from None
         return RunRecord(
             id=row["id"], created=row["created"], updated=row["updated"], status=row["status"], label=row["label"],
-            network_name=row["network_name"], devices_name=row["devices_name"], problem=json.loads(row["problem"]),
-            algorithm=row["algorithm"], params=json.loads(row["params"]), seed=row["seed"],
+            network_name=row["network_name"], devices_name=row["devices_name"], problem=cells["problem"],
+            algorithm=row["algorithm"], params=cells["params"], seed=row["seed"],
             budget_evaluations=row["budget_evaluations"], budget_seconds=row["budget_seconds"],
-            evaluations=row["evaluations"], best_objective=row["best_objective"],
-            best_placement=None if row["best_placement"] is None
-            else np.array(json.loads(row["best_placement"]), dtype=np.int32),
-            wall_s=row["wall_s"], extras=json.loads(row["extras"]) if row["extras"] else {}, error=row["error"],
-            host=row["host"], pid=row["pid"])
+            evaluations=row["evaluations"], best_objective=row["best_objective"], best_placement=best,
+            wall_s=row["wall_s"], extras=cells["extras"] or {}, error=row["error"],
+            host=row["host"], pid=row["pid"], pid_start=row["pid_start"])
 
     def runs(self, status: str | None = None, limit: int | None = None) -> list[RunRecord]:
+        """Stored runs, newest first; damaged ones are left out (:meth:`runs_checked` names them)."""
+        return self.runs_checked(status, limit)[0]
+
+    @_guarded("read")
+    def runs_checked(self, status: str | None = None,
+                     limit: int | None = None) -> tuple[list[RunRecord], list[DamagedRun]]:
+        """(readable runs newest first, damaged runs): one bad cell or page costs only the runs it holds."""
         sql = "SELECT * FROM runs" + (" WHERE status=?" if status else "") + " ORDER BY id DESC"
         if limit:
             sql += f" LIMIT {int(limit)}"
-        return [self._record(r) for r in self._conn.execute(sql, (status,) if status else ())]
+        try:
+            rows = self._conn.execute(sql, (status,) if status else ()).fetchall()
+        except sqlite3.DatabaseError as e:
+            if isinstance(e, sqlite3.OperationalError) and "malformed" not in str(e):
+                raise
+            rows = None  # a damaged page: read the runs one at a time
+        records, damaged = [], []
+        if rows is None:
+            rows = []
+            for run_id in sorted(run_ids(self._conn), reverse=True):
+                try:
+                    row = self._conn.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
+                except sqlite3.DatabaseError as e:
+                    damaged.append(DamagedRun(run_id, f"its row cannot be read ({e})", str(self.path)))
+                    continue
+                if row is not None and (not status or row["status"] == status):
+                    rows.append(row)
+                if limit and len(rows) >= limit:
+                    break
+        for row in rows:
+            try:
+                records.append(self._record(row))
+            except DamagedRun as e:
+                damaged.append(e)
+        return records, damaged
 
+    @_guarded("read")
     def get(self, run_id: int) -> RunRecord:
-        row = self._conn.execute("SELECT * FROM runs WHERE id=?", (int(run_id),)).fetchone()
+        try:
+            row = self._conn.execute("SELECT * FROM runs WHERE id=?", (int(run_id),)).fetchone()
+        except sqlite3.DatabaseError as e:
+            if isinstance(e, sqlite3.OperationalError) and "malformed" not in str(e):
+                raise
+            raise DamagedRun(int(run_id), f"its row cannot be read ({e})", str(self.path)) from None
         if row is None:
             raise InputError(f"there is no run {run_id} in {self.path}", field="run",
                              fix="See `placement runs list` for the run ids")
         return self._record(row)
 
+    @_guarded("read")
     def history(self, run_id: int) -> np.ndarray:
         rows = self._conn.execute("SELECT evaluations, best, current FROM history WHERE run_id=? ORDER BY evaluations",
                                   (run_id,)).fetchall()
@@ -406,17 +685,20 @@ class RunStore:
             rows = state["history"] if state else []
         return np.array([tuple(r) for r in rows], dtype=float).reshape(-1, 3)
 
+    @_guarded("read")
     def archive_rows(self, run_id: int) -> list[dict]:
         return [{"niche": tuple(json.loads(r["niche"])), "objective": r["objective"],
                  "descriptors": tuple(json.loads(r["descriptors"])),
                  "placement": np.array(json.loads(r["placement"]), dtype=np.int32)}
                 for r in self._conn.execute("SELECT * FROM archive WHERE run_id=? ORDER BY objective", (run_id,))]
 
+    @_guarded("read")
     def archive_sizes(self) -> dict[int, int]:
         """run id -> number of stored elites, for the runs that have an archive."""
         return {int(r[0]): int(r[1]) for r in
                 self._conn.execute("SELECT run_id, COUNT(*) FROM archive GROUP BY run_id")}
 
+    @_guarded("read")
     def problem(self, run_id: int) -> Problem:
         row = self._conn.execute("SELECT network_hash, devices_hash, problem FROM runs WHERE id=?",
                                  (int(run_id),)).fetchone()
@@ -427,6 +709,7 @@ class RunStore:
         return problem_from_spec(json.loads(row["problem"]), graph, devices)
 
     # -- benchmarks ----------------------------------------------------------------------------
+    @_guarded("write to")
     def add_benchmark(self, *, network_name: str, devices_spec: str, runner: str, placement: dict,
                       simulated_s: float | None, measured_median_s: float | None, result: dict,
                       run_id: int | None = None, label: str | None = None, network_hash: str | None = None,
@@ -441,6 +724,7 @@ class RunStore:
                              _dumps(machine_info()), _dumps(_jsonable(result)), label, network_hash, batch_size))
             return int(cur.lastrowid)
 
+    @_guarded("read")
     def benchmarks(self, network_name: str | None = None, *, run_id: int | None = None,
                    network_hash: str | None = None) -> list[dict]:
         """Stored measurements, oldest first, optionally only those of one network / run / network content."""
@@ -458,9 +742,52 @@ class RunStore:
             out.append(d)
         return out
 
+    @_guarded("write to")
     def delete_benchmarks(self, ids: list[int]) -> None:
         with self._tx() as c:
             c.executemany("DELETE FROM benchmarks WHERE id=?", [(int(i),) for i in ids])
+
+
+def _json_cell(row: sqlite3.Row, column: str, path: str) -> Any:
+    text = row[column]
+    if text is None:
+        if column in ("problem", "params"):
+            raise DamagedRun(row["id"], f"its {column} is missing", path)
+        return None
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError) as e:
+        raise DamagedRun(row["id"], f"its {column} is not valid JSON ({e})", path) from None
+    if column != "best_placement" and not isinstance(value, dict):
+        raise DamagedRun(row["id"], f"its {column} is not a JSON object", path)
+    return value
+
+
+def run_ids(conn: sqlite3.Connection) -> set[int]:
+    """Every run id that can be found, even when pages of the runs table are damaged.
+
+    The table's own scan stops at the first bad page; the status index, the tables that
+    refer to runs and, as a last resort, the id counter are separate pages, so together
+    they still name the runs on a damaged page (whose rows then fail to read, one by one).
+    """
+    ids: set[int] = set()
+    listed = False  # the table or its index gave every id
+    for sql in ("SELECT id FROM runs", "SELECT id FROM runs INDEXED BY runs_by_status",
+                "SELECT run_id FROM checkpoints", "SELECT DISTINCT run_id FROM history",
+                "SELECT DISTINCT run_id FROM archive"):
+        try:
+            found = [i for (i,) in conn.execute(sql) if isinstance(i, int)]
+        except sqlite3.DatabaseError:
+            continue
+        ids.update(found)
+        listed = listed or sql.startswith("SELECT id FROM runs")
+    if not listed:
+        try:
+            row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name='runs'").fetchone()
+            ids.update(range(1, min(int(row[0]), 1_000_000) + 1) if row else ())
+        except (sqlite3.DatabaseError, TypeError, ValueError):
+            pass
+    return ids
 
 
 def _finite_or_none(x) -> float | None:

@@ -327,9 +327,10 @@ def test_a_running_run_is_neither_deleted_nor_resumed_twice(capsys, tmp_path, pr
         code, out, err = cli(capsys, *argv, "--home", str(tmp_path))
         assert code == 2 and out == "" and err.count("\n") == 1
         assert f"run {run_id} is still running (process {os.getpid()} on {socket.gethostname()})" in err
+        force = "--force deletes it anyway" if action == "deleted" else "--force takes it over anyway"
         assert err.rstrip().endswith("Stop it first (Ctrl-C where it runs, or Stop on the dashboard's Optimize page) "
                                      f"or wait until it finishes; a run whose process is gone shows as interrupted "
-                                     f"and can be {action}")
+                                     f"and can be {action} ({force}, e.g. when it runs on a host that is gone)")
     # a run on another host cannot be checked: refused as well, naming where it runs
     _set_process(tmp_path, run_id, 4242, host="elsewhere")
     code, _, err = cli(capsys, "runs", "delete", str(run_id), "--home", str(tmp_path))

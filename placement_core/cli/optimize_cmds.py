@@ -36,6 +36,9 @@ def register(sub) -> None:
     p.add_argument("--resume", type=run_id_arg, metavar="RUN_ID",
                    help="continue a stopped or interrupted stored run from its last checkpoint (the problem, "
                         "algorithm and budget are the run's own)")
+    p.add_argument("--force", action="store_true",
+                   help="with --resume: take over a run that claims to be running (its process on another host, say); "
+                        "a process still driving it stops at its next checkpoint")
     p.add_argument("--no-store", action="store_true", help="do not record the run in the run store")
     p.add_argument("--label", type=note, help="a note stored with the run (plain text, at most 1,000 characters)")
     p.add_argument("--home", metavar="DIR", help="data directory (default $PLACEMENT_HOME or ~/.placement)")
@@ -146,7 +149,8 @@ def cmd_optimize(args) -> int:
         with RunStore(home=args.home) as store:
             problem = store.problem(args.resume)
             run_id = args.resume
-            result = resume_run(store, args.resume, workers=args.workers, dask=args.dask, progress=bar)
+            result = resume_run(store, args.resume, workers=args.workers, dask=args.dask, progress=bar,
+                                force=args.force)
     else:
         missing = [f"--{k}" for k in ("network", "devices", "algorithm") if getattr(args, k) is None]
         if missing:

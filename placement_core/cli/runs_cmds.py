@@ -8,7 +8,7 @@ import sys
 import time
 
 from ..exports import RUN_EXPORTS as FORMATS
-from .common import human_seconds, print_json, table
+from .common import human_seconds, print_json, printable, table
 from .validate import check_output_file, run_id, write_output_bytes
 
 EXPORTS = tuple(FORMATS)
@@ -45,7 +45,20 @@ def register(sub) -> None:
     p = rsub.add_parser("delete", help="delete a run and everything stored with it (not while it runs)")
     add_home(p)
     p.add_argument("run", type=run_id)
+    p.add_argument("--force", action="store_true",
+                   help="delete a run that claims to be running (its process on a host that is gone, say); a process "
+                        "still driving it stops at its next checkpoint")
     p.set_defaults(handler=cmd_delete)
+    p = rsub.add_parser("doctor", help="check the run store and salvage what can be read into a new file",
+                        description="Check runs.sqlite (SQLite's integrity check, then every run and benchmark read "
+                                    "on its own). When something is damaged, copy every readable run (ids "
+                                    "unchanged) and benchmark into a new store file next to it; the damaged file is "
+                                    "only read, never changed. Exit status 0: no problems; 3: damage found.")
+    add_home(p)
+    p.add_argument("--out", metavar="FILE", help="the new store file (default: runs-salvaged-DATE-TIME.sqlite next "
+                                                 "to runs.sqlite; never an existing file)")
+    p.add_argument("--check-only", action="store_true", help="report, but write no salvaged store")
+    p.set_defaults(handler=cmd_doctor)
     p = rsub.add_parser("benchmarks", help="every stored benchmark as CSV (from `placement benchmark` and the "
                                            "dashboard), for comparing placements measured for real",
                         description="Write every stored measurement (optionally of one network) as CSV: benchmark, "
@@ -64,19 +77,25 @@ def open_store(args):
 
 def cmd_list(args) -> int:
     with open_store(args) as store:
-        runs = store.runs(status=args.status)
+        runs, damaged = store.runs_checked(status=args.status)
         rows = [{"id": r.id, "status": r.display_status, "algorithm": r.algorithm, "network": r.network_name,
                  "devices": r.devices_name, "evaluations": r.evaluations, "budget": r.budget_evaluations,
                  "best_objective_s": r.best_objective, "created": time.strftime("%Y-%m-%d %H:%M",
                                                                                 time.localtime(r.created)),
                  "label": r.label} for r in runs]
+    for d in damaged:  # the rest is listed; each damaged run is named once, with the way out
+        rows.append({"id": d.run_id, "status": "damaged", "algorithm": "?", "network": "?", "devices": "?",
+                     "evaluations": None, "budget": None, "best_objective_s": None, "created": "?", "label": None,
+                     "error": d.why})
+        print(f"warning: {printable(d.message)}", file=sys.stderr)
+    rows.sort(key=lambda r: -r["id"])
     if args.json:
         print_json(rows)
     elif not rows:
         print(f"no runs stored yet in {store.path}")
     else:
-        print(table([[r["id"], r["status"], r["algorithm"], r["network"], r["devices"],
-                      f"{r['evaluations']}/{r['budget'] or '-'}",
+        print(table([[r["id"], r["status"], printable(r["algorithm"]), printable(r["network"]), printable(r["devices"]),
+                      "?" if r["evaluations"] is None else f"{r['evaluations']}/{r['budget'] or '-'}",
                       "-" if r["best_objective_s"] is None else f"{r['best_objective_s']:.6g}", r["created"]]
                      for r in rows], ["id", "status", "algorithm", "network", "devices", "evaluations", "best (s)",
                                       "created"], right=(0, 5, 6)))
@@ -137,6 +156,16 @@ def cmd_benchmarks(args) -> int:
 
 def cmd_delete(args) -> int:
     with open_store(args) as store:
-        store.delete(args.run)
+        store.delete(args.run, force=args.force)
     print(f"deleted run {args.run}")
     return 0
+
+
+def cmd_doctor(args) -> int:
+    from ..store import home_dir
+    from ..store_doctor import examine
+    out = check_output_file(args.out, "--out", "runs-salvaged.sqlite") if args.out is not None else None
+    report = examine(home_dir(args.home) / "runs.sqlite", out, salvage=not args.check_only)
+    for line in report.lines():
+        print(printable(line))
+    return 0 if report.healthy else 3
