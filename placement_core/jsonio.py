@@ -26,6 +26,9 @@ _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character de
 
 def check_path_name(spec: str | os.PathLike, field: str | None = None) -> None:
     """Refuse a path with a component too long for any file system, before the OS fails on it."""
+    if "\x00" in os.fspath(spec):
+        raise InputError("contains a NUL character, which no path can hold", source=os.fspath(spec),
+                         field=field, fix="Check the path")
     for part in Path(spec).parts:
         size = len(os.fsencode(part))
         if size > MAX_NAME_BYTES:

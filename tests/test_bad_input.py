@@ -478,3 +478,13 @@ def test_user_presets_are_escaped_in_the_device_list(capsys, tmp_path, monkeypat
     assert code == 0, err
     assert "\x1b" not in out and "\x07" not in out
     assert "my\\x1b]0;t\\x07" in out and "cpu\\x1b[2J, gpu0" in out
+
+
+def test_nul_in_a_path():
+    """A NUL (possible from the dashboard or a library caller, never from argv) raised ValueError from os.stat."""
+    from placement_core.catalog import load_devices, load_network
+    from placement_core.jsonio import read_json
+    for load in (read_json, load_network, load_devices):
+        with pytest.raises(InputError) as e:
+            load("net\x00.json")
+        assert "net\\x00.json" in e.value.message and "contains a NUL character" in e.value.message
