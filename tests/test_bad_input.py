@@ -11,7 +11,6 @@ import resource
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from placement_core.catalog import devices_from_data, network_from_data
