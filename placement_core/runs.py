@@ -109,7 +109,7 @@ def _drive(store, run_id, optimizer, evaluations, seconds, state, evaluator, own
 
 
 def _lost(run_id: int, e: StoreError) -> StoreError:
-    problem = e.problem if e.problem.startswith(f"run {run_id} ") else f"run {run_id} is not stored: {e.problem}"
+    problem = e.problem if e.problem.startswith(f"run {run_id} ") else f"run {run_id} stopped: {e.problem}"
     return StoreError(problem, source=e.source, fix=e.fix)
 
 

@@ -186,7 +186,7 @@ def test_a_store_deleted_or_replaced_under_a_running_optimization_fails_that_run
     with RunStore(home=tmp_path) as store:
         with pytest.raises(StoreError) as e:
             start_run(store, problem, "random", evaluations=400, checkpoint_every=50, progress=meddle)
-    assert e.value.message.startswith(f"{path}: run 1 is not stored: the run store was deleted or replaced while "
+    assert e.value.message.startswith(f"{path}: run 1 stopped: the run store was deleted or replaced while "
                                       "this process was using it")
     if how == "replaced":
         with RunStore(home=tmp_path) as store:
