@@ -12,6 +12,48 @@ SCALES = {"clipped": "clipped to the elites that fit", "log": "log", "linear": "
 s = state.ss()
 
 
+def map_section(run, pick_key) -> None:
+    """The archive as a heatmap over two chosen dimensions; a click on a cell inspects its elite."""
+    archive = run.archive
+    dims = list(range(len(archive.descriptors)))
+    labels = {i: archive.descriptors[i].label for i in dims}
+    names = [d.name for d in archive.descriptors]
+    dx = names.index("cross_device_edges") if "cross_device_edges" in names else 0
+    dy = names.index("most_used_device") if "most_used_device" in names else (1 if dx == 0 else 0)
+    c1, c2, c3 = st.columns([2, 2, 3])
+    x_key = ui.persist(f"arch_x_{run.key}", dims)
+    s.setdefault(x_key, dx)
+    x_dim = c1.selectbox("Columns", dims, format_func=labels.get, key=x_key)
+    y_options = [i for i in dims if i != x_dim]
+    y_key = ui.persist(f"arch_y_{run.key}", y_options)
+    s.setdefault(y_key, dy if dy in y_options else y_options[0])
+    y_dim = c2.selectbox("Rows", y_options, format_func=labels.get, key=y_key)
+    s.setdefault(ui.persist("arch_scale", list(SCALES)), "clipped")
+    scale = c3.radio("Colour scale", list(SCALES), format_func=SCALES.get, key="arch_scale", horizontal=True,
+                     help="Clipped: the colours span the elites that fit in memory (up to their 95th "
+                          "percentile); slower cells, e.g. placements penalised for exceeding memory, take "
+                          "the top colour and a ▲. Log: every cell on a logarithmic scale. Hover a cell for "
+                          "its true objective.")
+    heat = archive_heatmap(archive, x_dim, y_dim, fits=fits_in_memory(archive))
+    others = [labels[i] for i in dims if i not in (x_dim, y_dim)]
+    picked = s[pick_key]
+    st.markdown("##### Map of the archive")
+    st.caption(f"Each cell: the best elite over {', '.join(others) or 'nothing else'}; darker is slower; grey "
+               "cells with a dot are empty niches. Click a cell to inspect its elite (outlined in red), or "
+               "choose one from the list below.")
+    event = st.plotly_chart(charts.heatmap_figure(heat, (picked[y_dim], picked[x_dim]), scale),
+                            key=f"arch_heat_{run.key}", on_select="rerun", selection_mode="points",
+                            config={"displaylogo": False})
+    points = ((event or {}).get("selection") or {}).get("points") or []
+    for point in points:
+        cell = clicked_cell(point, heat.cells(), heat.z.shape)
+        if cell is not None and heat.niche[cell[0]][cell[1]] is not None:
+            if heat.niche[cell[0]][cell[1]] != picked:
+                s[pick_key] = heat.niche[cell[0]][cell[1]]
+                st.rerun()
+            break
+
+
 def archive_section(run, ranked, rank_of, pick_key) -> None:
     """Metrics, the map (click a cell) and the inspected elite."""
     archive, problem, options = run.archive, run.archive.problem, [e.niche for e in ranked]
@@ -23,43 +65,7 @@ def archive_section(run, ranked, rank_of, pick_key) -> None:
         c[2].metric("Best objective", fmt_seconds(ranked[0].objective))
         c[3].metric("Evaluations", f"{run.evaluations:,}")
 
-        dims = list(range(len(archive.descriptors)))
-        labels = {i: archive.descriptors[i].label for i in dims}
-        names = [d.name for d in archive.descriptors]
-        dx = names.index("cross_device_edges") if "cross_device_edges" in names else 0
-        dy = names.index("most_used_device") if "most_used_device" in names else (1 if dx == 0 else 0)
-        c1, c2, c3 = st.columns([2, 2, 3])
-        x_key = ui.persist(f"arch_x_{run.key}", dims)
-        s.setdefault(x_key, dx)
-        x_dim = c1.selectbox("Columns", dims, format_func=labels.get, key=x_key)
-        y_options = [i for i in dims if i != x_dim]
-        y_key = ui.persist(f"arch_y_{run.key}", y_options)
-        s.setdefault(y_key, dy if dy in y_options else y_options[0])
-        y_dim = c2.selectbox("Rows", y_options, format_func=labels.get, key=y_key)
-        s.setdefault(ui.persist("arch_scale", list(SCALES)), "clipped")
-        scale = c3.radio("Colour scale", list(SCALES), format_func=SCALES.get, key="arch_scale", horizontal=True,
-                         help="Clipped: the colours span the elites that fit in memory (up to their 95th "
-                              "percentile); slower cells, e.g. placements penalised for exceeding memory, take "
-                              "the top colour and a ▲. Log: every cell on a logarithmic scale. Hover a cell for "
-                              "its true objective.")
-        heat = archive_heatmap(archive, x_dim, y_dim, fits=fits_in_memory(archive))
-        others = [labels[i] for i in dims if i not in (x_dim, y_dim)]
-        picked = s[pick_key]
-        st.markdown("##### Map of the archive")
-        st.caption(f"Each cell: the best elite over {', '.join(others) or 'nothing else'}; darker is slower; grey "
-                   "cells with a dot are empty niches. Click a cell to inspect its elite (outlined in red), or "
-                   "choose one from the list below.")
-        event = st.plotly_chart(charts.heatmap_figure(heat, (picked[y_dim], picked[x_dim]), scale),
-                                key=f"arch_heat_{run.key}", on_select="rerun", selection_mode="points",
-                                config={"displaylogo": False})
-        points = ((event or {}).get("selection") or {}).get("points") or []
-        for point in points:
-            cell = clicked_cell(point, heat.cells(), heat.z.shape)
-            if cell is not None and heat.niche[cell[0]][cell[1]] is not None:
-                if heat.niche[cell[0]][cell[1]] != picked:
-                    s[pick_key] = heat.niche[cell[0]][cell[1]]
-                    st.rerun()
-                break
+        map_section(run, pick_key)  # MAP-Elites archives have two dimensions or more
 
         niche = st.selectbox("Elite", options, key=pick_key,
                              format_func=lambda n: f"#{rank_of[n]} · {fmt_seconds(archive.elites[n].objective)} · "

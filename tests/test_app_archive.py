@@ -257,3 +257,26 @@ def test_use_an_elite_and_open_its_trace(with_archive):
     assert at.title[0].value == "Trace"
     assert at.session_state["placement_label"] == f"elite #2 of {run.name}"
     assert (at.session_state["placement"] == ranked[1].placement).all()
+
+
+
+def test_one_bin_of_cross_device_edges_draws():
+    """cross_edge_bins = 1 (allowed): the old axis labels divided by bins - 1."""
+    from placement_core import Problem, load_devices, load_network
+    from placement_core.runs import start_run
+    from placement_core.store import RunStore
+
+    problem = Problem(load_network("resnet50"), load_devices("malvik-4gpu"))
+    with RunStore() as store:
+        run_id, result = start_run(store, problem, "map-elites", evaluations=300, seed=2,
+                                   params={"cross_edge_bins": 1})
+    at = start()
+    goto(at, "archive")
+    assert_clean(at)
+    layout = figures(at)[0]["layout"]
+    assert layout["xaxis"]["ticktext"] == ["0–191"]  # every count of ResNet-50's 191 edges in one bin
+    ranked = result.archive.ranked()
+    at.selectbox(key=f"arch_pick_stored:{run_id}").set_value(ranked[-1].niche).run()
+    assert_clean(at)
+    assert f"**Elite #{len(ranked)}**" in text(at)
+    assert at.selectbox(key=f"cmp_a_stored:{run_id}").value == f"elite #{len(ranked)}"

@@ -74,6 +74,12 @@ def test_cross_device_edge_bins_are_labelled_with_the_counts_they_hold():
         assert int(lo) <= v <= int(hi or lo), (v, b, labels[b])
 
 
+def test_a_single_cross_edge_bin_holds_every_count():
+    p = problem([op("a"), op("b", ["a"]), op("c", ["b"])], devices(2))
+    edges = CrossDeviceEdges(p, bins=1)
+    assert bin_labels(Archive(p, [edges]), edges) == ["0–2"]
+
+
 def test_a_bin_no_count_reaches_is_labelled_none():
     p = problem([op("a"), op("b", ["a"]), op("c", ["b"])], devices(2))
     edges = CrossDeviceEdges(p, bins=5)  # 2 edges over 5 bins: counts 0, 1, 2 -> bins 0, 2, 4

@@ -40,14 +40,14 @@ def elite_label(archive: Archive, elite: Elite) -> str:
     """``gpu0-heavy · 2 devices used · 14 cross-device edges`` style one-liner."""
     parts = []
     for d, b, v in zip(archive.descriptors, elite.niche, elite.descriptors):
-        ticks = d.tick_labels(archive.problem)
         if d.name == "most_used_device":
-            parts.append(f"mostly {ticks[b]}")
+            parts.append(f"mostly {archive.problem.devices.names[b]}")
         elif d.name == "cross_device_edges":
             parts.append(f"{int(v)} cross-device edges")
         elif d.name == "devices_used":
             parts.append(f"{int(v)} device{'s' if int(v) != 1 else ''} used")
         else:
+            ticks = bin_labels(archive, d)
             parts.append(f"{d.label} {ticks[b] if 0 <= b < len(ticks) else b}")
     return " · ".join(parts)
 
@@ -59,7 +59,7 @@ def bin_labels(archive: Archive, descriptor: Descriptor) -> list[str]:
     Cross-device edges are binned as ``rint(edges / max_edges * (bins - 1))``, so a bin holds several counts;
     a bare bin index (or its lower end) would misstate them.
     """
-    if descriptor.name == "cross_device_edges" and hasattr(descriptor, "max_edges") and descriptor.size > 1:
+    if descriptor.name == "cross_device_edges" and hasattr(descriptor, "max_edges"):
         top = int(descriptor.max_edges)
         values = np.arange(top + 1)
         bins = np.rint(values / top * (descriptor.size - 1)).astype(int)
