@@ -9,6 +9,7 @@ from dashboard.traceview import placement_picker, trace_view
 from placement_core import placement_to_dict
 from placement_core.analysis import fmt_bytes, fmt_seconds
 from placement_core.simulate.chrome import chrome_trace
+from placement_core.simulate.tracesize import estimate_trace_events
 
 ui.header("Trace", "What the simulator did with the current placement: every op on its device and every "
           "tensor on its link, over time. Forward passes are drawn in a batch's colour, backward passes lighter; "
@@ -48,8 +49,20 @@ with ui.guarded("the settings"):
                        "use them, and so do new optimization runs.")
         c3.button("Back to the shared settings", key="trace_drop", on_click=_drop, icon=":material/undo:")
 
+DRAWABLE_EVENTS = 200_000  # a Gantt chart beyond this takes the browser minutes to draw (and GBs to hold)
+
 with ui.guarded("the trace"):
     problem = state.problem_for(sim)
+    quick = state.simulate(problem, state.current_placement())  # the fast kernel: how big the trace would be
+    events = estimate_trace_events(problem, quick.result)
+    if events > DRAWABLE_EVENTS:
+        per_batch = max(events // max(int(sim["batches"]), 1), 1)
+        st.warning(f"This step would be a trace of about {events:,} events, too many to draw here (at most "
+                   f"{DRAWABLE_EVENTS:,}): it takes {fmt_seconds(quick.result.batch_time)} per batch "
+                   f"({fmt_seconds(quick.result.makespan)} for {sim['batches']} batches). Lower the batches to "
+                   f"at most {max(DRAWABLE_EVENTS // per_batch, 1):,} to see it, or write the trace to a file "
+                   "with `placement simulate --trace`.", icon=":material/warning:")
+        st.stop()
     view = trace_view(problem, state.current_placement(), sim)
     ev, res = view["evaluation"], view["evaluation"].result
     m = st.columns(5)

@@ -173,3 +173,15 @@ def test_message_overhead_is_drawn_as_thin_grey_bars_on_the_device_rows():
     assert any(h.startswith("<b>receive from ") for h in hover)
     every = [t for t in fig["data"] if t.get("mode") == "markers"]
     assert sum(len(t["hovertext"]) for t in every) == int(metrics(at)["Events"].replace(",", ""))
+
+
+def test_a_trace_too_large_to_draw_is_refused_with_the_batches_that_fit():
+    """1,000 batches of ResNet-50 all on gpu0: 176 + 176 + 107 ops' tasks and their memory counters per batch
+    (2 × 459 events) plus a few metadata rows: about 918,000 events, far more than the page draws."""
+    from apptest_util import goto, start
+    at = goto(start(), "trace")
+    at.number_input(key="trace_batches").set_value(1000).run()
+    [w] = [w.value for w in at.warning if "too many to draw" in w.value]
+    assert "about 918,0" in w and "at most 217 to see it" in w
+    assert not at.exception
+    assert not [f for f in at.get("plotly_chart")]
