@@ -26,8 +26,14 @@ def _hide_statuses(statuses: list[str]) -> None:
 
 run_id = None
 with ui.guarded("the run store"), stored.open_store() as store:
-    records = store.runs()
+    records, damaged = store.runs_checked()
     st.caption(f"Store: `{store.path}` (set `PLACEMENT_HOME` to use another folder).")
+    if damaged:  # one bad row or page costs only its runs: say which, and how to salvage the rest
+        st.warning(f"{len(damaged)} stored run(s) cannot be read and are not listed: "
+                   + ", ".join(f"run {d.run_id} ({ui.esc(d.why)})" for d in damaged[:10])
+                   + (f" and {len(damaged) - 10} more" if len(damaged) > 10 else "")
+                   + ". `placement runs doctor` checks the store and copies every readable run into a new file "
+                     "beside it; `placement runs delete ID` removes one damaged run.", icon=":material/warning:")
     if not records:
         st.info("No stored runs yet. Start one on the Optimize page, or with `placement optimize` on the command "
                 "line; both record it here.", icon=":material/info:")

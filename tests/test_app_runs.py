@@ -380,3 +380,26 @@ def test_a_hostile_network_name_stays_text_in_the_comparison():
     # Plotly renders tags in legend and hover names: the name arrives escaped
     assert fig["data"][0]["name"] == f"run {first} · Random search · &lt;img src=x onerror=alert(1)&gt; *net*"
     assert diff_rows(at)["network"] == ("alexnet", name)  # a dataframe shows text as it is
+
+
+def test_a_damaged_run_is_named_and_the_others_listed(tmp_path, monkeypatch):
+    """Garbage in one run's JSON cell: the Runs page lists the other two and names the damaged one."""
+    import sqlite3
+
+    from apptest_util import goto, start
+
+    from placement_core import Problem, load_devices, load_network
+    from placement_core.store import RunStore
+
+    monkeypatch.setenv("PLACEMENT_HOME", str(tmp_path))
+    problem = Problem(load_network("alexnet"), load_devices("malvik"))
+    with RunStore(home=tmp_path) as store:
+        ids = [store.create_run(problem, "random", {}, seed, evaluations=10) for seed in range(3)]
+    with sqlite3.connect(tmp_path / "runs.sqlite") as c:
+        c.execute("UPDATE runs SET params='{not json' WHERE id=?", (ids[1],))
+    at = goto(start(), "runs")
+    assert not at.exception
+    [w] = [w.value for w in at.warning if "cannot be read" in w.value]
+    assert w.startswith(f"1 stored run(s) cannot be read and are not listed: run {ids[1]} (") and "runs doctor" in w
+    listed = at.dataframe[0].value["run"].tolist()
+    assert listed == [ids[2], ids[0]]
