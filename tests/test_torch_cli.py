@@ -130,6 +130,14 @@ def test_calibrate_then_e5(capsys, tmp_path, monkeypatch):
     (["benchmark", "--model", SMALL, "--input-shape", "2,3,8,8", "--placement", "single:cpu0",
       "--devices", "cpu", "--memory-limit", "lots"], "expected a size"),
     (["experiment", "e9"], "invalid choice"),
+    (["benchmark", "--model", SMALL, "--devices", "cpu"], "nothing to measure"),
+    (["benchmark", "--model", SMALL, "--input-shape", "2,3,8,8", "--placement", "single:cpu0", "--devices", "cpu",
+      "--top", "3"], "--top: --top goes with --run"),
+    (["benchmark", "--model", SMALL, "--run", "1", "--placement", "single:cpu0", "--devices", "cpu"],
+     "either --placement or --run"),
+    (["benchmark", "--model", SMALL, "--run", "99", "--devices", "cpu"], "there is no run 99"),
+    (["calibrate", "--model", SMALL, "--input-shape", "2,3,8,8", "--devices", "cpu", "--max-transfer", "2kB"],
+     "--max-transfer must be at least 3.16 kB"),
     # output paths and numbers are checked before any tracing, measuring or benchmarking
     (["import-model", SMALL, "--input-shape", "2,3,8,8", "--out", "/nonexistent/x.json"],
      "--out: the folder '/nonexistent' does not exist"),
@@ -175,3 +183,96 @@ def test_exprimo_placement_keys_that_are_not_ops_are_ignored_with_a_note(capsys,
     assert "note: 2 key(s) of the placement file are not ops" in err
     assert set(json.loads(out_file.read_text())["ops"].values()) == {"cpu"}
 
+
+
+def _columns(text: str) -> list[dict]:
+    """Rows of a `table` printout, split at the columns its dashed line marks (labels hold spaces)."""
+    lines = text.splitlines()
+    k = next(i for i, line in enumerate(lines) if line.startswith("---"))
+    spans, pos = [], 0
+    for dashes in lines[k].split("  "):
+        spans.append((pos, pos + len(dashes)))
+        pos += len(dashes) + 2
+    cut = lambda line: [line[a:b].strip() for a, b in spans[:-1]] + [line[spans[-1][0]:].strip()]  # noqa: E731
+    header = cut(lines[k - 1])
+    rows = []
+    for line in lines[k + 1:]:
+        if not line.strip() or line.startswith("Kendall"):
+            break
+        rows.append(dict(zip(header, cut(line))))
+    return rows
+
+
+def _tau_by_counting(x, y) -> float:
+    """Kendall's tau-b from the pairs, written out: (concordant - discordant) / sqrt(untied x * untied y)."""
+    import math
+    c = d = tx = ty = 0
+    for i in range(len(x)):
+        for j in range(i + 1, len(x)):
+            sx, sy = (x[i] > x[j]) - (x[i] < x[j]), (y[i] > y[j]) - (y[i] < y[j])
+            c += sx * sy > 0
+            d += sx * sy < 0
+            tx += sx != 0
+            ty += sy != 0
+    return (c - d) / math.sqrt(tx * ty)
+
+
+def test_benchmark_the_top_k_of_a_stored_run(capsys, tmp_path):
+    """`benchmark --run ID --top K`: the K best distinct placements of a MAP-Elites run, ordered by simulated
+    objective, measured, ranked both ways with Kendall tau, and stored with the run."""
+    pytest.importorskip("torch")
+    import csv
+    import io
+
+    import numpy as np
+
+    from placement_core.store import RunStore
+
+    net = tmp_path / "small.json"
+    assert run(capsys, "import-model", SMALL, "--input-shape", "1,3,8,8", "--batch-size", "4", "--out", net)[0] == 0
+    code, out, err = run(capsys, "optimize", "--network", net, "--devices", "malvik", "--algorithm", "map-elites",
+                         "--budget", "300", "--seed", "1")
+    assert code == 0, err
+    with RunStore() as store:
+        [rec] = store.runs()
+        problem = store.problem(rec.id)
+        # brute force: every placement the run keeps, simulated again, distinct, best first
+        kept = [rec.best_placement] + [r["placement"] for r in store.archive_rows(rec.id)]
+    objectives = sorted(problem.evaluate(x) for x in {tuple(map(int, x)) for x in kept})
+    code, out, err = run(capsys, "benchmark", "--model", SMALL, "--run", rec.id, "--top", "3", "--devices", "cpu:2",
+                         "--map", "cpu0=cpu0,gpu0=cpu1,gpu1=cpu1", "--steps", "2", "--warmup", "1")
+    assert code == 0, err
+    rows = _columns(out)
+    assert [r["simulated rank"] for r in rows] == ["1", "2", "3"] and rows[0]["placement"] == f"best of run {rec.id}"
+    sim = [float(r["simulated objective (ms)"]) for r in rows]
+    mea = [float(r["measured median (ms)"]) for r in rows]
+    assert sim == pytest.approx([o * 1e3 for o in objectives[:3]], rel=1e-8)
+    assert [int(r["measured rank"]) for r in rows] == [sorted(mea).index(m) + 1 for m in mea]
+    printed_tau = float(out.split("Kendall tau (simulated objective vs measured median, 3 placement(s)): ")[1].split()[0])
+    assert printed_tau == pytest.approx(_tau_by_counting(sim, mea), abs=1e-6)
+    # they are stored with the run: placement runs benchmarks lists them under its id, with their labels
+    code, out_csv, err = run(capsys, "runs", "benchmarks")
+    assert code == 0, err
+    listed = list(csv.DictReader(io.StringIO(out_csv)))
+    assert [(r["run"], r["placement"]) for r in listed] == [(str(rec.id), r["placement"]) for r in rows]
+    assert [float(r["measured_median_s"]) * 1e3 for r in listed] == pytest.approx(mea, rel=1e-8)
+
+    # --json: the same, with each placement over the run's devices (distinct) and the warning that gpu0 and gpu1
+    # (when both used) share cpu1
+    code, out, err = run(capsys, "benchmark", "--model", SMALL, "--run", rec.id, "--top", "3", "--devices", "cpu:2",
+                         "--map", "cpu0=cpu0,gpu0=cpu1,gpu1=cpu1", "--steps", "1", "--warmup", "1", "--json",
+                         "--no-store")
+    assert code == 0, err
+    r = json.loads(out)
+    placements = [p["placement"] for p in r["placements"]]
+    assert len({tuple(sorted(p.items())) for p in placements}) == 3
+    assert [p["simulated_objective_s"] for p in r["placements"]] == pytest.approx(objectives[:3], rel=1e-12)
+    for p in r["placements"]:
+        x = np.array([problem.devices.names.index(p["placement"][op.name]) for op in problem.graph.ops])
+        assert problem.evaluate(x) == pytest.approx(p["simulated_objective_s"], rel=1e-12)
+    got = [(p["simulated_objective_s"], p["measured_median_s"]) for p in r["placements"]]
+    assert r["kendall_tau"] == pytest.approx(_tau_by_counting(*zip(*got)), abs=1e-12)
+    used = {d for p in placements for d in p.values()}
+    assert set(r["mapping"]) == used and r["mapping"].get("gpu0", "cpu1") == "cpu1"
+    assert {"gpu0", "gpu1"} <= used  # this run's three best use both GPUs, which --map put on cpu1
+    assert "gpu0 and gpu1 both run on cpu1 (cpu): the measured times then serialise work" in r["warning"]

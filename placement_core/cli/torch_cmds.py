@@ -41,8 +41,15 @@ def register(sub) -> None:
                        description="SGD training steps on random data with a placement applied; prints "
                                    "median_step_s, steps_s and peak_memory_bytes per device.")
     _model_options(p)
-    p.add_argument("--placement", required=True,
-                   help="single:DEVICE, random:SEED, or a placement file (placement/1 or Exprimo's)")
+    p.add_argument("--placement",
+                   help="single:DEVICE, random:SEED, or a placement file (placement/1 or Exprimo's); or --run")
+    p.add_argument("--run", type=positive_int, metavar="ID",
+                   help="measure the --top K best distinct placements of this stored run (its best, a MAP-Elites "
+                        "run's archive, a stopped run's last population) and compare the rankings")
+    p.add_argument("--top", type=positive_int, metavar="K", help="with --run: how many (default 5)")
+    p.add_argument("--map", metavar="DEV=LOCAL,...",
+                   help="with --run: which local device plays each device of the run's device graph (default: the "
+                        "local device of the same name, else the local devices in turn)")
     p.add_argument("--network", help="the network the placement was made for (an import-model output); a coarsened "
                                      "one is expanded with its .groups.json")
     p.add_argument("--devices", required=True, help=DEVICES_HELP)
@@ -78,6 +85,8 @@ def register(sub) -> None:
     p.add_argument("--steps", type=positive_int, default=10, help="whole steps timed per device (default 10)")
     p.add_argument("--rounds", type=positive_int, default=3,
                    help="measure every device this many times, taking turns, and keep the fastest (default 3)")
+    p.add_argument("--max-transfer", type=byte_size, default=1e8, metavar="BYTES",
+                   help="largest message of the link measurements, from 1 kB up (default 100MB; smaller is faster)")
     p.add_argument("--fit-placements", type=int, default=6,
                    help="whole-step runs of calibration placements to fit the CPU devices' message overhead "
                         "(device time per message sent or received) to (default 6; 0: no overhead)")
@@ -212,6 +221,18 @@ def cmd_import(args) -> int:
 
 def cmd_benchmark(args) -> int:
     _needs_torch()
+    if args.run is not None:
+        if args.placement is not None:
+            raise InputError("give either --placement or --run, not both", field="--placement",
+                             fix="--placement measures one placement; --run ID --top K the K best of a stored run")
+        return cmd_benchmark_top(args)
+    if args.placement is None:
+        raise InputError("nothing to measure", field="--placement",
+                         fix="Give --placement (single:DEVICE, random:SEED or a file) or --run ID --top K")
+    for name in ("top", "map"):
+        if getattr(args, name) is not None:
+            raise InputError(f"--{name} goes with --run", field=f"--{name}",
+                             fix="Add --run ID (a stored run; see placement runs list)")
     from ..torch.benchmark import BenchmarkSettings, benchmark
     from ..torch.devspec import check_available, parse_devices
 
@@ -254,6 +275,111 @@ def cmd_benchmark(args) -> int:
     return 0 if result.ok else 1
 
 
+def cmd_benchmark_top(args) -> int:
+    """``--run ID --top K``: measure a run's K best distinct placements, rank them both ways, store them."""
+    import numpy as np
+
+    from ..analysis import kendall_tau
+    from ..benchplan import default_mapping, parse_mapping, shared_warning, top_of_run
+    from ..catalog import load_network
+    from ..netformat import network_to_dict
+    from ..store import RunStore, content_hash, problem_from_spec, problem_spec
+    from ..torch.benchmark import BenchmarkSettings, benchmark
+    from ..torch.coarsen import expand_assignment, groups_path, read_groups
+    from ..torch.devspec import check_available, parse_devices
+    from ..torch.sources import parse_shape
+    from ..torch.timings import input_shape_of
+
+    devs = parse_devices(args.devices)
+    check_available(devs)
+    k = args.top or 5
+    with RunStore(home=args.home) as store:
+        algorithm = store.get(args.run).algorithm
+        problem, ranked, note = top_of_run(store, args.run, k)
+    graph, names = problem.graph, problem.devices.names
+    groups = None
+    if args.network:
+        net = load_network(args.network)
+        if [op.name for op in net.ops] != [op.name for op in graph.ops]:
+            raise InputError(f"the network is not the one run {args.run} optimized ({graph.name}, {len(graph)} ops)",
+                             source=args.network, field="--network",
+                             fix="Give the network file the run was made with, or leave --network out")
+        if groups_path(args.network).is_file():
+            groups = read_groups(groups_path(args.network))
+    if args.input_shape:
+        shape = parse_shape(args.input_shape)
+    elif input_shape_of(graph):
+        shape = input_shape_of(graph)
+    else:
+        raise InputError(f"run {args.run}'s network {graph.name} does not say its input's shape",
+                         field="--input-shape", fix="Give --input-shape, e.g. 1,3,224,224")
+    batch = args.batch_size or graph.batch_size
+    local = [d.name for d in devs]
+    used = sorted({int(i) for r in ranked for i in np.unique(r.placement)})
+    chosen = parse_mapping(args.map, names, local) if args.map else {}
+    mapping = {names[i]: chosen.get(names[i], loc) for i, loc in default_mapping(names, used, local).items()}
+    warning = shared_warning(mapping, {d.name: d.torch for d in devs}, args.runner)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
+    assignments = [{op.name: mapping[names[int(i)]] for op, i in zip(graph.ops, r.placement)} for r in ranked]
+    if groups is not None:
+        assignments = [expand_assignment(a, groups) for a in assignments]
+    settings = BenchmarkSettings(steps=args.steps, warmup=args.warmup, rounds=args.rounds,
+                                 memory_limit=args.memory_limit, timeout=args.timeout, seed=args.seed,
+                                 threads=args.threads)
+    results = benchmark(args.model, shape, assignments, devs, runner=args.runner, batch_size=batch,
+                        settings=settings, name=graph.name)
+    at_batch = graph.with_batch_size(batch)
+    if batch == graph.batch_size:
+        simulated = [r.batch_time for r in ranked]
+    else:  # the run's problem at the measured batch (measured op times scale with it)
+        again = problem_from_spec(problem_spec(problem), at_batch, problem.devices)
+        simulated = [float(again.simulate(r.placement).result.batch_time) for r in ranked]
+    ok = [i for i, res in enumerate(results) if res.ok]
+    order = sorted(ok, key=lambda i: results[i].median_step_s)
+    measured_rank = {i: n for n, i in enumerate(order, start=1)}
+    tau = kendall_tau([ranked[i].objective for i in ok], [results[i].median_step_s for i in ok])
+    ids = [None] * len(ranked)
+    if not args.no_store:
+        with RunStore(home=args.home) as store:
+            ids = [store.add_benchmark(network_name=graph.name, devices_spec=args.devices, runner=args.runner,
+                                       placement=a, simulated_s=sim, measured_median_s=res.median_step_s,
+                                       result=res.to_dict(), run_id=args.run, label=r.label,
+                                       network_hash=content_hash(network_to_dict(at_batch)), batch_size=batch)
+                   for r, a, res, sim in zip(ranked, assignments, results, simulated)]
+    rows = [{"simulated_rank": n, "label": r.label, "simulated_objective_s": r.objective, "simulated_s": sim,
+             "feasible": r.feasible, "measured_median_s": res.median_step_s, "iqr_s": res.to_dict()["iqr_s"],
+             "measured_rank": measured_rank.get(n - 1), "status": res.status, "message": res.message,
+             "benchmark_id": bid, "placement": {op.name: names[int(i)] for op, i in zip(graph.ops, r.placement)}}
+            for n, (r, res, sim, bid) in enumerate(zip(ranked, results, simulated, ids), start=1)]
+    tau_out = None if np.isnan(tau) else tau
+    code = 0 if len(ok) == len(results) else 1
+    if args.json:
+        print_json({"run": args.run, "algorithm": algorithm, "model": args.model, "network": graph.name,
+                    "batch_size": batch, "devices": args.devices, "runner": args.runner, "mapping": mapping,
+                    "top": k, "kendall_tau": tau_out, "measured": len(ok), "note": note or None,
+                    "warning": warning or None, "placements": rows})
+        return code
+    print(f"{graph.name} (batch {batch}) on {', '.join(d.name + '=' + d.torch for d in devs)}, {args.runner} runner: "
+          f"the {len(ranked)} best distinct placement(s) of run {args.run} ({algorithm}), "
+          + ", ".join(f"{dev} on {loc}" for dev, loc in mapping.items()))
+    table_rows = [[str(r["simulated_rank"]), r["label"], f"{r['simulated_objective_s'] * 1e3:.9g}",
+                   "-" if r["measured_median_s"] is None else f"{r['measured_median_s'] * 1e3:.9g}",
+                   "-" if r["measured_rank"] is None else str(r["measured_rank"]),
+                   r["status"] + (f": {r['message']}" if r["message"] and r["status"] != "ok" else "")]
+                  for r in rows]
+    print(table(table_rows, ["simulated rank", "placement", "simulated objective (ms)", "measured median (ms)",
+                             "measured rank", "status"], right=(0, 2, 3, 4)))
+    print(f"Kendall tau (simulated objective vs measured median, {len(ok)} placement(s)): "
+          + ("-" if tau_out is None else f"{tau_out:.6f}"))
+    if not args.no_store:
+        print(f"stored with run {args.run} as benchmark(s) {', '.join(map(str, ids))} "
+              "(placement runs benchmarks lists them)")
+    return code
+
+
 def _store_benchmark(args, graph, assignment: dict, result) -> int:
     """Record the measurement, so the dashboard's Benchmark page and `placement runs` see it."""
     from ..netformat import network_to_dict
@@ -275,8 +401,13 @@ def cmd_calibrate(args) -> int:
     shape, batch, _, _ = _shape_and_network(args)
     if args.fit_placements < 0:
         raise InputError("--fit-placements must not be negative", field="--fit-placements")
+    from ..torch.calibrate import SIZES
+    sizes = tuple(n for n in SIZES if n <= args.max_transfer * (1 + 1e-9))
+    if len(sizes) < 2:
+        raise InputError(f"--max-transfer must be at least {human_bytes(SIZES[1])}: a link's latency and bandwidth "
+                         "need two message sizes", field="--max-transfer")
     settings = CalibrationSettings(steps=args.steps, reconcile=args.reconcile, rounds=args.rounds,
-                                   fit_placements=args.fit_placements)
+                                   fit_placements=args.fit_placements, sizes=sizes)
     cal = calibrate(args.model, shape, args.devices, runner=args.runner, batch_size=batch, settings=settings,
                     progress=None if args.json else (lambda m: print(m, file=sys.stderr)))
     written = save_calibration(cal, args.out, preset=args.preset)
