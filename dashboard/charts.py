@@ -7,11 +7,14 @@ thousands of points.
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import plotly.graph_objects as go
 
 from placement_core.analysis import GanttSegments, LayeredLayout, edge_buckets, fmt_bytes, scale_sizes
 from placement_core.analysis.layout import edge_path
+from placement_core.analysis.trace import PHASE_ORDER as TRACE_PHASE_ORDER
 from placement_core.analysis.archive_view import HeatmapData
 
 PALETTE = ["#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#EECA3B", "#9D755D",
@@ -44,19 +47,6 @@ def shade(batch: int, phase: str) -> str:
     """Forward in the batch's colour, backward lighter, weight update greyer."""
     base = color(batch)
     return {"fwd": base, "bwd": _mix(base, "#ffffff", 0.5), "update": _mix(base, "#808080", 0.6)}.get(phase, base)
-
-
-def _segments_xy(start: np.ndarray, end: np.ndarray, row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Line segments [start, end] (ms) at y = -row separated by NaN gaps, for one WebGL line trace.
-
-    Rows go downwards as negative y: WebGL lines are misdrawn on a reversed axis.
-    """
-    n = len(start)
-    x = np.full(3 * n, np.nan)
-    y = np.full(3 * n, np.nan)
-    x[0::3], x[1::3] = start * 1e3, end * 1e3
-    y[0::3] = y[1::3] = -np.asarray(row, dtype=float)
-    return x, y
 
 
 # -- Network ----------------------------------------------------------------------------------------
@@ -176,35 +166,60 @@ def route_matrix_figure(devices) -> go.Figure:
 
 # -- Optimize ---------------------------------------------------------------------------------------
 
+def _fast_figure(data: list[dict], layout: dict) -> go.Figure:
+    """A figure built without Plotly's property validation, for figures redrawn often (the live progress,
+    twice a second) or holding thousands of points: validating a small figure costs tens of milliseconds,
+    most of it copying the template, while a background run waits for the GIL. The template is resolved
+    here (Plotly.js does not know templates by name). Spell every property as validation would leave it
+    (``title=dict(text=...)``): tests/test_fast_figures.py compares each such figure with its validated build.
+    """
+    layout = {k: v for k, v in layout.items() if not (isinstance(v, list) and not v)}  # as validation leaves it
+    if isinstance(layout.get("template"), str):
+        layout["template"] = _template_json(layout["template"])
+    return go.Figure({"data": data, "layout": layout}, _validate=False)
+
+
+_TEMPLATES: dict[str, dict] = {}
+
+
+def _template_json(name: str) -> dict:
+    if name not in _TEMPLATES:
+        import plotly.io as pio
+        _TEMPLATES[name] = pio.templates[name].to_plotly_json()
+    return _TEMPLATES[name]
+
+
 def progress_figure(views: list[dict]) -> go.Figure:
-    fig = go.Figure()
-    for k, v in enumerate(views):
+    """The live best-so-far curves (a step each: the points are the improvements)."""
+    data = []
+    for v in views:
         if not v["curve"]:
             continue
-        xs, ys = zip(*v["curve"])
-        fig.add_trace(go.Scatter(x=xs, y=np.array(ys) * 1e3, mode="lines", name=v["name"], line=dict(
-            color=color(v["id"] - 1), width=2.5, shape="hv")))
-    fig.update_layout(**BASE_LAYOUT, height=330, title="Best objective so far",
-                      xaxis=dict(title="evaluations"), yaxis=dict(title="objective (ms per batch)"),
-                      legend=dict(orientation="h", y=-0.25))
-    return fig
+        xy = np.asarray(v["curve"], dtype=float)
+        data.append(dict(type="scatter", x=xy[:, 0], y=xy[:, 1] * 1e3, mode="lines", name=v["name"],
+                         line=dict(color=color(v["id"] - 1), width=2.5, shape="hv")))
+    return _fast_figure(data, dict(
+        **BASE_LAYOUT, height=330, title=dict(text="Best objective so far"),
+        xaxis=dict(title=dict(text="evaluations")), yaxis=dict(title=dict(text="objective (ms per batch)")),
+        legend=dict(orientation="h", y=-0.25)))
 
 
 def history_figure(history: np.ndarray, name: str) -> go.Figure:
-    """A stored run's history: best so far and the optimizer's current objective against evaluations."""
+    """A stored run's history: best so far and the optimizer's current objective against evaluations (SVG:
+    one path per line draws thousands of points faster than starting WebGL)."""
     h = np.asarray(history, dtype=float).reshape(-1, 3)
-    fig = go.Figure()
+    data = []
     current = h[:, 2] * 1e3
     finite = np.isfinite(current)
     if finite.any():
-        fig.add_trace(go.Scattergl(x=h[finite, 0], y=current[finite], mode="lines", name="current",
-                                   line=dict(color=_mix(color(0), "#ffffff", 0.55), width=1.5)))
-    fig.add_trace(go.Scattergl(x=h[:, 0], y=h[:, 1] * 1e3, mode="lines", name="best so far",
-                               line=dict(color=color(0), width=2.5, shape="hv")))
-    fig.update_layout(**BASE_LAYOUT, height=300, title=f"{name}: objective over the run",
-                      xaxis=dict(title="evaluations"), yaxis=dict(title="objective (ms per batch)"),
-                      legend=dict(orientation="h", y=-0.3))
-    return fig
+        data.append(dict(type="scatter", x=h[finite, 0], y=current[finite], mode="lines", name="current",
+                         line=dict(color=_mix(color(0), "#ffffff", 0.55), width=1.5)))
+    data.append(dict(type="scatter", x=h[:, 0], y=h[:, 1] * 1e3, mode="lines", name="best so far",
+                     line=dict(color=color(0), width=2.5, shape="hv")))
+    return _fast_figure(data, dict(
+        **BASE_LAYOUT, height=300, title=dict(text=f"{html.escape(name, quote=False)}: objective over the run"),
+        xaxis=dict(title=dict(text="evaluations")), yaxis=dict(title=dict(text="objective (ms per batch)")),
+        legend=dict(orientation="h", y=-0.3)))
 
 
 # -- Archive ----------------------------------------------------------------------------------------
@@ -359,64 +374,112 @@ def placement_strip_figure(placements: list, labels: list[str], device_names: li
 
 # -- Trace ------------------------------------------------------------------------------------------
 
+GANTT_HALF = 0.3  # half the height of an op's or a transfer's bar, in rows
+OVERHEAD_HALF = 0.12  # send and receive tasks: thinner bars over the device's work
+CRITICAL_HALF = 0.07  # the critical path: a thin black bar through the middle
+
+
+def _bar_outline(start_ms: np.ndarray, end_ms: np.ndarray, row: np.ndarray, half: float):
+    """Bars [start, end] × [-row - half, -row + half] as one closed outline, for a ``fill="toself"`` trace.
+
+    Plotly draws a separate SVG path for every gap-separated piece of a line and starts WebGL for
+    ``scattergl``; either makes a 10,000-event Gantt take seconds in the browser. One outline per colour is one
+    path: each bar is walked top-left, top-middle, top-right, bottom-right, bottom-left, top-left; bars of a
+    row are joined along their top edge, each row ends back at its first bar, and the joins between rows are
+    walked back at the end, so no join encloses any area. Returns x, y, the order of the bars in the
+    outline, and the position of each bar's top-middle vertex there (which carries its hover text).
+    """
+    order = np.lexsort((start_ms, row))
+    s, e, r = start_ms[order], end_ms[order], np.asarray(row)[order]
+    top, bottom = -r + half, -r - half
+    xs = np.stack([s, (s + e) * 0.5, e, e, s, s], axis=1)
+    ys = np.stack([top, top, top, bottom, bottom, top], axis=1)
+    firsts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+    ends = np.r_[firsts[1:], len(s)]
+    px, py, hover, at = [], [], [], 0
+    for a, b in zip(firsts, ends):  # one row at a time, then back to its first bar
+        px += [xs[a:b].ravel(), s[a:a + 1]]
+        py += [ys[a:b].ravel(), top[a:a + 1]]
+        hover.append(at + 6 * np.arange(b - a) + 1)
+        at += 6 * (b - a) + 1
+    px.append(s[firsts[::-1]])  # the joins between rows, walked back
+    py.append(top[firsts[::-1]])
+    x, y = np.concatenate(px), np.concatenate(py)
+    return x.astype(np.float32), y.astype(np.float32), order, np.concatenate(hover) if hover else np.zeros(0, int)
+
+
+def _bars_trace(start_s, end_s, row, half: float, fill: str, hover: list[str] | None, **props) -> dict:
+    x, y, order, at = _bar_outline(np.asarray(start_s) * 1e3, np.asarray(end_s) * 1e3, np.asarray(row), half)
+    trace = dict(type="scatter", x=x, y=y, mode="none", fill="toself", fillcolor=fill, **props)
+    if hover:
+        text = [""] * len(x)
+        for i, k in zip(at.tolist(), order.tolist()):
+            text[i] = hover[k]
+        trace.update(text=text, hoveron="points", hovertemplate="%{text}<extra></extra>")
+    else:
+        trace["hoverinfo"] = "skip"
+    return trace
+
+
 def gantt_figure(segments: list[GanttSegments], rows: list[str], n_devices: int, makespan: float,
                  critical: list | None = None, trace=None, unit: str = "batch") -> go.Figure:
-    """``unit`` names what the trace's batches are in the legend ("micro-batch" for GPipe and 1F1B)."""
-    fig = go.Figure()
-    width = 16 if len(rows) <= 12 else 10
-    batches = sorted({seg.batch for seg in segments})
-    per_batch = len(batches) > 3  # many batches: one legend entry per batch (all its phases)
-    shown: set = set()
+    """One row per device and channel; one filled outline per colour (a batch's forward, backward or weight
+    update: its ops and the transfers they send), send and receive tasks as thin grey bars, the critical path
+    as a thin black bar. Hover: each event's label at the top middle of its bar. ``unit`` names what the
+    trace's batches are ("micro-batch" for GPipe and 1F1B); they are numbered from 1."""
+    colours: dict[tuple[int, str], list[GanttSegments]] = {}
+    overhead: list[GanttSegments] = []
     for seg in segments:
-        x, y = _segments_xy(seg.start, seg.end, seg.row)
-        if seg.kind in ("send", "recv"):  # message overhead: thin grey bars on the device rows, one legend entry
-            c, w, group, name = OVERHEAD_COLOR, max(4, width // 2), "overhead", OVERHEAD_NAME
-            show = group not in shown
-        else:
-            c, w = shade(seg.batch, seg.phase), width
-            group = f"b{seg.batch}" if per_batch else f"b{seg.batch}-{seg.phase}"
-            name = f"{unit} {seg.batch + 1}"
-            if not per_batch:
-                name += f" · {PHASE_NAMES.get(seg.phase, seg.phase)}"
-            show = seg.kind == "op" and group not in shown
+        if len(seg) == 0:
+            continue
+        (overhead if seg.kind in ("send", "recv") else colours.setdefault((seg.batch, seg.phase), [])).append(seg)
+    batches = sorted({b for b, _ in colours})
+    per_batch = len(batches) > 3  # many batches: one legend entry per batch (all its phases)
+    data, shown = [], set()
+    for (b, phase) in sorted(colours, key=lambda k: (k[0], TRACE_PHASE_ORDER.get(k[1], 9))):
+        segs = colours[(b, phase)]
+        group = f"b{b}" if per_batch else f"b{b}-{phase}"
+        name = f"{unit} {b + 1}" + ("" if per_batch else f" · {PHASE_NAMES.get(phase, phase)}")
+        data.append(_bars_trace(
+            np.concatenate([sg.start for sg in segs]), np.concatenate([sg.end for sg in segs]),
+            np.concatenate([sg.row for sg in segs]), GANTT_HALF, shade(b, phase),
+            [h for sg in segs for h in sg.hover], name=name, legendgroup=group, showlegend=group not in shown))
         shown.add(group)
-        fig.add_trace(go.Scattergl(x=x, y=y, mode="lines", line=dict(color=c, width=w), name=name,
-                                   legendgroup=group, showlegend=show, hoverinfo="skip"))
-        fig.add_trace(go.Scattergl(
-            x=(seg.start + seg.end) * 0.5e3, y=-seg.row, mode="markers", hovertext=seg.hover, hoverinfo="text",
-            marker=dict(size=w, color=c, opacity=0), showlegend=False, legendgroup=group))
+    if overhead:
+        data.append(_bars_trace(
+            np.concatenate([sg.start for sg in overhead]), np.concatenate([sg.end for sg in overhead]),
+            np.concatenate([sg.row for sg in overhead]), OVERHEAD_HALF, OVERHEAD_COLOR,
+            [h for sg in overhead for h in sg.hover], name=OVERHEAD_NAME, legendgroup="overhead", showlegend=True))
     if critical and trace is not None:
         row_of = {name: i for i, name in enumerate(rows)}
-        st_ = np.array([trace[i].start for i in critical])
-        en = np.array([trace[i].end for i in critical])
-        rw = np.array([row_of[trace[i].resource] for i in critical])
-        x, y = _segments_xy(st_, en, rw)
-        fig.add_trace(go.Scattergl(x=x, y=y, mode="lines", line=dict(color="#111111", width=max(3, width // 3)),
-                                   name="critical path", hoverinfo="skip"))
+        data.append(_bars_trace([trace[i].start for i in critical], [trace[i].end for i in critical],
+                                [row_of[trace[i].resource] for i in critical], CRITICAL_HALF, "#111111", None,
+                                name="critical path", legendgroup="critical", showlegend=True))
     labels = [r if i < n_devices else f"{r} (link)" for i, r in enumerate(rows)]
     shapes = []
     if 0 < n_devices < len(rows):
         shapes.append(dict(type="line", xref="paper", x0=0, x1=1, y0=-(n_devices - 0.5), y1=-(n_devices - 0.5),
                            line=dict(color="#999", width=1, dash="dot")))
-    fig.update_layout(
-        **BASE_LAYOUT, height=120 + 34 * len(rows), shapes=shapes, hovermode="closest",
-        xaxis=dict(title="time (ms)", range=[0, makespan * 1e3 * 1.01], showgrid=True),
+    return _fast_figure(data, dict(
+        BASE_LAYOUT, height=120 + 34 * len(rows), shapes=shapes, hovermode="closest",
+        xaxis=dict(title=dict(text="time (ms)"), range=[0, makespan * 1e3 * 1.01], showgrid=True),
         yaxis=dict(tickmode="array", tickvals=[-i for i in range(len(rows))], ticktext=labels,
                    range=[-(len(rows) - 0.5), 0.5], showgrid=False, zeroline=False),
-        legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0, font=dict(size=11)))
-    fig.update_layout(margin=dict(l=10, r=10, t=60, b=10))
-    return fig
+        legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0, font=dict(size=11)),
+        margin=dict(l=10, r=10, t=60, b=10)))
 
 
 def memory_figure(series, device_names, capacity) -> go.Figure:
-    fig = go.Figure()
+    """Memory in use per device (SVG steps: one path per device) with the capacities that fit the scale."""
+    data = []
     peak = max((float(b.max()) for _, b in series), default=0.0)
     top = max(peak * 1.15, 1.0)
     for d, (t, b) in enumerate(series):
-        fig.add_trace(go.Scattergl(x=t * 1e3, y=b / 1e9, mode="lines", line=dict(color=color(d), width=2,
-                                                                                   shape="hv"),
-                                   name=device_names[d], legendgroup=device_names[d],
-                                   hovertemplate=f"{device_names[d]}: %{{y:.3g}} GB at %{{x:.4g}} ms<extra></extra>"))
+        name = html.escape(device_names[d], quote=False)
+        data.append(dict(type="scatter", x=(np.asarray(t) * 1e3).astype(np.float32),
+                         y=(np.asarray(b) / 1e9).astype(np.float32), mode="lines",
+                         line=dict(color=color(d), width=2, shape="hv"), name=name, legendgroup=name,
+                         hovertemplate=f"{name}: %{{y:.3g}} GB at %{{x:.4g}} ms<extra></extra>"))
     off = []
     for d, cap in enumerate(capacity):
         if cap <= 3 * max(peak, 1.0):
@@ -424,18 +487,21 @@ def memory_figure(series, device_names, capacity) -> go.Figure:
     same: dict[float, list[int]] = {}
     for d, cap in enumerate(capacity):
         same.setdefault(float(cap), []).append(d)
+    shapes, notes = [], []
     for cap, devs in same.items():
         names = ", ".join(device_names[d] for d in devs)
         if cap <= top:
-            fig.add_hline(y=cap / 1e9, line=dict(color=color(devs[0]) if len(devs) == 1 else "#555",
-                                                 dash="dash", width=1.5),
-                          annotation_text=f"capacity of {names}: {fmt_bytes(cap)}", annotation_position="top right",
-                          annotation_font_size=11)
+            shapes.append(dict(type="line", xref="x domain", x0=0, x1=1, yref="y", y0=cap / 1e9, y1=cap / 1e9,
+                               line=dict(color=color(devs[0]) if len(devs) == 1 else "#555", dash="dash", width=1.5)))
+            notes.append(dict(text=html.escape(f"capacity of {names}: {fmt_bytes(cap)}", quote=False),
+                              xref="x domain", x=1, xanchor="right", yref="y", y=cap / 1e9, yanchor="bottom",
+                              showarrow=False, font=dict(size=11)))
         else:
             off += [device_names[d] for d in devs]
-    fig.update_layout(**BASE_LAYOUT, height=320, title="Memory in use per device (dashed: capacity)",
-                      xaxis=dict(title="time (ms)"), yaxis=dict(title="memory (GB)", range=[0, top / 1e9]),
-                      legend=dict(orientation="h", y=-0.25))
+    fig = _fast_figure(data, dict(
+        BASE_LAYOUT, height=320, title=dict(text="Memory in use per device (dashed: capacity)"),
+        xaxis=dict(title=dict(text="time (ms)")), yaxis=dict(title=dict(text="memory (GB)"), range=[0, top / 1e9]),
+        legend=dict(orientation="h", y=-0.25), shapes=shapes, annotations=notes))
     return fig, off
 
 
@@ -451,24 +517,65 @@ def utilisation_figure(rows: list[dict], key: str, title: str) -> go.Figure:
 
 # -- Benchmark --------------------------------------------------------------------------------------
 
-def agreement_figure(simulated, measured, labels, fit: tuple[float, float] | None) -> go.Figure:
+def agreement_figure(simulated, measured, labels, fit: tuple[float, float] | None,
+                     axes: str = "independent") -> go.Figure:
+    """Measured against simulated time per batch (ms), with y = x and the least-squares ``fit`` (seconds).
+
+    ``axes``: "independent" (each axis spans its own values, padded), "log-log", or "equal" (both from 0 to
+    the largest value: honest about scale, but points bunch against one axis when the simulator is off by a
+    large factor)."""
     sim = np.asarray(simulated, dtype=float) * 1e3
     mea = np.asarray(measured, dtype=float) * 1e3
-    hi = float(max(sim.max(initial=0), mea.max(initial=0))) * 1.1 or 1.0
+    both = np.concatenate([sim, mea])
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=[0, hi], y=[0, hi], mode="lines", name="y = x",
-                             line=dict(color="#999", dash="dash")))
+    if axes == "equal":
+        hi = float(both.max(initial=0)) * 1.1 or 1.0
+        xr = yr = [0.0, hi]
+        line_x = np.array([0.0, hi])
+    elif axes == "log-log":
+        pos = both[both > 0]
+        lo, hi = (float(pos.min()), float(pos.max())) if len(pos) else (1e-3, 1.0)
+        xr = _log_range(sim[sim > 0])
+        yr = _log_range(mea[mea > 0])
+        line_x = np.geomspace(lo / 2, hi * 2, 60)
+    else:
+        xr, yr = _pad_range(sim), _pad_range(mea)
+        line_x = np.linspace(min(xr[0], yr[0]), max(xr[1], yr[1]), 2)
+    fig.add_trace(go.Scatter(x=line_x, y=line_x, mode="lines", name="y = x", line=dict(color="#999", dash="dash")))
     if fit is not None and np.isfinite(fit[0]):
-        fig.add_trace(go.Scatter(x=[0, hi], y=[fit[1] * 1e3, fit[1] * 1e3 + fit[0] * hi], mode="lines",
+        fx = line_x if axes != "independent" else np.linspace(xr[0], xr[1], 2)
+        fy = fit[1] * 1e3 + fit[0] * fx
+        keep = fy > 0 if axes == "log-log" else np.ones(len(fx), dtype=bool)
+        fig.add_trace(go.Scatter(x=fx[keep], y=fy[keep], mode="lines",
                                  name=f"fit: measured = {fit[0]:.3g} × simulated + {fit[1] * 1e3:.3g} ms",
                                  line=dict(color="#E45756")))
     fig.add_trace(go.Scatter(x=sim, y=mea, mode="markers", name="benchmarked placements", text=labels,
                              hovertemplate="%{text}<br>simulated %{x:.4g} ms<br>measured %{y:.4g} ms<extra></extra>",
                              marker=dict(size=10, color="#4C78A8")))
-    fig.update_layout(**BASE_LAYOUT, height=420, xaxis=dict(title="simulated time per batch (ms)", range=[0, hi]),
-                      yaxis=dict(title="measured time per batch (ms)", range=[0, hi]),
+    kind = "log" if axes == "log-log" else "linear"
+    fig.update_layout(**BASE_LAYOUT, height=420,
+                      xaxis=dict(title="simulated time per batch (ms)", range=xr, type=kind),
+                      yaxis=dict(title="measured time per batch (ms)", range=yr, type=kind),
                       legend=dict(orientation="h", y=-0.2))
     return fig
+
+
+def _pad_range(values) -> list[float]:
+    """A linear axis range around ``values`` with 8 % margin (a single value gets ±10 % of itself)."""
+    v = np.asarray(values, dtype=float)
+    if not len(v):
+        return [0.0, 1.0]
+    lo, hi = float(v.min()), float(v.max())
+    pad = (hi - lo) * 0.08 if hi > lo else (abs(hi) * 0.1 or 1.0)
+    return [lo - pad, hi + pad]
+
+
+def _log_range(values) -> list[float]:
+    """A log axis range (Plotly wants log10 of the ends) around positive ``values``, a quarter decade of margin."""
+    v = np.asarray(values, dtype=float)
+    if not len(v):
+        return [-1.0, 1.0]
+    return [float(np.log10(v.min())) - 0.25, float(np.log10(v.max())) + 0.25]
 
 
 # -- Pipeline ---------------------------------------------------------------------------------------

@@ -22,11 +22,17 @@ def gantt(at):
 
 
 def line_rows(fig):
+    """The rows (as y = -row) that have bars: every trace is a filled outline of bars centred on y = -row."""
     ys = set()
     for t in fig["data"]:
-        if t["type"] == "scattergl" and t.get("mode") == "lines":
-            ys |= {v for v in decode(t["y"]) if v == v}
+        if t.get("fill") == "toself":
+            ys |= {round(v) for v in decode(t["y"])}
     return ys
+
+
+def hover_labels(fig, traces=None):
+    """The events' hover labels (one per bar, at its top middle; the outline's other vertices have none)."""
+    return [h for t in (traces if traces is not None else fig["data"]) for h in t.get("text", []) if h]
 
 
 def test_gantt_has_one_row_per_device_and_channel():
@@ -36,8 +42,8 @@ def test_gantt_has_one_row_per_device_and_channel():
     assert fig["layout"]["yaxis"]["ticktext"] == d.names + [f"{c.name} (link)" for c in d.channels]
     assert len(fig["layout"]["yaxis"]["tickvals"]) == 5 + 4
     assert line_rows(fig) == {-1}  # everything on gpu0 (row 1): no transfers
-    hover = [t for t in fig["data"] if t.get("mode") == "markers"]
-    assert sum(len(t["hovertext"]) for t in hover) == int(metrics(at)["Events"]) == 2 * 176 + 107
+    assert len(hover_labels(fig)) == int(metrics(at)["Events"]) == 2 * 176 + 107
+    assert hover_labels(fig)[1].startswith("<b>conv1</b> · fwd · batch 1<br>gpu0: ")  # batches count from 1
     assert fig["layout"]["xaxis"]["title"]["text"] == "time (ms)"
 
 
@@ -125,10 +131,11 @@ def test_ten_batch_inception_trace_renders_within_the_default_timeout():
     events = int(metrics(at)["Events"].replace(",", ""))
     assert events > 10_000
     fig = gantt(at)
-    assert all(t["type"] == "scattergl" for t in fig["data"])  # WebGL for every trace
-    hover = [t for t in fig["data"] if t.get("mode") == "markers"]
-    assert sum(len(t["hovertext"]) for t in hover) == events
+    # one filled outline (one SVG path) per colour: 10 batches x forward, backward, update
+    assert len(fig["data"]) == 30 and all(t["type"] == "scatter" and t["fill"] == "toself" for t in fig["data"])
+    assert len(hover_labels(fig)) == events
     assert len([t for t in fig["data"] if t.get("showlegend")]) == 10  # one legend entry per batch
+    assert len(json.dumps(fig)) < 300 * events  # compact: binary coordinates, one label per event
     at.toggle(key="trace_critical").set_value(True).run()
     assert_clean(at)
 
@@ -163,16 +170,15 @@ def test_message_overhead_is_drawn_as_thin_grey_bars_on_the_device_rows():
     at.button(key="trace_use_random").click().run()
     assert_clean(at)
     fig = gantt(at)
-    grey = [t for t in fig["data"] if t.get("legendgroup") == "overhead"]
-    bars = [t for t in grey if t.get("mode") == "lines"]
-    assert bars and all(t["line"]["color"] == "#707070" and t["line"]["width"] < 16 for t in bars)
-    assert [t["name"] for t in bars if t.get("showlegend")] == ["send / receive (message overhead)"]
-    assert {v for t in bars for v in decode(t["y"]) if v == v} <= {-i for i in range(5)}  # device rows only
-    hover = [h for t in grey if t.get("mode") == "markers" for h in t["hovertext"]]
+    [grey] = [t for t in fig["data"] if t.get("legendgroup") == "overhead"]
+    assert grey["fillcolor"] == "#707070" and grey["name"] == "send / receive (message overhead)"
+    ys = decode(grey["y"])
+    assert {round(v) for v in ys} <= {-i for i in range(5)}  # device rows only
+    assert {round(abs(v - round(v)), 2) for v in ys} == {0.12}  # thin bars (ops: 0.3 either side)
+    hover = hover_labels(fig, [grey])
     assert any(re.match(r"<b>send to (gpu|cpu)\d</b> \(op .+, .+B\)", h) for h in hover)
     assert any(h.startswith("<b>receive from ") for h in hover)
-    every = [t for t in fig["data"] if t.get("mode") == "markers"]
-    assert sum(len(t["hovertext"]) for t in every) == int(metrics(at)["Events"].replace(",", ""))
+    assert len(hover_labels(fig)) == int(metrics(at)["Events"].replace(",", ""))
 
 
 def test_a_trace_too_large_to_draw_is_refused_with_the_batches_that_fit():

@@ -166,7 +166,7 @@ def test_trace_views_know_send_and_receive_tasks():
                     ("op", "b", "fwd"), ("op", "b", "bwd"), ("send", "b", "bwd"), ("transfer", "b", "bwd"),
                     ("recv", "b", "bwd"), ("op", "a", "bwd"), ("op", "a", "update")]
     send = next(e for e in trace if e.kind == "send" and e.op == "a")
-    assert event_label(send).startswith("<b>send to d1</b> (op a, 100 B) · output · batch 0<br>d0: message overhead")
+    assert event_label(send).startswith("<b>send to d1</b> (op a, 100 B) · output · batch 1<br>d0: message overhead")
     recv = next(e for e in trace if e.kind == "recv" and e.op == "b")
     assert event_label(recv).startswith("<b>receive from d1</b> (op b, 100 B) · gradients")
     rows = gantt_rows(p.devices.names, [c.name for c in p.devices.channels])

@@ -7,6 +7,7 @@ A trace is the list of :class:`~placement_core.simulate.TraceEvent` that
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from html import escape
 
 import numpy as np
 
@@ -43,15 +44,20 @@ class GanttSegments:
 
 
 def event_label(e: TraceEvent) -> str:
+    """The hover label of one trace event (Plotly HTML: names escaped, batches numbered from 1 as in the
+    legend and the tables)."""
+    op, res = escape(str(e.op), quote=False), escape(str(e.resource), quote=False)
     span = f"{fmt_seconds(e.start)} → {fmt_seconds(e.end)} ({fmt_seconds(e.end - e.start)})"
+    batch = f"batch {e.batch + 1}"
     if e.kind == "op":
-        return f"<b>{e.op}</b> · {e.phase} · batch {e.batch}<br>{e.resource}: {span}"
+        return f"<b>{op}</b> · {e.phase} · {batch}<br>{res}: {span}"
     what = "output" if e.phase == "fwd" else "gradients"
+    src, dst = escape(str(e.src), quote=False), escape(str(e.dst), quote=False)
     if e.kind in OVERHEAD_KINDS:
-        head = f"send to {e.dst}" if e.kind == "send" else f"receive from {e.src}"
-        return (f"<b>{head}</b> (op {e.op}, {fmt_bytes(e.bytes)}) · {what} · batch {e.batch}"
-                f"<br>{e.resource}: message overhead, {span}")
-    return (f"<b>{e.op}</b> {what} · batch {e.batch}<br>{e.src} → {e.dst} on {e.resource}"
+        head = f"send to {dst}" if e.kind == "send" else f"receive from {src}"
+        return (f"<b>{head}</b> (op {op}, {fmt_bytes(e.bytes)}) · {what} · {batch}"
+                f"<br>{res}: message overhead, {span}")
+    return (f"<b>{op}</b> {what} · {batch}<br>{src} → {dst} on {res}"
             f"<br>{fmt_bytes(e.bytes)} in {fmt_seconds(e.end - e.start)}, {span}")
 
 
