@@ -6,7 +6,7 @@ import textwrap
 from types import SimpleNamespace
 
 import pytest
-from apptest_util import ROOT, assert_clean, figures, frame, goto, metrics, start, text
+from apptest_util import ROOT, assert_clean, decode, figures, frame, goto, metrics, start, text
 
 import dashboard.benchview as benchview
 from placement_core import InputError
@@ -182,3 +182,180 @@ def test_the_benchmarked_placements_download_as_csv(monkeypatch):
     with RunStore() as store:
         assert [str(b["id"]) for b in store.benchmarks(network_name="resnet50")] == \
             [r["stored_benchmark"] for r in rows]
+
+
+def measured_three(monkeypatch, times=(0.050, 0.020, 0.080)):
+    """The page after measuring three single-device placements with a fake runner."""
+    monkeypatch.setattr(benchview, "run_benchmark", lambda *a, **kw: [fake_result(t) for t in times])
+    at = bench_page()
+    options = at.multiselect(key="bench_chosen").options
+    at.multiselect(key="bench_chosen").set_value([o for o in options if o.startswith("all on")][:3]).run()
+    run_jobs(at)
+    assert_clean(at)
+    return at
+
+
+def test_the_agreement_chart_has_independent_log_or_equal_axes_and_mape(monkeypatch):
+    """Simulated V100 times (ms) against CPU measurements (tens of ms): on equal axes every point sat against the
+    y axis; independent axes span each variable's own values, log-log axes are logarithmic."""
+    import math
+
+    at = measured_three(monkeypatch)
+    table = frame(at, "placement")
+    sim, mea = list(table["simulated (ms)"]), [50, 20, 80]
+    assert at.radio(key="bench_axes").value == "independent"
+    [fig] = figures(at)
+    xr, yr = fig["layout"]["xaxis"]["range"], fig["layout"]["yaxis"]["range"]
+    # each axis: its own values with an 8 % margin of their spread
+    for (lo, hi), values in ((xr, sim), (yr, mea)):
+        spread = max(values) - min(values)
+        assert lo == pytest.approx(min(values) - 0.08 * spread) and hi == pytest.approx(max(values) + 0.08 * spread)
+    assert xr != yr
+    # MAPE beside r and tau: mean |sim - measured| / measured, by hand
+    by_hand = sum(abs(s - m) / m for s, m in zip(sim, mea)) / 3 * 100
+    assert metrics(at)["MAPE"] == f"{by_hand:.3g} %"
+
+    at.radio(key="bench_axes").set_value("log-log").run()
+    [fig] = figures(at)
+    assert fig["layout"]["xaxis"]["type"] == fig["layout"]["yaxis"]["type"] == "log"
+    assert fig["layout"]["yaxis"]["range"] == pytest.approx([math.log10(20) - 0.25, math.log10(80) + 0.25])
+    line = fig["data"][0]
+    assert line["name"] == "y = x" and decode(line["x"]) == decode(line["y"])
+
+    at.radio(key="bench_axes").set_value("equal").run()
+    [fig] = figures(at)
+    assert fig["layout"]["xaxis"]["range"] == fig["layout"]["yaxis"]["range"] == \
+        pytest.approx([0, max(sim + mea) * 1.1])
+    assert fig["layout"]["xaxis"]["type"] == "linear"
+
+
+def test_a_warning_names_devices_that_share_a_local_device():
+    at = bench_page()
+    at.multiselect(key="bench_chosen").set_value(["all on gpu0", "all on gpu1"]).run()
+    assert [at.selectbox(key=f"bench_map_{n}").value for n in ("gpu0", "gpu1")] == ["cpu0", "cpu1"]
+    assert not at.warning
+    at.selectbox(key="bench_map_gpu1").set_value("cpu0").run()
+    [w] = at.warning
+    assert w.value.startswith("gpu0 and gpu1 both run on cpu0 (cpu): the measured times then serialise work "
+                              "that the simulator runs in parallel")
+    # one process runs every device of the in-process runner: cpu0 and cpu1 are one CPU there
+    at.selectbox(key="bench_map_gpu1").set_value("cpu1")
+    at.selectbox(key="bench_runner").set_value("inprocess").run()
+    [w] = at.warning
+    assert w.value.startswith("gpu0 and gpu1 both run on cpu (in one process)")
+
+
+def test_the_forms_choices_survive_another_page():
+    at = bench_page()
+    at.text_input(key="bench_devices").set_value("cpu:3")
+    at.number_input(key="bench_steps").set_value(7)
+    at.selectbox(key="bench_runner").set_value("inprocess")
+    at.multiselect(key="bench_chosen").set_value(["all on gpu1"])
+    at.number_input(key="cal_rounds").set_value(2)
+    at.run()
+    at.selectbox(key="bench_map_gpu1").set_value("cpu2").run()
+    goto(at, "trace")
+    goto(at, "benchmark")
+    assert_clean(at)
+    assert at.text_input(key="bench_devices").value == "cpu:3"
+    assert at.number_input(key="bench_steps").value == 7
+    assert at.selectbox(key="bench_runner").value == "inprocess"
+    assert at.multiselect(key="bench_chosen").value == ["all on gpu1"]
+    assert at.selectbox(key="bench_map_gpu1").value == "cpu2"
+    assert at.number_input(key="cal_rounds").value == 2
+    assert not at.warning  # no "default value but also set via the Session State API" complaint
+
+
+def test_the_top_k_of_a_stored_run(monkeypatch):
+    """The K best distinct placements of a stored MAP-Elites run of the current setup, measured: simulated and
+    measured rank side by side with Kendall tau, stored with the run."""
+    from placement_core import Problem, load_devices, load_network
+    from placement_core.runs import start_run
+    from placement_core.store import RunStore
+
+    problem = Problem(load_network("resnet50"), load_devices("malvik-4gpu"))  # the page's default setup
+    with RunStore() as store:
+        run_id, _ = start_run(store, problem, "map-elites", evaluations=400, seed=3)
+        kept = [store.get(run_id).best_placement] + [r["placement"] for r in store.archive_rows(run_id)]
+    objectives = sorted(problem.evaluate(x) for x in {tuple(map(int, x)) for x in kept})  # distinct, best first
+    measured = (0.030, 0.010, 0.020)
+    monkeypatch.setattr(benchview, "run_benchmark", lambda *a, **kw: [fake_result(t) for t in measured])
+    at = bench_page()
+    at.radio(key="bench_mode").set_value("The K best placements of a run").run()
+    [label] = at.selectbox(key="bench_top_run").options
+    assert label.startswith(f"run {run_id} · MAP-Elites (stored")
+    at.number_input(key="bench_top_k").set_value(3).run()
+    assert_clean(at)
+    preview = frame(at, "simulated rank")
+    assert list(preview["simulated objective (ms)"]) == pytest.approx([o * 1e3 for o in objectives[:3]])
+    assert preview["placement"][0] == f"best of run {run_id}" and preview["placement"].is_unique
+    run_jobs(at)
+    assert_clean(at)
+    ranking = [df.value for df in at.dataframe if "measured rank" in df.value.columns][0]
+    assert list(ranking["measured rank"]) == [3, 1, 2]
+    # tau by hand: the simulated order 1 < 2 < 3 (no ties among these three) against 30, 10, 20 ms:
+    # pairs (1,2) discordant, (1,3) discordant, (2,3) concordant -> (1 - 2) / 3
+    assert len(set(objectives[:3])) == 3
+    assert f"**{-1 / 3:.3f}**" in text(at)
+    with RunStore() as store:
+        rows = store.benchmarks(run_id=run_id)
+    assert [r["label"] for r in rows] == list(preview["placement"])
+    assert [r["measured_median_s"] for r in rows] == list(measured)
+
+
+def import_tiny_model(at):
+    """The Network page's PyTorch import of a 3-op MLP (input 3x2x2, batch 32), as a person does it."""
+    code = (b"import torch.nn as nn\n"
+            b"def build():\n    return nn.Sequential(nn.Flatten(), nn.Linear(12, 8), nn.ReLU(), nn.Linear(8, 2))\n")
+    at.radio(key="torch_source").set_value("Python file")
+    at.file_uploader(key="torch_file").upload("mlp.py", code, "text/x-python")
+    at.text_input(key="torch_attr").set_value("build")
+    at.text_input(key="torch_shape").set_value("3, 2, 2")
+    at.button(key="FormSubmitter:torch_import-Import").click().run(timeout=120)
+    assert_clean(at)
+
+
+def test_calibrate_from_the_page_then_use_it():
+    """Calibrate runs `placement calibrate` in the background (it keeps going on another page); then the
+    calibrated 'local' devices and this network's measured op times become the current setup."""
+    pytest.importorskip("torch")
+    from dashboard import calibview
+    from placement_core.catalog import user_dir
+
+    at = start()
+    import_tiny_model(at)
+    goto(at, "benchmark")
+    at.number_input(key="cal_steps").set_value(1)
+    at.selectbox(key="cal_max").set_value("1 MB (fast)")
+    at.button(key="cal_start").click().run()
+    job = calibview.job(at.session_state["session_key"])
+    assert job.status == "running" and job.argv[3:5] == ["calibrate", "--model"]
+    assert job.argv[job.argv.index("--batch-size") + 1] == "32"  # the network's batch: its op times match it
+    goto(at, "network")  # the calibration goes on while the user is elsewhere
+    job.thread.join(240)
+    assert job.status == "done", (job.error, job.lines)
+    assert sum("(round 1/1)" in line for line in job.lines) == 2 and job.fraction == 0.99
+    goto(at, "benchmark")
+    assert_clean(at)
+    assert "Calibrated build (batch 32) on cpu:2" in text(at)
+    assert "cpu0-cpu1" in at.code[0].value
+    assert (user_dir() / "timings" / "local" / "build-3x2x2-b32.json").is_file()
+    at.button(key="cal_use").click().run()
+    assert_clean(at)
+    assert at.session_state["devices"].names == ["cpu0", "cpu1"]
+    assert at.session_state["sim"]["timings"] == "local"
+    assert "measured op times ('local')" in "\n".join(str(m.value) for m in at.sidebar.markdown)
+    assert "the simulator uses the op times measured for build at batch 32" in text(at)
+
+
+def test_a_failing_calibration_says_why():
+    at = bench_page()
+    at.text_input(key="bench_source").set_value("torchvision:no_such_model").run()
+    at.button(key="cal_start").click().run()
+    from dashboard import calibview
+    job = calibview.job(at.session_state["session_key"])
+    job.thread.join(120)
+    at.run()
+    [err] = at.error
+    assert err.value.startswith("The calibration failed: ") and "no\\_such\\_model" in err.value
+    assert "Traceback" not in err.value
