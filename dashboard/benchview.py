@@ -19,7 +19,7 @@ import streamlit as st
 
 from placement_core import InputError, Problem, SimSettings
 from placement_core.analysis import correlation_stats, fmt_seconds, kendall_tau
-from placement_core.benchplan import distinct_top, shared_warning
+from placement_core.benchplan import default_mapping, distinct_top, shared_warning
 
 from . import calibview, charts, state, ui
 from .runs import REGISTRY
@@ -314,11 +314,15 @@ def render() -> None:
     used = sorted({int(x) for _, p, _ in plan for x in np.unique(p)})
     st.caption("Each device of the device graph runs on a local device:")
     mapping = {}
+    defaults = default_mapping(d.names, used, local) if used else {}
+    picked = s.setdefault("bench_map_picked", set())  # devices whose local device the user chose (kept)
     cols = st.columns(max(len(used), 1))
     for k, di in enumerate(used):
         name = d.names[di]
-        default = local.index(name) if name in local else k % len(local)
-        mapping[di] = cols[k].selectbox(name, local, index=default, key=ui.persist(f"bench_map_{name}", local))
+        key = ui.persist(f"bench_map_{name}", local)
+        if name not in picked or key not in s:  # follow the default (it changes with the devices used)
+            s[key] = defaults[di]
+        mapping[di] = cols[k].selectbox(name, local, key=key, on_change=picked.add, args=(name,))
     warning = shared_warning({d.names[di]: loc for di, loc in mapping.items()}, {x.name: x.torch for x in locals_},
                              runner)
     if warning:
@@ -495,8 +499,9 @@ def draw_results(points: list[dict]) -> None:
     m[3].metric("MAPE", f"{mape(sim, mea):.3g} %",
                 help="Mean absolute percentage error of simulated against measured time: mean of |sim − measured| "
                      "/ measured. Large unless the device graph is calibrated for this machine.")
-    m[4].metric("Median measured / simulated", f"{np.median(np.array(mea) / np.array(sim)):.3g}×",
-                help="Above 1: the machine is slower than the device graph says (calibrate it).")
+    m[4].metric("Measured / simulated", f"{np.median(np.array(mea) / np.array(sim)):.3g}×",
+                help="The median ratio of measured to simulated time. Above 1: the machine is slower than the "
+                     "device graph says (calibrate it).")
     fit = None if np.isnan(stats["slope"]) else (stats["slope"], stats["intercept"])
     axes = st.radio("Axes", list(AXES), format_func=AXES.get, horizontal=True, key=ui.persist("bench_axes", AXES),
                     help="Independent: each axis spans its own values, so the points spread out even when the "

@@ -92,10 +92,17 @@ def top_of_run(store, run_id: int, k: int) -> tuple[Problem, list[Ranked], str]:
 
 def default_mapping(names: list[str], used: list[int], local: list[str]) -> dict[int, str]:
     """Device index -> local device name for the devices ``used``: the local device of the same name when
-    there is one (a calibrated ``local`` preset), else the local devices in turn."""
+    there is one (a calibrated ``local`` preset), else the least used local device (the first of those), so
+    devices share a local device only when there are more of them than local devices."""
     if not local:
         raise InputError("no local devices", field="--devices", fix="Give e.g. cpu:2")
-    return {di: names[di] if names[di] in local else local[k % len(local)] for k, di in enumerate(used)}
+    out = {di: names[di] for di in used if names[di] in local}
+    load = {loc: sum(1 for v in out.values() if v == loc) for loc in local}
+    for di in used:
+        if di not in out:
+            out[di] = min(local, key=lambda loc: load[loc])  # min keeps the first of equals
+            load[out[di]] += 1
+    return {di: out[di] for di in used}
 
 
 def parse_mapping(text: str, names: list[str], local: list[str]) -> dict[str, str]:

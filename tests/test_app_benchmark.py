@@ -231,6 +231,11 @@ def test_the_agreement_chart_has_independent_log_or_equal_axes_and_mape(monkeypa
 
 def test_a_warning_names_devices_that_share_a_local_device():
     at = bench_page()
+    assert at.selectbox(key="bench_map_gpu0").value == "cpu0"
+    # adding a placement on cpu0: cpu0 takes the local cpu0 (same name), so gpu0 moves to the free cpu1
+    at.multiselect(key="bench_chosen").set_value(["current: all on gpu0", "all on cpu0"]).run()
+    assert [at.selectbox(key=f"bench_map_{n}").value for n in ("cpu0", "gpu0")] == ["cpu0", "cpu1"]
+    assert not at.warning
     at.multiselect(key="bench_chosen").set_value(["all on gpu0", "all on gpu1"]).run()
     assert [at.selectbox(key=f"bench_map_{n}").value for n in ("gpu0", "gpu1")] == ["cpu0", "cpu1"]
     assert not at.warning

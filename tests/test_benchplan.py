@@ -31,6 +31,9 @@ def test_default_mapping_by_name_then_in_turn():
     names = ["cpu0", "gpu0", "gpu1", "gpu2"]
     assert default_mapping(names, [0, 1, 2, 3], ["cpu0", "cpu1"]) == {0: "cpu0", 1: "cpu1", 2: "cpu0", 3: "cpu1"}
     assert default_mapping(names, [1, 3], ["gpu0", "gpu1"]) == {1: "gpu0", 3: "gpu1"}
+    # a device named like a local one keeps it; the others take the free ones first
+    assert default_mapping(["cpu1", "gpu0"], [0, 1], ["cpu0", "cpu1"]) == {0: "cpu1", 1: "cpu0"}
+    assert default_mapping(["a", "b", "c"], [0, 1, 2], ["cpu0"]) == {0: "cpu0", 1: "cpu0", 2: "cpu0"}
 
 
 def test_parse_mapping_names_what_is_wrong():
