@@ -364,3 +364,41 @@ def test_a_failing_calibration_says_why():
     [err] = at.error
     assert err.value.startswith("The calibration failed: ") and "no\\_such\\_model" in err.value
     assert "Traceback" not in err.value
+
+
+def test_the_top_k_of_a_live_run(monkeypatch):
+    """A run of this session (Optimize page) offers its K best: the best, then the archive's elites by objective,
+    each placement once; a GA run keeps only its best and says so."""
+    from apptest_util import wait_for_runs
+
+    from dashboard.runs import REGISTRY
+
+    monkeypatch.setattr(benchview, "run_benchmark", lambda *a, **kw: [fake_result(t) for t in (0.01, 0.02, 0.03, 0.04)])
+    at = start()
+    goto(at, "optimize")
+    at.number_input(key="opt_evaluations").set_value(300)
+    at.button(key="opt_start").click().run()
+    wait_for_runs(at)
+    ga, me = sorted(REGISTRY.runs(at.session_state["session_key"]), key=lambda r: r.id)
+    goto(at, "benchmark")
+    at.radio(key="bench_mode").set_value("The K best placements of a run").run()
+    assert at.selectbox(key="bench_top_run").options == [ga.name, me.name]  # not again as stored runs
+    at.selectbox(key="bench_top_run").set_value(me.name)
+    at.number_input(key="bench_top_k").set_value(4).run()
+    assert_clean(at)
+    preview = frame(at, "simulated rank")
+    distinct = {tuple(map(int, x)) for x in [me.result.best_placement] +
+                [e.placement for e in me.result.archive.elites.values()]}
+    expected = sorted(me.problem.evaluate(x) for x in distinct)[:4]
+    assert list(preview["simulated objective (ms)"]) == pytest.approx([o * 1e3 for o in expected])
+    assert preview["placement"][0] == f"best of {me.name}" and preview["placement"].is_unique
+    run_jobs(at)
+    assert_clean(at)
+    ranking = [df.value for df in at.dataframe if "measured rank" in df.value.columns][0]
+    assert list(ranking["measured rank"]) == [1, 2, 3, 4]
+    from placement_core.store import RunStore
+    with RunStore() as store:
+        assert [b["run_id"] for b in store.benchmarks()] == [me.store_id] * 4
+    at.selectbox(key="bench_top_run").set_value(ga.name).run()
+    assert list(frame(at, "simulated rank")["placement"]) == [f"best of {ga.name}"]
+    assert f"{ga.name} keeps 1 distinct placement(s)" in text(at)
