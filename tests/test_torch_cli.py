@@ -96,8 +96,11 @@ def test_calibrate_then_e5(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("PLACEMENT_HOME", str(tmp_path / "home"))
     code, out, err = run(capsys, "calibrate", "--model", SMALL, "--input-shape", "2,3,8,8", "--batch-size", "4",
                          "--devices", "cpu:2", "--steps", "2", "--rounds", "1", "--fit-placements", "0",
-                         "--out", tmp_path / "cal")
+                         "--max-transfer", "1MB", "--out", tmp_path / "cal")
     assert code == 0, err
+    # --max-transfer: the link is measured from 1 kB up to 1 MB only (10^3, 10^3.5, ..., 10^6 bytes)
+    channels = json.loads((tmp_path / "cal" / "timings.json").read_text())["channels"]
+    assert channels["cpu0-cpu1"]["sizes"] == [1000, 3162, 10000, 31622, 100000, 316227, 1000000]
     assert (tmp_path / "cal" / "devices.json").is_file() and (tmp_path / "cal" / "timings.json").is_file()
     assert (tmp_path / "home" / "devices" / "local.json").is_file()
     assert "cpu0-cpu1" in out and "latency" in out
