@@ -189,13 +189,29 @@ def _template_json(name: str) -> dict:
     return _TEMPLATES[name]
 
 
+def _live_tail(curve: list, budget: int | None) -> list:
+    """A running curve with its flat tail (the latest report after the last improvement) moved in coarse
+    steps: a twentieth of the budget, else half a power of ten. The figure then changes only at an
+    improvement or a step, and the browser redraws it (a third of a core at two redraws a second, taken
+    from the run) only then."""
+    if len(curve) < 2 or curve[-1][1] < curve[-2][1]:
+        return curve
+    x = curve[-1][0]
+    step = budget / 20 if budget else 10 ** np.floor(np.log10(max(x, 1.0))) / 2
+    x = np.floor(x / step) * step
+    return curve[:-1] + ([(float(x), curve[-1][1])] if x > curve[-2][0] else [])
+
+
 def progress_figure(views: list[dict]) -> go.Figure:
-    """The live best-so-far curves (a step each: the points are the improvements)."""
+    """The best-so-far curves (a step each: the points are the improvements), live or finished."""
     data = []
     for v in views:
-        if not v["curve"]:
+        curve = v["curve"]
+        if v.get("status") in ("starting", "running"):
+            curve = _live_tail(curve, v.get("budget"))
+        if not curve:
             continue
-        xy = np.asarray(v["curve"], dtype=float)
+        xy = np.asarray(curve, dtype=float)
         data.append(dict(type="scatter", x=xy[:, 0], y=xy[:, 1] * 1e3, mode="lines", name=v["name"],
                          line=dict(color=color(v["id"] - 1), width=2.5, shape="hv")))
     return _fast_figure(data, dict(

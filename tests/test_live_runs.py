@@ -66,3 +66,28 @@ def test_the_bounded_curve_stays_above_the_true_best_and_keeps_the_big_steps():
     shown = ys[np.searchsorted(xs, true_x, side="right") - 1]  # the step chart's value at every true improvement
     assert np.all(shown >= np.array(true_y))
     assert set(zip(xs, ys)) <= set(zip(true_x, true_y)) | {(12_000.0, true_y[-1])}
+
+
+def test_a_running_curves_flat_tail_moves_in_twentieths_of_the_budget():
+    from dashboard.charts import _live_tail
+
+    curve = [(50.0, 9.0), (300.0, 7.0), (1_730.0, 7.0)]
+    assert _live_tail(curve, 20_000) == [(50.0, 9.0), (300.0, 7.0), (1_000.0, 7.0)]  # steps of 1,000
+    assert _live_tail([(50.0, 9.0), (300.0, 7.0), (990.0, 7.0)], 20_000) == [(50.0, 9.0), (300.0, 7.0)]
+    assert _live_tail(curve[:2], 20_000) == curve[:2]  # ends at an improvement: as it is
+    assert _live_tail([(50.0, 9.0), (300.0, 7.0), (73_000.0, 7.0)], None)[-1] == (70_000.0, 7.0)  # 5,000s
+
+
+def test_the_progress_figure_draws_a_finished_curve_to_its_end_and_a_running_one_in_steps():
+    from apptest_util import decode
+
+    from dashboard.charts import progress_figure
+
+    curve = [(50.0, 0.009), (300.0, 0.007), (1_730.0, 0.007)]
+    done = progress_figure([{"id": 1, "name": "GA #1", "curve": curve, "status": "done", "budget": 20_000}])
+    assert decode(done.to_dict()["data"][0]["x"]) == [50, 300, 1_730]
+    live = progress_figure([{"id": 1, "name": "GA #1", "curve": curve, "status": "running", "budget": 20_000}])
+    assert decode(live.to_dict()["data"][0]["x"]) == [50, 300, 1_000]
+    later = [*curve[:2], (1_990.0, 0.007)]  # 260 evaluations on, nothing better: the same figure
+    assert progress_figure([{"id": 1, "name": "GA #1", "curve": later, "status": "running",
+                             "budget": 20_000}]).to_json() == live.to_json()
