@@ -67,18 +67,33 @@ class CalibJob:
             " / ".join(self.lines[-3:])
         self.status = "failed"
 
-    def stop(self) -> None:
-        if self.status == "running" and self.proc is not None:
-            self.status = "stopped"
+    def stop(self, grace: float = 15.0) -> None:
+        """Interrupt the command as Ctrl-C does (it then stops the worker processes it started, which run in
+        sessions of their own); whatever is left after ``grace`` seconds is killed."""
+        if self.status != "running" or self.proc is None:
+            return
+        self.status = "stopped"
+        _signal_group(self.proc.pid, signal.SIGINT)
+
+        def kill_if_left():
             try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                _signal_group(self.proc.pid, signal.SIGKILL)
+
+        threading.Thread(target=kill_if_left, name="placement-calibrate-stop", daemon=True).start()
 
     @property
     def fraction(self) -> float:
         done = sum(1 for ln in self.lines if re.search(r"\(round \d+/\d+\)|<->|^fitting |^message overhead", ln))
         return min(done / max(self.expected, 1), 0.99)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 _JOBS: dict[str, CalibJob] = {}

@@ -3,6 +3,7 @@
 import subprocess
 import sys
 import textwrap
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -336,6 +337,8 @@ def test_calibrate_from_the_page_then_use_it():
     job = calibview.job(at.session_state["session_key"])
     assert job.status == "running" and job.argv[3:5] == ["calibrate", "--model"]
     assert job.argv[job.argv.index("--batch-size") + 1] == "32"  # the network's batch: its op times match it
+    [bar] = at.get("progress")
+    assert bar.proto.text.startswith("Calibrating build (batch 32) on cpu:2 for ")
     goto(at, "network")  # the calibration goes on while the user is elsewhere
     job.thread.join(240)
     assert job.status == "done", (job.error, job.lines)
@@ -402,3 +405,29 @@ def test_the_top_k_of_a_live_run(monkeypatch):
     at.selectbox(key="bench_top_run").set_value(ga.name).run()
     assert list(frame(at, "simulated rank")["placement"]) == [f"best of {ga.name}"]
     assert f"{ga.name} keeps 1 distinct placement(s)" in text(at)
+
+
+def test_stop_ends_a_calibration_and_its_workers():
+    pytest.importorskip("torch")
+    import psutil
+
+    from dashboard import calibview
+
+    at = start()
+    import_tiny_model(at)
+    goto(at, "benchmark")
+    at.button(key="cal_start").click().run()
+    job = calibview.job(at.session_state["session_key"])
+    deadline = time.time() + 120
+    while not job.lines and job.status == "running" and time.time() < deadline:  # the workers are measuring
+        time.sleep(0.2)
+    workers = psutil.Process(job.proc.pid).children(recursive=True)
+    assert workers, "the calibration's worker processes"
+    at.button(key="cal_stop").click().run()
+    job.thread.join(30)
+    assert job.status == "stopped" and job.proc.poll() is not None
+    gone, alive = psutil.wait_procs(workers, timeout=20)
+    assert not alive, f"workers left running: {alive}"
+    at.run()
+    assert "The calibration was stopped; nothing was saved." in text(at)
+    assert not at.button(key="cal_start").disabled
