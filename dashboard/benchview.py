@@ -290,7 +290,8 @@ def render() -> None:
                            help="The model the network was made from; its ops must have the same names.")
     shape = c2.text_input("Input shape of one sample", known[1] if known else "3, 224, 224",
                           key=ui.persist("bench_shape"))
-    batch = c3.number_input("Batch size", 1, 4096, min(int(g.batch_size), 8), key=ui.persist("bench_batch", bounds=(1, 4096)),
+    batch = c3.number_input("Batch size", 1, 4096, min(int(g.batch_size), 8),
+                            key=ui.persist("bench_batch", bounds=(1, 4096)),
                             help="Steps run at this batch; the simulated time is for the same batch.")
     c1, c2, c3, c4 = st.columns(4)
     spec = c1.text_input("Local devices", "cpu:2", key=ui.persist("bench_devices"),

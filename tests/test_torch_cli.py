@@ -251,7 +251,8 @@ def test_benchmark_the_top_k_of_a_stored_run(capsys, tmp_path):
     mea = [float(r["measured median (ms)"]) for r in rows]
     assert sim == pytest.approx([o * 1e3 for o in objectives[:3]], rel=1e-8)
     assert [int(r["measured rank"]) for r in rows] == [sorted(mea).index(m) + 1 for m in mea]
-    printed_tau = float(out.split("Kendall tau (simulated objective vs measured median, 3 placement(s)): ")[1].split()[0])
+    tau_line = "Kendall tau (simulated objective vs measured median, 3 placement(s)): "
+    printed_tau = float(out.split(tau_line)[1].split()[0])
     assert printed_tau == pytest.approx(_tau_by_counting(sim, mea), abs=1e-6)
     # they are stored with the run: placement runs benchmarks lists them under its id, with their labels
     code, out_csv, err = run(capsys, "runs", "benchmarks")
