@@ -431,3 +431,19 @@ def test_stop_ends_a_calibration_and_its_workers():
     at.run()
     assert "The calibration was stopped; nothing was saved." in text(at)
     assert not at.button(key="cal_start").disabled
+
+
+def test_the_model_source_follows_the_network():
+    """What was typed for one network does not carry over to the next: after importing another model, the
+    source, sample shape and batch are that model's (while other choices, like the devices, stay)."""
+    pytest.importorskip("torch")
+    at = bench_page()
+    at.text_input(key="bench_source").set_value("torchvision:resnet50(weights=None)")
+    at.text_input(key="bench_devices").set_value("cpu:3").run()
+    goto(at, "network")
+    import_tiny_model(at)
+    goto(at, "benchmark")
+    assert at.text_input(key="bench_source").value.endswith("mlp.py:build")
+    assert at.text_input(key="bench_shape").value == "3, 2, 2"
+    assert at.number_input(key="bench_batch").value == 8
+    assert at.text_input(key="bench_devices").value == "cpu:3"
