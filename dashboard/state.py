@@ -155,12 +155,20 @@ def init() -> None:
 
 
 def keep_widget_values() -> None:
-    """Re-store the registered widget values at the start of a run: a value set through the Session State API
-    is kept even when its widget is not drawn (on another page), so a form is as the user left it."""
+    """Re-store the registered widget values at the start of a run, so a form is as the user left it.
+
+    A value set through the Session State API is kept while its widget is not drawn (on another page), but
+    not always: with a fragment rerunning on a timer (a live optimization), Streamlit may still drop it. So the
+    latest value of every registered key is also copied into a plain dict (``_kept_values``, which no widget
+    owns and Streamlit never cleans up) and restored from there when Streamlit has forgotten it."""
     s = ss()
+    kept = s.setdefault("_kept_values", {})
     for key in list(PERSISTENT):
         if key in s:
+            kept[key] = s[key]
             s[key] = s[key]
+        elif key in kept:
+            s[key] = kept[key]
 
 
 def graph() -> Graph:

@@ -54,16 +54,19 @@ def persist(key: str, options=None, bounds: tuple | None = None) -> str:
     moved. Returns ``key``."""
     state.PERSISTENT.add(key)
     s = state.ss()
+    kept_values = s.get("_kept_values", {})
     if options is not None and key in s:
         offered, value = list(options), s[key]
         if isinstance(value, list):
             kept = [v for v in value if v in offered]
             if kept != value:
-                s[key] = kept
+                s[key] = kept_values[key] = kept
         elif value is not None and value not in offered:
             del s[key]
+            kept_values.pop(key, None)
     if bounds is not None and key in s and s[key] is not None and not bounds[0] <= s[key] <= bounds[1]:
         del s[key]
+        kept_values.pop(key, None)
     return key
 
 

@@ -318,3 +318,22 @@ def test_a_hostile_network_name_stays_text(page, tmp_path):
     open_page(pg, "Optimize")
     assert main(pg).locator("img").count() == 0
     assert "<img src=x" in main(pg).inner_text()
+
+
+def test_forms_survive_navigation_while_a_run_is_live(page):
+    """A live run reruns the sidebar's count every second (a fragment): the form still survives page switches."""
+    pg = page
+    open_page(pg, "Optimize")
+    _only_algorithm(pg, "MAP-Elites", "Genetic algorithm")
+    type_number(pg, "Evaluations per algorithm", 3_000_000)
+    pg.get_by_role("button", name="Start").click()
+    wait_text(pg, "1 optimization run(s) in progress", scope=pg.locator("[data-testid='stSidebar']"))
+    for title in ("Devices", "Trace"):
+        open_page(pg, title)
+        time.sleep(2.5)  # a few of the sidebar's reruns on the other page
+        open_page(pg, "Optimize")
+        assert _multiselect_values(pg, "Algorithms") == ["MAP-Elites"]
+        assert number(pg, "Evaluations per algorithm") == "3000000"
+    pg.get_by_role("button", name="Stop all").click()
+    settle(pg)
+    no_errors(pg)
