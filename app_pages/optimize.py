@@ -73,7 +73,7 @@ running = [r for r in runs if r.active]
 shown_finished = {r.id for r in runs if not r.active}  # the results drawn by this run of the page
 
 
-@st.fragment(run_every=0.5 if running else None)
+@st.fragment(run_every=1.0 if running else None)
 def live():
     current = REGISTRY.runs(s.session_key)
     views = [r.view() for r in current]

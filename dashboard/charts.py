@@ -53,6 +53,9 @@ def shade(batch: int, phase: str) -> str:
 
 def network_figure(graph, layout: LayeredLayout, color_by: str = "kind", placement=None,
                    device_names=None) -> go.Figure:
+    # SVG up to a few thousand ops: headless and software-rendered browsers draw WebGL slowly (seconds for a
+    # 300-op graph); WebGL only where SVG would hold too many elements.
+    scatter = go.Scatter if len(graph.ops) <= 3000 else go.Scattergl
     x, y = layout.x, layout.y
     fig = go.Figure()
     widths = [0.6, 1.2, 2.2, 3.6]
@@ -63,7 +66,7 @@ def network_figure(graph, layout: LayeredLayout, color_by: str = "kind", placeme
             ex, ey = edge_path(x[s], y[s], x[t], y[t])
             xs += ex + [None]
             ys += ey + [None]
-        fig.add_trace(go.Scattergl(
+        fig.add_trace(scatter(
             x=xs, y=ys, mode="lines", hoverinfo="skip", line=dict(width=widths[k], color="rgba(90,90,110,0.45)"),
             name=f"tensor {fmt_bytes(b['low'])}–{fmt_bytes(b['high'])}", legendgroup="edges",
             legendgrouptitle_text="Edges (tensor size)" if k == 0 else None))
@@ -83,12 +86,13 @@ def network_figure(graph, layout: LayeredLayout, color_by: str = "kind", placeme
     for name, idx in groups.items():
         if not idx:
             continue
-        hover = [f"<b>{ops[i].name}</b><br>{ops[i].kind}"
+        hover = [f"<b>{html.escape(ops[i].name)}</b><br>{html.escape(ops[i].kind)}"
                  f"<br>forward {ops[i].fwd_flops / 1e9:.3g} GFLOP · backward {ops[i].bwd_flops / 1e9:.3g} GFLOP"
                  f"<br>output {fmt_bytes(ops[i].output_bytes)} · parameters {fmt_bytes(ops[i].param_bytes)}"
-                 + (f"<br>on {device_names[placement[i]]}" if placement is not None and device_names else "")
+                 + (f"<br>on {html.escape(device_names[placement[i]])}" if placement is not None and device_names
+                    else "")
                  for i in idx]
-        fig.add_trace(go.Scattergl(
+        fig.add_trace(scatter(
             x=x[idx], y=y[idx], mode="markers", name=str(name), hovertext=hover, hoverinfo="text",
             marker=dict(size=sizes[idx], color=colors[name], line=dict(width=0.5, color="#333")),
             legendgroup="nodes", legendgrouptitle_text=title if first else None))

@@ -96,3 +96,20 @@ def test_pytorch_import_of_an_uploaded_file(tmp_path):
     assert_clean(at)
     assert "Imported build: 5 ops at batch size 16" in text(at)
     assert metrics(at)["Ops"] == "5" and "batch 16" in sidebar_text(at)
+
+
+def test_network_figure_is_svg_and_escapes_op_names():
+    """Up to 3,000 ops the graph is SVG (WebGL draws slowly in software-rendered browsers); op names from a
+    file are text in the hover, not markup."""
+    from helpers import op
+
+    from dashboard import charts
+    from placement_core.analysis import layered_layout
+    from placement_core.graph import Graph
+
+    g = Graph("t", [op("x", kind="input"), op("<img src=x>", inputs=["x"])])
+    fig = charts.network_figure(g, layered_layout(g), "device", [0, 1], ["gpu0", "<b>gpu1</b>"])
+    assert {t.type for t in fig.data} == {"scatter"}
+    hovers = [h for t in fig.data if t.hovertext for h in t.hovertext]
+    assert any("&lt;img src=x&gt;" in h and "on &lt;b&gt;gpu1&lt;/b&gt;" in h for h in hovers), hovers
+    assert not any("<img" in h for h in hovers)
