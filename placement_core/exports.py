@@ -46,7 +46,8 @@ def torch_snippet(placement: np.ndarray, graph: Graph, devices: DeviceGraph) -> 
     """A pasteable Python snippet that moves each submodule of ``model`` to its device."""
     mapping = {k: v for k, v in torch_device_map(placement, graph, devices).items()
                if any(o.module == k for o in graph.ops)}
-    lines = [f"# Placement of {graph.name} on {devices.name}: move each submodule to its device.",
+    # Names come from users' files: written with repr, a newline in one cannot end the comment and become code.
+    lines = [f"# Placement of {graph.name!r} on {devices.name!r}: move each submodule to its device.",
              "# Tensors must follow: run it with placement_core.torch.apply.place (which inserts the copies),",
              "# or move inputs in forward(); see docs/torch.md.",
              "DEVICE_MAP = {"]
