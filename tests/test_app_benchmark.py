@@ -117,7 +117,9 @@ def test_a_real_benchmark_of_a_tiny_model():
     at.file_uploader(key="torch_file").upload("mlp.py", code, "text/x-python")
     at.text_input(key="torch_attr").set_value("build")
     at.text_input(key="torch_shape").set_value("3, 2, 2")
-    at.button(key="FormSubmitter:torch_import-Import").click().run(timeout=120)
+    at.button(key="FormSubmitter:torch_import-Import").click().run()
+    at.checkbox(key="torch_confirm_ok").check().run()  # the file runs only once the user confirms
+    at.button(key="torch_confirm_run").click().run(timeout=120)
     goto(at, "benchmark")
     assert at.text_input(key="bench_source").value.endswith("mlp.py:build")
     at.multiselect(key="bench_chosen").set_value(["all on cpu0", "all on gpu0"])
@@ -317,7 +319,9 @@ def import_tiny_model(at):
     at.file_uploader(key="torch_file").upload("mlp.py", code, "text/x-python")
     at.text_input(key="torch_attr").set_value("build")
     at.text_input(key="torch_shape").set_value("3, 2, 2")
-    at.button(key="FormSubmitter:torch_import-Import").click().run(timeout=120)
+    at.button(key="FormSubmitter:torch_import-Import").click().run()
+    at.checkbox(key="torch_confirm_ok").check().run()  # the file runs only once the user confirms
+    at.button(key="torch_confirm_run").click().run(timeout=120)
     assert_clean(at)
 
 

@@ -92,7 +92,9 @@ def test_pytorch_import_of_an_uploaded_file(tmp_path):
     at.text_input(key="torch_attr").set_value("build")
     at.text_input(key="torch_shape").set_value("3, 2, 2")
     at.number_input(key="torch_batch").set_value(16)
-    at.button(key="FormSubmitter:torch_import-Import").click().run(timeout=120)
+    at.button(key="FormSubmitter:torch_import-Import").click().run()
+    at.checkbox(key="torch_confirm_ok").check().run()  # the file runs only once the user confirms
+    at.button(key="torch_confirm_run").click().run(timeout=120)
     assert_clean(at)
     assert "Imported build: 5 ops at batch size 16" in text(at)
     assert metrics(at)["Ops"] == "5" and "batch 16" in sidebar_text(at)

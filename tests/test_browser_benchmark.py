@@ -48,7 +48,9 @@ def test_benchmark_a_tiny_model_and_download_the_measurements(page, tmp_path):
     uploader.get_by_text("mlp.py").wait_for()
     pg.get_by_role("textbox", name="Model in the file").fill("build")
     pg.get_by_role("textbox", name="Input shape of one sample").fill("3, 2, 2")
-    pg.get_by_role("button", name="Import").click()
+    pg.get_by_role("button", name="Import", exact=True).click()
+    pg.get_by_text("I have read this file and want to run it as").click()  # it runs only once confirmed
+    pg.get_by_role("button", name="Run it and import").click()
     wait_text(pg, "Imported build: 5 ops at batch size 32", timeout_s=60)
 
     open_page(pg, "Benchmark")

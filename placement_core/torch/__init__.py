@@ -6,6 +6,7 @@
     apply          run a placement in one process (tensors moved with .to); export as JSON / Python
     executor       training steps: in one process, or as one rank of several (send/recv)
     benchmark      worker processes, timings, memory, timeouts; launcher and worker start them
+    isolated       import a model in a worker process with a timeout (the dashboard runs no model code)
     calibrate      per-op times and link latency/bandwidth -> device graph + timing table
     timings        calibrated timing tables (no torch)
     devspec        device specs: cpu:2, cuda:0,cuda:1 (no torch at import)

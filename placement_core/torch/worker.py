@@ -1,9 +1,10 @@
 """A benchmark or calibration worker process: ``python -m placement_core.torch.worker SPEC RANK``.
 
 The parent (:mod:`.benchmark`) writes a JSON spec and starts one worker per
-rank (one in all for the in-process runner). A worker pins itself to its cores
-*before* importing torch, so its OpenMP threads stay there, rebuilds the model
-from its source, and reports by appending JSON lines to ``rank{R}.jsonl``:
+rank (one in all for the in-process runner); the import mode (:mod:`.isolated`)
+traces a model, so that model code never runs in the dashboard's server. A
+worker pins itself to its cores *before* importing torch, so its OpenMP threads
+stay there, rebuilds the model from its source, and reports by appending JSON lines to ``rank{R}.jsonl``:
 ``ready``, then ``start``/``result`` per placement, or ``fatal``. The parent
 can kill it at any time; results written so far survive.
 """
@@ -44,6 +45,8 @@ def main(argv: list[str]) -> int:
             torch.set_num_interop_threads(1)
         if spec["mode"] == "calibrate":
             from .calibrate import worker_main
+        elif spec["mode"] == "import":
+            from .isolated import worker_main
         else:
             from .benchmark import worker_main
         worker_main(spec, rank, events)
