@@ -24,8 +24,8 @@ def torch_import_form() -> None:
 
     s = state.ss()
     if not torch_available():
-        st.info('PyTorch is not installed here. Install it with `.venv/bin/pip install -e ".[torch]"` to import models.',
-                icon=":material/info:")
+        st.info('PyTorch is not installed here. Install it with `.venv/bin/pip install -e ".[torch]"` to import '
+                'models.', icon=":material/info:")
         return
     allowed = code_upload_allowed()
     st.caption("Traced with torch.fx at leaf-module granularity, in a separate process; FLOPs from torch's "
