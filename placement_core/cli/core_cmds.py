@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from ..analysis.stats import channel_stats, device_stats
+from ..analysis.units import fmt_bytes, fmt_seconds
 from ..catalog import builtin_devices, builtin_networks, load_devices, load_network
 from ..jsonio import write_json
 from ..placement import describe_ignored, parse_placement_spec
-from .common import add_problem_options, build_problem, human_bytes, human_seconds, print_json, printable, table
+from .common import add_problem_options, build_problem, print_json, printable, table
 from .validate import check_output_file
 
 
@@ -40,7 +42,7 @@ def cmd_networks(args) -> int:
         print_json(rows)
     else:
         print(table([[r["name"], r["ops"], r["batch_size"], f"{r['fwd_flops'] / 1e12:.2f}",
-                      human_bytes(r["param_bytes"])] for r in rows],
+                      fmt_bytes(r["param_bytes"])] for r in rows],
                     ["network", "ops", "batch", "fwd TFLOP", "parameters"], right=(1, 2, 3, 4)))
     return 0
 
@@ -86,14 +88,16 @@ def describe_batches(summary: dict) -> str:
 
 
 def simulation_report(problem, placement_spec: str, ev) -> dict:
+    """The numbers of one simulated placement; per-device and per-channel figures are analysis's."""
     r = ev.result
-    devices = {}
-    for i, d in enumerate(problem.devices.devices):
-        devices[d.name] = {"kind": d.kind, "busy_s": float(r.busy[i]), "idle_s": float(r.makespan - r.busy[i]),
-                           "peak_memory_bytes": float(r.peak_memory[i]), "memory_bytes": float(d.memory_bytes),
-                           "overflow_bytes": float(ev.overflow[i])}
-    channels = {c.name: {"bytes": float(r.channel_bytes[j]), "busy_s": float(r.channel_busy[j])}
-                for j, c in enumerate(problem.devices.channels)}
+    kinds = [d.kind for d in problem.devices.devices]
+    device_rows = device_stats(r, problem.devices.names, [d.memory_bytes for d in problem.devices.devices])
+    devices = {row["device"]: {"kind": kind, "busy_s": row["busy_s"], "idle_s": float(r.makespan - row["busy_s"]),
+                               "peak_memory_bytes": row["peak_memory"], "memory_bytes": row["capacity"],
+                               "overflow_bytes": float(ev.overflow[i]), "utilisation": row["utilisation"]}
+               for i, (row, kind) in enumerate(zip(device_rows, kinds))}
+    channels = {row["channel"]: {"bytes": row["bytes"], "busy_s": row["busy_s"], "utilisation": row["utilisation"]}
+                for row in channel_stats(r, [c.name for c in problem.devices.channels])}
     used = r.busy > 0
     bubble = float(r.idle_fraction()[used].mean()) if used.any() else 0.0
     return {"network": problem.graph.name, "ops": len(problem.graph), **batch_summary(problem),
@@ -131,25 +135,22 @@ def cmd_simulate(args) -> int:
           f"{printable(report['device_graph'])}, profile {report['profile']}"
           f"{' with measured op times' if report['measured_op_times'] else ''}, {how}"
           + (", forward only" if report["forward_only"] else ""))
-    print(f"placement {printable(args.placement)}: makespan {human_seconds(r.makespan)}, batch time "
-          f"{human_seconds(r.batch_time)}, {r.transfers} transfers, "
+    print(f"placement {printable(args.placement)}: makespan {fmt_seconds(r.makespan)}, batch time "
+          f"{fmt_seconds(r.batch_time)}, {r.transfers} transfers, "
           + ("fits in memory" if ev.feasible else "OVERFLOWS memory") + f", objective {ev.objective:.6g} s, "
           f"bubble {report['bubble_fraction']:.1%} (mean idle share of the devices used)")
     if ignored:
         print(f"note: {printable(describe_ignored(ignored))}")
     print()
-    rows = []
-    for name, d in report["devices"].items():
-        util = d["busy_s"] / r.makespan if r.makespan > 0 else 0.0
-        rows.append([printable(name), d["kind"], human_seconds(d["busy_s"]), f"{util:.0%}",
-                     human_bytes(d["peak_memory_bytes"]),
-                     human_bytes(d["memory_bytes"]), human_bytes(d["overflow_bytes"]) if d["overflow_bytes"] else "-"])
+    rows = [[printable(name), d["kind"], fmt_seconds(d["busy_s"]), f"{d['utilisation']:.0%}",
+             fmt_bytes(d["peak_memory_bytes"]), fmt_bytes(d["memory_bytes"]),
+             fmt_bytes(d["overflow_bytes"]) if d["overflow_bytes"] else "-"]
+            for name, d in report["devices"].items()]
     print(table(rows, ["device", "kind", "busy", "util", "peak memory", "capacity", "overflow"],
                 right=(2, 3, 4, 5, 6)))
     if report["channels"]:
         print()
-        rows = [[printable(name), human_bytes(c["bytes"]), human_seconds(c["busy_s"]),
-                 f"{c['busy_s'] / r.makespan:.0%}" if r.makespan > 0 else "0%"]
+        rows = [[printable(name), fmt_bytes(c["bytes"]), fmt_seconds(c["busy_s"]), f"{c['utilisation']:.0%}"]
                 for name, c in report["channels"].items()]
         print(table(rows, ["channel", "traffic", "busy", "util"], right=(1, 2, 3)))
     if trace_path is not None:
