@@ -1,6 +1,6 @@
 """Device Placement Lab core: which device runs which part of a training step.
 
-Plain functions over simple data, layered as DESIGN.md §1 describes:
+Plain functions over simple data, layered as docs/design.md §1 describes:
 graph -> devices -> cost -> simulate -> problem -> optimize. No Streamlit,
 and no torch at import time (``placement_core.torch`` imports it when used).
 """
