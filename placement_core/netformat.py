@@ -1,4 +1,4 @@
-"""The ``placement-network/1`` JSON format (DESIGN.md §2), read and written."""
+"""The ``placement-network/1`` JSON format (docs/formats.md), read and written."""
 
 from __future__ import annotations
 
