@@ -65,7 +65,7 @@ with ui.guarded("the run form"):
                            devices_label=s.devices_label, sim=problem_sim,
                            initial=state.current_placement()[None, :].copy() if seeded else None)
             # each run gets its own Problem: the compiled simulator is not shared between threads
-            REGISTRY.start(s.session_key, spec, state.build_problem(g, d, problem_sim))
+            REGISTRY.start(s.session_key, spec, state.spec_for(g, problem_sim).build(g, d))
         st.rerun()
 
 runs = REGISTRY.runs(s.session_key)

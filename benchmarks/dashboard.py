@@ -98,7 +98,7 @@ def optimizer_rates(pg, home: Path, network: str, devices: str, algorithm: str, 
     from placement_core.store import RunStore
 
     g, d = load_network(network), load_devices(devices)
-    problem = state.build_problem(g, d, dict(state.DEFAULT_SIM))
+    problem = state.spec_for(g, dict(state.DEFAULT_SIM)).build(g, d)
     initial = single_device(g, d, d.names[state.default_device(d)])[None, :]
     t = time.perf_counter()
     result = run(problem, algorithm, evaluations=budget, seed=1, initial=initial)

@@ -395,8 +395,7 @@ def _what_to_measure(mode: str) -> tuple[list, dict | None]:
 
 
 def _submit(plan, ranking, mapping, source, shape, batch, spec, runner, steps, warmup) -> None:
-    from placement_core.netformat import network_to_dict
-    from placement_core.store import content_hash
+    from placement_core.netformat import network_hash
     from placement_core.torch.benchmark import BenchmarkSettings
 
     from .torch_import import parse_shape
@@ -412,7 +411,7 @@ def _submit(plan, ranking, mapping, source, shape, batch, spec, runner, steps, w
     assignments = [{op.name: mapping[int(p[i])] for i, op in enumerate(g.ops)} for _, p, _ in plan]
     submit(s.session_key, BenchJob(labels, sims, assignments, source, (1,) + sample, spec, runner, batch,
                                    BenchmarkSettings(steps=steps, warmup=warmup), network_name=g.name,
-                                   network_hash=content_hash(network_to_dict(sim_problem.graph)),
+                                   network_hash=network_hash(sim_problem.graph),
                                    run_ids=[run_id for _, _, run_id in plan], ranking=ranking))
 
 
@@ -430,8 +429,7 @@ def draw_ranking(r: dict) -> None:
 
 def earlier_points(exclude: set[int]) -> list[dict]:
     """Stored measurements of the current network (same content, at any batch size) not in ``exclude``."""
-    from placement_core.netformat import network_to_dict
-    from placement_core.store import content_hash
+    from placement_core.netformat import network_hash
 
     from . import stored
 
@@ -448,7 +446,7 @@ def earlier_points(exclude: set[int]) -> list[dict]:
         if batch is None or b.get("network_hash") is None:
             continue
         if batch not in hashes:
-            hashes[batch] = content_hash(network_to_dict(g.with_batch_size(int(batch))))
+            hashes[batch] = network_hash(g.with_batch_size(int(batch)))
         if hashes[batch] != b["network_hash"]:
             continue
         r = b["result"]

@@ -16,16 +16,19 @@ from dataclasses import dataclass
 import numpy as np
 import streamlit as st
 
-from placement_core import (InputError, Problem, SimSettings, builtin_devices, builtin_networks, load_devices,
+from placement_core import (InputError, Problem, builtin_devices, builtin_networks, load_devices,
                             load_network, single_device)
 from placement_core.catalog import devices_from_upload, network_from_upload
 from placement_core.devices import DeviceGraph, devices_to_dict
 from placement_core.graph import Graph
+from placement_core.problem import ProblemSpec
 
 DEFAULT_NETWORK = "resnet50"
 DEFAULT_DEVICES = "malvik-4gpu"
-DEFAULT_SIM = {"batches": 1, "in_flight": 1, "penalty": "thesis", "profile": "default", "schedule": "thesis",
-               "micro_batches": 4, "timings": ""}
+_DEFAULT = ProblemSpec()
+# The settings widgets' values (see spec_for): the spec's defaults, 4 micro-batches offered for GPipe and 1F1B.
+DEFAULT_SIM = {"batches": _DEFAULT.batches, "in_flight": _DEFAULT.in_flight, "penalty": _DEFAULT.penalty,
+               "profile": _DEFAULT.profile, "schedule": _DEFAULT.schedule, "micro_batches": 4, "timings": ""}
 # "timings": the name of a saved calibration (placement calibrate) whose measured op times replace the
 # cost formulas, when one exists for the current network at its batch size; "" = the formulas.
 # Batches and in flight apply to the thesis scheme; micro-batches to GPipe and 1F1B (one batch, then a flush).
@@ -70,7 +73,7 @@ def _network_at_batch(key: str, batch_size: int, _graph: Graph) -> Graph:
 @st.cache_resource(max_entries=16, show_spinner="Compiling the problem…")
 def _problem(graph_key: str, devices_key: str, sim: tuple, timings_key: str, _graph: Graph,
              _devices: DeviceGraph) -> Problem:
-    return build_problem(_graph, _devices, dict(sim))
+    return spec_for(_graph, dict(sim)).build(_graph, _devices)
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
@@ -114,20 +117,31 @@ def timings_note(graph: Graph, sim: dict) -> str | None:
     return None
 
 
-def build_problem(graph: Graph, devices: DeviceGraph, sim: dict) -> Problem:
-    """A Problem from the dashboard's simulator settings (runs build their own copy).
+def spec_for(graph: Graph, sim: dict) -> ProblemSpec:
+    """The problem recipe the dashboard's simulator settings stand for: the one place ``sim`` becomes a spec.
 
     GPipe and 1F1B simulate one batch split into ``micro_batches`` (the step ends with a flush, so batches do
     not overlap): ``batches`` and ``in_flight`` apply to the thesis scheme only. Measured op times (a saved
     calibration) are scaled to the micro-batch."""
     sim = {**DEFAULT_SIM, **sim}
     kw = cost_kw(graph, sim)
-    if sim["schedule"] != "thesis":
-        from placement_core.simulate.schedules import pipeline_problem
-        return pipeline_problem(graph, devices, sim["schedule"], int(sim["micro_batches"]), penalty=sim["penalty"],
-                                **kw)
-    settings = SimSettings(batches=int(sim["batches"]), in_flight=int(sim["in_flight"]))
-    return Problem(graph, devices, settings=settings, penalty=sim["penalty"], **kw)
+    pipelined = sim["schedule"] != "thesis"
+    return ProblemSpec(schedule=sim["schedule"], micro_batches=int(sim["micro_batches"]) if pipelined else 1,
+                       batches=1 if pipelined else int(sim["batches"]),
+                       in_flight=1 if pipelined else int(sim["in_flight"]), profile=kw["profile"],
+                       timings=kw.get("timings"), timings_batch=kw.get("timings_batch", 0), penalty=sim["penalty"])
+
+
+def sim_from_spec(spec: ProblemSpec, base: dict | None = None) -> dict:
+    """The dashboard's settings closest to a spec (``base`` supplies what a spec does not say, such as the
+    calibration's name); what they cannot express is listed by ``stored.setting_differences``."""
+    sim = {**DEFAULT_SIM, **(base or {})}
+    sim.update(penalty=spec.penalty, profile=spec.profile if spec.profile in PROFILES else "default")
+    if spec.schedule == "thesis":
+        sim.update(schedule="thesis", batches=int(spec.batches), in_flight=int(spec.in_flight))
+    else:
+        sim.update(schedule=spec.schedule, micro_batches=int(spec.micro_batches), batches=1, in_flight=1)
+    return sim
 
 
 def digest(data: bytes) -> str:

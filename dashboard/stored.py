@@ -15,7 +15,11 @@ import streamlit as st
 
 from placement_core import builtin_devices, builtin_networks, load_devices, load_network
 from placement_core.analysis import fmt_seconds
-from placement_core.store import RunRecord, RunStore, problem_hashes, problem_spec
+from placement_core.devices import devices_hash
+from placement_core.jsonio import content_hash
+from placement_core.netformat import network_hash
+from placement_core.problem import ProblemSpec
+from placement_core.store import RunRecord, RunStore, problem_hashes
 
 from . import state
 
@@ -83,22 +87,20 @@ def same_setup(store: RunStore, rec: RunRecord) -> bool:
     return store.input_hashes(rec.id) == current_hashes()
 
 
-def sim_of(spec: dict) -> dict:
-    """The dashboard's simulator settings closest to a stored problem's."""
-    sim = dict(state.ss().sim)
-    sim.update(penalty=spec["penalty"], profile=spec["profile"] if spec["profile"] in state.PROFILES else "default")
-    if spec["schedule"] == "thesis":
-        sim.update(schedule="thesis", batches=int(spec["batches"]), in_flight=int(spec["in_flight"]))
-    else:
-        sim.update(schedule=spec["schedule"], micro_batches=int(spec["micro_batches"]), batches=1, in_flight=1)
-    return sim
+def sim_of(spec: dict | ProblemSpec) -> dict:
+    """The dashboard's simulator settings closest to a stored problem's (its JSON form or the spec)."""
+    if not isinstance(spec, ProblemSpec):
+        spec = ProblemSpec.from_dict(spec)
+    return state.sim_from_spec(spec, base=state.ss().sim)
 
 
 def setting_differences(problem) -> list[str]:
-    """What the stored problem has that the dashboard's settings cannot express (shown as a note)."""
-    g, d = problem.graph, problem.devices
-    mine = problem_spec(state.build_problem(g, d, sim_of(problem_spec(problem))))
-    theirs = problem_spec(problem)
+    """What the stored problem has that the dashboard's settings cannot express (shown as a note).
+
+    Compares recipes as values: nothing is compiled."""
+    theirs = problem.spec
+    mine = state.spec_for(problem.graph, state.sim_from_spec(theirs, base=state.ss().sim)).to_dict()
+    theirs = theirs.to_dict()
     measured = ("timings", "timings_batch")
     return [f"{k} = {theirs[k]!r}" for k in theirs if theirs[k] != mine.get(k) and k not in measured] + \
         (["a measured timing table"] if theirs.get("timings") and not mine.get("timings") else [])
@@ -126,13 +128,13 @@ def adopt(store: RunStore, rec: RunRecord, placement: np.ndarray, label: str) ->
             state.set_network(g, f"stored:{net_hash[:12]}", f"{g.name} (from run {rec.id})")
         state.ss().pop("net_batch", None)
     if dev_hash != cur_dev:
-        name = d.name if d.name in builtin_devices() and _devices_hash(load_devices(d.name)) == dev_hash else None
+        name = d.name if d.name in builtin_devices() and devices_hash(load_devices(d.name)) == dev_hash else None
         if name is not None:
             state.set_devices(state.builtin_device_graph(name), f"preset:{name}", name)
         else:
             state.set_devices(d, f"stored:{dev_hash[:12]}", f"{d.name} (from run {rec.id})")
         state.ss().pop("dev_tables", None)
-    state.set_sim(sim_of(problem_spec(problem)))
+    state.set_sim(sim_of(problem.spec))
     state.set_placement(placement, label)
     diffs = setting_differences(problem)
     return Adopted("The run was optimized with settings the dashboard does not offer (" + ", ".join(diffs) +
@@ -140,19 +142,11 @@ def adopt(store: RunStore, rec: RunRecord, placement: np.ndarray, label: str) ->
 
 
 def _builtin_network_key(graph, net_hash: str) -> tuple[str | None, str]:
-    from placement_core.netformat import network_to_dict
-    from placement_core.store import content_hash
     if graph.name in builtin_networks():
         builtin = load_network(graph.name, batch_size=graph.batch_size)
-        if content_hash(network_to_dict(builtin)) == net_hash:
+        if network_hash(builtin) == net_hash:
             return graph.name, state.NETWORK_TITLES.get(graph.name, graph.name)
     return None, graph.name
-
-
-def _devices_hash(devices) -> str:
-    from placement_core.devices import devices_to_dict
-    from placement_core.store import content_hash
-    return content_hash(devices_to_dict(devices))
 
 
 # -- comparing stored runs ------------------------------------------------------------------------------
@@ -216,7 +210,6 @@ def run_settings(rec: RunRecord, network_hash: str | None = None, devices_hash: 
 def _timings_text(timings) -> str:
     if not timings:
         return "none (cost formulas)"
-    from placement_core.store import content_hash
     return f"measured, {len(timings)} op(s) (table {content_hash(timings)[:12]})"
 
 

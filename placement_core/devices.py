@@ -215,3 +215,9 @@ def devices_to_dict(g: DeviceGraph) -> dict:
     chans = [{"name": c.name, "bandwidth": c.bandwidth, "latency": c.latency,
               "routes": [list(r) for r in c.routes]} for c in g.channels]
     return {"format": FORMAT, "name": g.name, "devices": devs, "channels": chans}
+
+
+def devices_hash(g: DeviceGraph) -> str:
+    """The device graph's identity in the run store: equal content, equal hash."""
+    from .jsonio import content_hash
+    return content_hash(devices_to_dict(g))

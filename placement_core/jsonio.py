@@ -174,3 +174,31 @@ def write_json(path: str | Path, data: Any, indent: int | None = 1) -> None:
     """Write atomically (a crash leaves the old file or the new one); see :func:`.outputs.write_output`."""
     from .outputs import write_output
     write_output(path, (json.dumps(data, indent=indent, allow_nan=False) + "\n").encode("utf-8"))
+
+
+def compact(obj: Any) -> str:
+    """The canonical JSON text data is stored and hashed as (no spaces, keys in the given order)."""
+    return json.dumps(obj, separators=(",", ":"))
+
+
+def content_hash(obj: Any) -> str:
+    """SHA-256 of the canonical JSON text (or of the text itself): equal data, equal hash."""
+    import hashlib
+    text = obj if isinstance(obj, str) else compact(obj)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Mappings, sequences and numpy values as plain JSON types (keys as strings)."""
+    import numpy as np
+    if isinstance(obj, dict) or hasattr(obj, "items") and hasattr(obj, "keys"):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    return obj

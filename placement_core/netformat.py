@@ -125,3 +125,10 @@ def network_to_dict(graph: Graph) -> dict:
 def _num(x: float) -> int | float:
     """Integers stay integers in JSON so files diff cleanly."""
     return int(x) if float(x).is_integer() and abs(x) < 2**63 else float(x)
+
+
+def network_hash(graph: Graph) -> str:
+    """The network's identity in the run store and the benchmark tables: equal content, equal hash
+    (the batch size is part of the content)."""
+    from .jsonio import content_hash
+    return content_hash(network_to_dict(graph))

@@ -7,7 +7,8 @@ all see the same numbers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from .errors import InputError
 from .graph import Graph
 from .placement import check_placement
 from .simulate import SimResult, SimSettings, Simulator, compile_problem
+from .simulate.schedules import SCHEDULES, micro_batch_graph, schedule_settings
 
 PENALTIES = ("thesis", "placeto", "infeasible")
 # Thesis §3.2.2: the overflow in MB is added to the time in ms, i.e. 1 ms per MB.
@@ -38,6 +40,128 @@ class Evaluation:
     @property
     def feasible(self) -> bool:
         return not bool(self.overflow.any())
+
+
+@dataclass(frozen=True)
+class ProblemSpec:
+    """The whole recipe of what is simulated, as a value: every knob that changes a number.
+
+    The CLI's options, the dashboard's settings, the run store and the experiments all
+    go through it, so there is one translation from knobs to a :class:`Problem`, and two
+    runs were simulated alike exactly when their resolved specs are equal.
+    ``batches`` counts whole batches; under ``gpipe``/``1f1b`` one batch is split into
+    ``micro_batches`` units and ``batches`` and ``in_flight`` stay 1. ``None``
+    efficiencies mean the profile's defaults; ``timings`` is a measured op-time table
+    (:mod:`placement_core.timings`) taken at batch ``timings_batch`` (0: the graph's own).
+    """
+
+    schedule: str = "thesis"
+    micro_batches: int = 1
+    batches: int = 1
+    in_flight: int = 1
+    forward_only: bool = False
+    profile: str = "default"
+    comp_efficiency: float | None = None
+    comm_efficiency: float | None = None
+    timings: Mapping[str, Any] | None = None
+    timings_batch: int = 0
+    penalty: str = "thesis"
+
+    def build(self, graph: Graph, devices: DeviceGraph, *, whole_batch: bool = True, fast: bool = True,
+              cost_model=None) -> "Problem":
+        """Compile the problem. ``graph`` is the whole batch (split into micro-batches here) unless
+        ``whole_batch`` is False: a stored problem's graph is already one unit. ``cost_model``, a profile
+        object, replaces the named profile for what-ifs that have no name (the lecture's ideal pipeline)."""
+        if self.penalty not in PENALTIES:
+            raise InputError(f"unknown memory penalty {self.penalty!r}", field="penalty",
+                             fix="Use one of: " + ", ".join(PENALTIES))
+        if self.schedule not in SCHEDULES:
+            raise InputError(f"unknown schedule {self.schedule!r}", field="schedule",
+                             fix="Use " + ", ".join(SCHEDULES))
+        unit = graph if self.schedule == "thesis" or not whole_batch else micro_batch_graph(graph, self.micro_batches)
+        settings = schedule_settings(self.schedule, len(unit), micro_batches=self.micro_batches,
+                                     batches=self.batches, in_flight=self.in_flight, forward_only=self.forward_only)
+        profile = cost_model or get_profile(self.profile, comp_efficiency=self.comp_efficiency,
+                                            comm_efficiency=self.comm_efficiency, timings=self.timings or None,
+                                            timings_batch=self.timings_batch or None)
+        return Problem(unit, devices, profile=profile, settings=settings, penalty=self.penalty, fast=fast)
+
+    def resolved(self) -> "ProblemSpec":
+        """The same recipe with the profile's default efficiencies written out (for comparing specs)."""
+        prof = get_profile(self.profile, comp_efficiency=self.comp_efficiency, comm_efficiency=self.comm_efficiency)
+        # a pipeline step admits all its micro-batches at once: "in flight" is the thesis scheme's knob only
+        # (runs stored before this spec wrote the micro-batch count there)
+        return self.replace(comp_efficiency=prof.comp_efficiency, comm_efficiency=prof.comm_efficiency,
+                            timings=self.timings or None, timings_batch=self.timings_batch if self.timings else 0,
+                            in_flight=self.in_flight if self.schedule == "thesis" else 1)
+
+    def replace(self, **changes) -> "ProblemSpec":
+        return ProblemSpec(**{**self.__dict__, **changes})
+
+    def to_dict(self) -> dict:
+        """The JSON form (the run store's ``problem`` column)."""
+        r = self.resolved()
+        return {"profile": r.profile, "comp_efficiency": r.comp_efficiency, "comm_efficiency": r.comm_efficiency,
+                "timings": _jsonable(dict(r.timings)) if r.timings else None, "timings_batch": r.timings_batch,
+                "penalty": r.penalty, "schedule": r.schedule, "micro_batches": r.micro_batches,
+                "batches": r.batches, "in_flight": r.in_flight, "forward_only": r.forward_only}
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str | None = None) -> "ProblemSpec":
+        """Read the JSON form strictly; runs stored before ``timings_batch`` existed still load."""
+        if not isinstance(data, Mapping):
+            raise InputError(f"a problem spec must be an object, got {type(data).__name__}", source=source)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InputError(f"unknown field {unknown[0]!r} in the problem spec", source=source, field=unknown[0],
+                             fix="Known fields: " + ", ".join(sorted(known)))
+        missing = sorted(set(_REQUIRED) - set(data))
+        if missing:
+            raise InputError("the problem spec has no " + missing[0], source=source, field=missing[0])
+        for key, kinds in _REQUIRED.items():
+            value = data[key]
+            if value is None and key.endswith("efficiency"):
+                continue
+            if isinstance(value, bool) != (kinds == (bool,)) or not isinstance(value, kinds):
+                raise InputError(f"{key} has the wrong type ({type(value).__name__})", source=source, field=key)
+        timings = data.get("timings")
+        if timings is not None and not isinstance(timings, Mapping):
+            raise InputError("timings must be an object or null", source=source, field="timings")
+        batch = data.get("timings_batch", 0) or 0
+        if isinstance(batch, bool) or not isinstance(batch, int):
+            raise InputError("timings_batch must be an integer", source=source, field="timings_batch")
+        spec = cls(**{k: data[k] for k in _REQUIRED}, timings=timings or None, timings_batch=batch)
+        return spec
+
+    @classmethod
+    def of(cls, problem: "Problem") -> "ProblemSpec":
+        s, prof = problem.settings, problem.profile
+        timings = dict(prof.timings) if getattr(prof, "timings", None) else None
+        return cls(schedule=s.schedule, micro_batches=s.micro_batches, batches=s.batches // s.micro_batches,
+                   in_flight=s.in_flight if s.schedule == "thesis" else 1, forward_only=s.forward_only, profile=prof.name,
+                   comp_efficiency=prof.comp_efficiency, comm_efficiency=prof.comm_efficiency,
+                   timings=timings, timings_batch=getattr(prof, "timings_batch", 0) if timings else 0,
+                   penalty=problem.penalty)
+
+
+_REQUIRED = {"profile": (str,), "comp_efficiency": (int, float), "comm_efficiency": (int, float),
+             "penalty": (str,), "schedule": (str,), "micro_batches": (int,), "batches": (int,),
+             "in_flight": (int,), "forward_only": (bool,)}
+
+
+def _jsonable(obj):
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    return obj
 
 
 class Problem:
@@ -74,6 +198,11 @@ class Problem:
     def __repr__(self) -> str:
         return (f"Problem({self.graph.name!r} on {self.devices.name!r}, profile={self.profile.name!r}, "
                 f"batches={self.settings.batches}, penalty={self.penalty!r})")
+
+    @property
+    def spec(self) -> ProblemSpec:
+        """The recipe this problem was built from (its graph is one unit: a batch or a micro-batch)."""
+        return ProblemSpec.of(self)
 
     @property
     def n_ops(self) -> int:

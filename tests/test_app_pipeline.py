@@ -1,7 +1,7 @@
 """Pipeline page (AppTest) and the GPipe/1F1B schedules in the shared simulator settings.
 
 The numbers on the page are checked against the simulator run independently here (``run_schedule``,
-``sweep``, ``pipeline_problem`` on the same inputs) and, for the ideal pipeline of p equal stages, against
+``sweep``, ``ProblemSpec.build`` on the same inputs) and, for the ideal pipeline of p equal stages, against
 the closed forms: step (m + p - 1)(t_f + t_b), bubble (p - 1)/(m + p - 1).
 """
 
@@ -17,7 +17,7 @@ from placement_core.analysis.pipeline import even_stages, run_schedule, stages_o
 from placement_core.devices import devices_to_dict
 from placement_core.graph import Graph
 from placement_core.netformat import network_to_dict
-from placement_core.simulate.schedules import pipeline_problem
+from placement_core.problem import ProblemSpec
 
 RESNET, MALVIK = load_network("resnet50"), load_devices("malvik-4gpu")
 
@@ -251,7 +251,7 @@ def test_gpipe_in_the_shared_settings_reaches_the_sidebar_and_the_trace():
     # the settings' expander says so in the same run (its label is drawn above the controls)
     assert at.expander[0].label.endswith("· GPipe schedule, 8 micro-batches per batch — change")
     placement = even_stages(RESNET, MALVIK, 4)
-    ev = pipeline_problem(RESNET, MALVIK, "gpipe", 8, profile="default", penalty="thesis").simulate(placement,
+    ev = ProblemSpec(schedule="gpipe", micro_batches=8, profile="default", penalty="thesis").build(RESNET, MALVIK).simulate(placement,
                                                                                                    trace=True)
     assert metrics(at)["Time per batch"] == fmt_seconds(ev.result.batch_time) != thesis_time
     assert int(metrics(at)["Events"].replace(",", "")) == len(ev.result.trace)
@@ -292,7 +292,7 @@ def test_optimize_searches_under_the_schedule():
     from dashboard.runs import REGISTRY
     [r] = REGISTRY.runs(at.session_state["session_key"])
     assert r.spec.sim["schedule"] == "1f1b" and r.problem.settings.schedule == "1f1b"
-    expect = pipeline_problem(RESNET, MALVIK, "1f1b", 4, profile="default", penalty="thesis")
+    expect = ProblemSpec(schedule="1f1b", micro_batches=4, profile="default", penalty="thesis").build(RESNET, MALVIK)
     assert r.result.best_objective == pytest.approx(expect.evaluate(r.result.best_placement), rel=1e-12)
     assert "1F1B schedule, 4 micro-batches per batch" in text(at)
 

@@ -17,7 +17,8 @@ from placement_core import Problem, load_devices, load_network
 from placement_core.analysis import fmt_bytes, fmt_seconds
 from placement_core.optimize import run as optimize
 from placement_core.runs import start_run
-from placement_core.store import RunRecord, RunStore, content_hash
+from placement_core.jsonio import content_hash
+from placement_core.store import RunRecord, RunStore
 
 
 def runs_page(at=None):

@@ -368,7 +368,7 @@ def test_trace_estimate_against_the_real_trace():
     from placement_core.placement import random_placement
     from placement_core.simulate import SimSettings
     from placement_core.simulate.chrome import chrome_trace
-    from placement_core.simulate.schedules import pipeline_problem
+    from placement_core.problem import ProblemSpec
     from placement_core.simulate.tracesize import estimate_trace_events
     d = load_devices("malvik-4gpu")
     slow = DeviceGraph("slow", [replace(x, message_overhead=5e-5) for x in d.devices], list(d.channels))
@@ -376,9 +376,7 @@ def test_trace_estimate_against_the_real_trace():
                                                                  settings=SimSettings(batches=3, in_flight=2)), d),
              (Problem(load_network("resnet50"), d, settings=SimSettings(batches=2, forward_only=True)), d),
              (Problem(load_network("resnet50"), slow, settings=SimSettings(batches=2, in_flight=2)), slow),
-             (pipeline_problem(load_network("resnet50"), d, "gpipe", 4, batches=1, in_flight=1, forward_only=False,
-                               profile="default", penalty="thesis", comp_efficiency=None, comm_efficiency=None,
-                               timings=None, timings_batch=None), d)]
+             (ProblemSpec(schedule="gpipe", micro_batches=4, profile="default", penalty="thesis").build(load_network("resnet50"), d), d)]
     for p, devs in cases:
         pl = random_placement(p.graph, devs, 5)
         estimate = estimate_trace_events(p, p.simulate(pl).result)

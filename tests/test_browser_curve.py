@@ -25,7 +25,7 @@ def expected_curve() -> list[tuple[float, float]]:
     from dashboard import state
 
     g, d = load_network("resnet50"), load_devices("malvik-4gpu")
-    problem = state.build_problem(g, d, dict(state.DEFAULT_SIM))
+    problem = state.spec_for(g, dict(state.DEFAULT_SIM)).build(g, d)
     reports = []
     run(problem, "hill-climbing", evaluations=BUDGET, seed=1,
         progress=lambda p: reports.append((float(p.evaluations), p.best * 1e3)))

@@ -10,7 +10,8 @@ from helpers import devices, op
 
 from placement_core.errors import InputError
 from placement_core.graph import Graph
-from placement_core.simulate.schedules import micro_batch_graph, pipeline_problem, schedule_settings
+from placement_core.problem import ProblemSpec
+from placement_core.simulate.schedules import micro_batch_graph, schedule_settings
 
 T_F, T_B = 1.0, 2.0
 A = 1000.0  # bytes of the activation each stage keeps for its backward, per micro-batch
@@ -34,7 +35,7 @@ def stages(p: int, m: int = 1, batch: int = BATCH):
 
 def simulate(schedule, p, m, trace=False):
     graph, placement = stages(p, m)
-    prob = pipeline_problem(graph, devices(p), schedule, m, comm_efficiency=1.0)
+    prob = ProblemSpec(schedule=schedule, micro_batches=m, comm_efficiency=1.0).build(graph, devices(p))
     return prob, prob.simulate(placement, trace=trace).result
 
 
@@ -84,7 +85,7 @@ def test_kernel_and_reference_agree_on_schedules():
 
 def test_weights_update_once_per_batch():
     graph = Graph("g", [op("a", fwd=1, bwd=1, params=1e9), op("b", ["a"], fwd=1, bwd=1)], batch_size=4)
-    prob = pipeline_problem(graph, devices(2), "gpipe", 4, comm_efficiency=1.0)
+    prob = ProblemSpec(schedule="gpipe", micro_batches=4, comm_efficiency=1.0).build(graph, devices(2))
     r = prob.simulate(np.array([0, 1], dtype=np.int32), trace=True).result
     updates = [e for e in r.trace if e.phase == "update"]
     assert len(updates) == 1 and updates[0].end == r.makespan

@@ -17,7 +17,7 @@ from placement_core.cli import main
 from placement_core.errors import InputError
 from placement_core.optimize import run
 from placement_core.runs import load_archive, resume_run, start_run
-from placement_core.simulate.schedules import pipeline_problem
+from placement_core.problem import ProblemSpec
 from placement_core.store import RunStore, problem_hashes
 
 
@@ -51,8 +51,7 @@ def test_a_run_is_recorded_and_reopened(store, problem):
 
 
 def test_pipeline_problems_round_trip(store):
-    p = pipeline_problem(load_network("resnet50"), load_devices("malvik-4gpu"), "1f1b", 8, penalty="placeto",
-                         comm_efficiency=0.5)
+    p = ProblemSpec(schedule="1f1b", micro_batches=8, penalty="placeto", comm_efficiency=0.5).build(load_network("resnet50"), load_devices("malvik-4gpu"))
     run_id, result = start_run(store, p, "random", evaluations=50, seed=1)
     q = store.problem(run_id)
     assert q.settings.schedule == "1f1b" and q.settings.micro_batches == 8 and q.penalty == "placeto"

@@ -9,9 +9,8 @@ import numpy as np
 from ..devices import DeviceGraph
 from ..errors import InputError
 from ..graph import Graph
-from ..problem import Evaluation, Problem
+from ..problem import Evaluation, Problem, ProblemSpec
 from ..simulate.model import OVERHEAD_KINDS
-from ..simulate.schedules import pipeline_problem
 
 
 def even_stages(graph: Graph, devices: DeviceGraph, p: int, *, profile: str = "default", **cost_kw) -> np.ndarray:
@@ -80,7 +79,12 @@ class ScheduleRun:
 def run_schedule(graph: Graph, devices: DeviceGraph, placement: np.ndarray, schedule: str, micro_batches: int,
                  *, trace: bool = False, **problem_kw) -> ScheduleRun:
     m = 1 if schedule == "thesis" else micro_batches
-    problem = pipeline_problem(graph, devices, schedule, m, **problem_kw)
+    if problem_kw.get("timings_batch") is None:
+        problem_kw.pop("timings_batch", None)
+    profile = problem_kw.pop("profile", "default")
+    named = isinstance(profile, str)
+    spec = ProblemSpec(schedule=schedule, micro_batches=m, profile=profile if named else profile.name, **problem_kw)
+    problem = spec.build(graph, devices, cost_model=None if named else profile)
     ev = problem.simulate(placement, trace=trace)
     order = [devices.index[s.device] for s in stages_of(placement, graph, devices)]
     return ScheduleRun(schedule, m, ev, order)

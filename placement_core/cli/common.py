@@ -10,6 +10,7 @@ import sys
 from typing import Callable, Sequence
 
 from ..errors import InputError, escape, shown
+from ..problem import Problem, ProblemSpec
 
 
 class UsageError(Exception):
@@ -120,12 +121,8 @@ def add_problem_options(p: argparse.ArgumentParser, required: bool = True) -> No
                    help="memory-overflow penalty in the objective (default thesis: +1 ms per MB)")
 
 
-def build_problem(args):
-    from ..catalog import load_devices, load_network
-    from ..simulate.schedules import pipeline_problem
-
-    graph = load_network(args.network, batch_size=args.batch_size)
-    devices = load_devices(args.devices)
+def spec_from_args(args, graph) -> ProblemSpec:
+    """The problem recipe the command line's options stand for (``graph`` is the whole batch)."""
     micro = args.micro_batches
     if args.schedule == "thesis":
         if micro not in (None, 1):
@@ -139,10 +136,18 @@ def build_problem(args):
         if micro is None:
             micro = 4
     timings = load_cli_timings(args.timings, args.network, graph) if getattr(args, "timings", None) else None
-    return pipeline_problem(graph, devices, args.schedule, micro, batches=args.batches, in_flight=args.in_flight,
-                            forward_only=args.forward_only, profile=args.profile, penalty=args.penalty,
-                            comp_efficiency=args.comp_efficiency, comm_efficiency=args.comm_efficiency,
-                            timings=timings, timings_batch=graph.batch_size if timings else None)
+    return ProblemSpec(schedule=args.schedule, micro_batches=micro, batches=args.batches, in_flight=args.in_flight,
+                       forward_only=args.forward_only, profile=args.profile, comp_efficiency=args.comp_efficiency,
+                       comm_efficiency=args.comm_efficiency, timings=timings,
+                       timings_batch=graph.batch_size if timings else 0, penalty=args.penalty)
+
+
+def build_problem(args) -> Problem:
+    """Load the network and devices the options name and compile the problem they describe."""
+    from ..catalog import load_devices, load_network
+    graph = load_network(args.network, batch_size=args.batch_size)
+    devices = load_devices(args.devices)
+    return spec_from_args(args, graph).build(graph, devices)
 
 
 def load_cli_timings(spec: str, network_spec: str, graph):

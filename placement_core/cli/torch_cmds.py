@@ -282,8 +282,8 @@ def cmd_benchmark_top(args) -> int:
     from ..analysis import kendall_tau
     from ..benchplan import default_mapping, parse_mapping, shared_warning, top_of_run
     from ..catalog import load_network
-    from ..netformat import network_to_dict
-    from ..store import RunStore, content_hash, problem_from_spec, problem_spec
+    from ..netformat import network_hash
+    from ..store import RunStore
     from ..torch.benchmark import BenchmarkSettings, benchmark
     from ..torch.coarsen import expand_assignment, groups_path, read_groups
     from ..torch.devspec import check_available, parse_devices
@@ -335,7 +335,7 @@ def cmd_benchmark_top(args) -> int:
     if batch == graph.batch_size:
         simulated = [r.batch_time for r in ranked]
     else:  # the run's problem at the measured batch (measured op times scale with it)
-        again = problem_from_spec(problem_spec(problem), at_batch, problem.devices)
+        again = problem.spec.build(at_batch, problem.devices, whole_batch=False)
         simulated = [float(again.simulate(r.placement).result.batch_time) for r in ranked]
     ok = [i for i, res in enumerate(results) if res.ok]
     order = sorted(ok, key=lambda i: results[i].median_step_s)
@@ -347,7 +347,7 @@ def cmd_benchmark_top(args) -> int:
             ids = [store.add_benchmark(network_name=graph.name, devices_spec=args.devices, runner=args.runner,
                                        placement=a, simulated_s=sim, measured_median_s=res.median_step_s,
                                        result=res.to_dict(), run_id=args.run, label=r.label,
-                                       network_hash=content_hash(network_to_dict(at_batch)), batch_size=batch)
+                                       network_hash=network_hash(at_batch), batch_size=batch)
                    for r, a, res, sim in zip(ranked, assignments, results, simulated)]
     rows = [{"simulated_rank": n, "label": r.label, "simulated_objective_s": r.objective, "simulated_s": sim,
              "feasible": r.feasible, "measured_median_s": res.median_step_s, "iqr_s": res.to_dict()["iqr_s"],
@@ -382,14 +382,14 @@ def cmd_benchmark_top(args) -> int:
 
 def _store_benchmark(args, graph, assignment: dict, result) -> int:
     """Record the measurement, so the dashboard's Benchmark page and `placement runs` see it."""
-    from ..netformat import network_to_dict
-    from ..store import RunStore, content_hash
+    from ..netformat import network_hash
+    from ..store import RunStore
 
     with RunStore(home=args.home) as store:
         return store.add_benchmark(network_name=graph.name, devices_spec=args.devices, runner=args.runner,
                                    placement=assignment, simulated_s=None, measured_median_s=result.median_step_s,
                                    result=result.to_dict(), label=args.placement,
-                                   network_hash=content_hash(network_to_dict(graph)), batch_size=graph.batch_size)
+                                   network_hash=network_hash(graph), batch_size=graph.batch_size)
 
 
 def cmd_calibrate(args) -> int:

@@ -20,6 +20,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..problem import ProblemSpec
+
 NETWORKS = ("alexnet", "resnet50", "inception_v3")
 VERSIONS = ("normal", "limited", "pipelined")
 LIMITED = {"alexnet": "malvik-4gpu-limited-alexnet", "resnet50": "malvik-4gpu-limited-resnet50",
@@ -38,21 +40,28 @@ class Job:
     schedule: str = "thesis"
 
 
-def problem_for(version: str, network: str, schedule: str = "thesis"):
-    from .. import Problem, load_devices, load_network
-    from ..simulate import SimSettings
-    graph = load_network(network)
-    if version == "normal":
-        return Problem(graph, load_devices("malvik"))
-    if version == "limited":
-        return Problem(graph, load_devices(LIMITED[network]))
+def spec_for(version: str, schedule: str = "thesis") -> ProblemSpec:
+    """E3's recipe: one batch (normal, limited), or the pipelined case: ten batches, four in flight under the
+    thesis scheme, or the same parallelism as one batch split into four micro-batches under GPipe / 1F1B."""
+    if version in ("normal", "limited"):
+        return ProblemSpec()
     if version == "pipelined":
-        if schedule == "thesis":
-            return Problem(graph, load_devices("malvik-4gpu"), settings=SimSettings(batches=10, in_flight=4))
-        # the same parallelism as four batches in flight: each batch split into four micro-batches
-        from ..simulate.schedules import pipeline_problem
-        return pipeline_problem(graph, load_devices("malvik-4gpu"), schedule, micro_batches=4)
+        return ProblemSpec(batches=10, in_flight=4) if schedule == "thesis" else \
+            ProblemSpec(schedule=schedule, micro_batches=4)
     raise ValueError(f"unknown E3 version {version!r}")
+
+
+def devices_for(version: str, network: str) -> str:
+    """The device preset of each E3 version (the limited one caps the GPUs' memory per network)."""
+    if version == "limited":
+        return LIMITED[network]
+    return "malvik" if version == "normal" else "malvik-4gpu"
+
+
+def problem_for(version: str, network: str, schedule: str = "thesis"):
+    from .. import load_devices, load_network
+    spec = spec_for(version, schedule)
+    return spec.build(load_network(network), load_devices(devices_for(version, network)))
 
 
 def run_job(job: Job) -> dict:

@@ -62,13 +62,3 @@ def schedule_settings(schedule: str, n_ops: int, *, micro_batches: int = 1, batc
     return SimSettings(batches=m, in_flight=m, forward_only=forward_only, admission=ADMIT_EAGER,
                        update_per_step=True, priority=prio, stage_caps=(schedule == "1f1b"), micro_batches=m,
                        schedule=schedule)
-
-
-def pipeline_problem(graph: Graph, devices, schedule: str, micro_batches: int = 1, *, batches: int = 1,
-                     in_flight: int = 1, forward_only: bool = False, **problem_kw):
-    """A Problem simulating ``graph``'s batch under ``schedule``."""
-    from ..problem import Problem
-    g = graph if schedule == "thesis" else micro_batch_graph(graph, micro_batches)
-    settings = schedule_settings(schedule, len(g), micro_batches=micro_batches, batches=batches,
-                                 in_flight=in_flight, forward_only=forward_only)
-    return Problem(g, devices, settings=settings, **problem_kw)
