@@ -208,18 +208,18 @@ def topological_order(ops: list[Op], source: str | None = None) -> list[Op]:
 
 
 def _find_cycle(ops: list[Op], pos: dict[str, int], stuck: set[int]) -> list[str]:
-    """Walk backwards through inputs among the stuck ops until a name repeats."""
-    start = min(stuck)
-    path: list[int] = []
-    on_path: dict[int, int] = {}
-    node = start
-    while node not in on_path:
-        on_path[node] = len(path)
-        path.append(node)
-        node = next(pos[p] for p in ops[node].inputs if pos[p] in stuck)
-    cycle = path[on_path[node]:]
+    """One cycle among the ops Kahn's algorithm could not order (networkx's depth-first search), in data-flow
+    order, starting at the op that comes first in the file."""
+    import networkx as nx
+
+    # Edges point from an op to its inputs: every stuck op has a stuck input, so walking them from any
+    # stuck op ends in a cycle (a stuck op downstream of a cycle need not be on one).
+    g = nx.DiGraph()
+    g.add_nodes_from(sorted(stuck))
+    g.add_edges_from((i, pos[p]) for i in sorted(stuck) for p in dict.fromkeys(ops[i].inputs) if pos[p] in stuck)
+    cycle = [u for u, _ in nx.find_cycle(g, source=min(stuck))]
     cycle.reverse()  # inputs point backwards; print in data-flow order
-    first = cycle.index(min(cycle))  # start at the op that comes first in the file
+    first = cycle.index(min(cycle))
     cycle = cycle[first:] + cycle[:first]
     names = [ops[i].name for i in cycle]
     return names + [names[0]]

@@ -8,13 +8,40 @@ never once per evaluation.
 
 from __future__ import annotations
 
+from typing import Protocol, runtime_checkable
+
 import numpy as np
 
 from .errors import InputError
 from .problem import Problem
 
 
+@runtime_checkable
+class Evaluator(Protocol):
+    """What the driver needs from an evaluation backend.
+
+    ``evaluate`` takes a ``(k, n_ops)`` int32 array of placements and returns the k objectives
+    (float64, seconds per batch plus the memory penalty) in the same order, exactly as
+    ``Problem.evaluate_many`` would: a backend changes where the work runs, never a number.
+    ``workers`` is how many evaluations it runs at once (the driver sizes batches from it);
+    ``close`` releases its processes or connection, and the backend is a context manager.
+    """
+
+    name: str
+    workers: int
+
+    def evaluate(self, placements: np.ndarray) -> np.ndarray: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> "Evaluator": ...
+
+    def __exit__(self, *exc) -> None: ...
+
+
 class SerialEvaluator:
+    """Every evaluation in this process (the fastest for one-batch problems: no transfer at all)."""
+
     name = "serial"
 
     def __init__(self, problem: Problem):
@@ -120,7 +147,7 @@ class DaskEvaluator(SerialEvaluator):
             self.client.close()
 
 
-def make_evaluator(problem: Problem, workers: int = 1, dask: str | None = None):
+def make_evaluator(problem: Problem, workers: int = 1, dask: str | None = None) -> Evaluator:
     if dask:
         return DaskEvaluator(problem, dask)
     if workers and workers > 1:

@@ -16,7 +16,8 @@ from ..simulate.model import OVERHEAD_KINDS
 def even_stages(graph: Graph, devices: DeviceGraph, p: int, *, profile: str = "default", **cost_kw) -> np.ndarray:
     """p contiguous stages in topological order, balanced by training-step compute time,
     on the p fastest GPUs (all devices when there are fewer GPUs). ``cost_kw``: measured op times."""
-    from ..optimize.baselines import balanced_stages, op_work
+    from ..optimize.baselines import balanced_stages
+    from ..optimize.fixed import op_work
     problem = Problem(graph, devices, profile=profile, **cost_kw)
     work = op_work(problem)
     gpus = [i for i, d in enumerate(devices.devices) if d.kind == "gpu"]

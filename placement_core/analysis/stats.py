@@ -160,6 +160,12 @@ def kendall_tau(x, y) -> float:
     return (concordant - discordant) / den if den > 0 else math.nan
 
 
+def mape(predicted, measured) -> float:
+    """Mean absolute percentage error of ``predicted`` against ``measured`` (in %)."""
+    p, m = np.asarray(predicted, float), np.asarray(measured, float)
+    return float(np.mean(np.abs(p - m) / m) * 100.0)
+
+
 def linear_fit(x, y) -> tuple[float, float]:
     """Least-squares (slope, intercept) of y on x; NaNs when x has no spread."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)

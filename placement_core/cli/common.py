@@ -152,8 +152,8 @@ def build_problem(args) -> Problem:
 
 def load_cli_timings(spec: str, network_spec: str, graph):
     """The calibrated table for ``graph``; a coarsened network (import-model --groups) sums its groups' ops."""
-    from ..torch.coarsen import groups_path, read_groups
-    from ..torch.timings import load_timings
+    from ..coarsen import groups_path, read_groups
+    from ..timings import load_timings
 
     gp = groups_path(network_spec)
     groups = read_groups(gp) if _is_file(gp) else None

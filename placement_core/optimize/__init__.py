@@ -8,27 +8,10 @@ from __future__ import annotations
 
 from ..errors import InputError
 from ..problem import Problem
-from .base import OptimizeResult, Optimizer, Param, Progress
-from .cem import CrossEntropy
+# Importing an algorithm's module registers it (@register); this order is the order users see.
+from . import genetic, map_elites, local, cem, baselines, mincut, heft  # noqa: F401,E401  isort: skip
+from .base import ALGORITHMS, OptimizeResult, Optimizer, Param, Progress, register
 from .driver import drive
-from .genetic import GeneticAlgorithm
-from .local import HillClimbing, RandomSearch, SimulatedAnnealing
-from .map_elites import MapElites
-
-ALGORITHMS: dict[str, type[Optimizer]] = {}
-
-
-def register(cls: type[Optimizer]) -> type[Optimizer]:
-    ALGORITHMS[cls.name] = cls
-    return cls
-
-
-for _cls in (GeneticAlgorithm, MapElites, HillClimbing, SimulatedAnnealing, RandomSearch, CrossEntropy):
-    register(_cls)
-
-# HEFT and the baselines register themselves when their modules import cleanly.
-from . import baselines as _baselines  # noqa: E402,F401
-from . import heft as _heft  # noqa: E402,F401
 
 
 def algorithm_class(name: str) -> type[Optimizer]:

@@ -85,6 +85,23 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else f"{text[:40]}... ({len(text):,} characters)"
 
 
+# Every optimizer by name, in the order their modules are imported (optimize/__init__ imports them all):
+# the CLI's --algorithm choices and the dashboard's list.
+ALGORITHMS: dict[str, type["Optimizer"]] = {}
+
+
+def register(cls: type["Optimizer"]) -> type["Optimizer"]:
+    """Class decorator making an optimizer available by its ``name``; a name taken twice fails at import."""
+    if not cls.name:
+        raise ValueError(f"{cls.__qualname__} has no name to register under")
+    other = ALGORITHMS.get(cls.name)
+    if other is not None and other.__qualname__ != cls.__qualname__:
+        raise ValueError(f"two optimizers are named {cls.name!r}: {other.__module__}.{other.__qualname__} and "
+                         f"{cls.__module__}.{cls.__qualname__}")
+    ALGORITHMS[cls.name] = cls
+    return cls
+
+
 class Optimizer:
     """Base class: subclasses set ``name``, ``PARAMS`` and implement ``ask``/``tell``."""
 

@@ -1,4 +1,4 @@
-"""Baseline placements (DESIGN §5), each a deterministic optimizer that proposes a fixed list.
+"""Baseline placements (docs/design.md §6), each a deterministic optimizer that proposes a fixed list.
 
 * ``single``: every op on one device, for every device; the driver keeps the best.
 * ``expert``: contiguous stages in topological order, one per GPU, with stage boundaries
@@ -16,16 +16,14 @@
   "fits" is :class:`MemoryEstimate` (which also counts received copies and gradients, as the
   simulator does), and where Baechi stops with an error when an op fits nowhere, the op goes
   where it overflows least, so the simulator's penalty judges the result.
-* ``min-cut``: recursive bisection of the undirected op graph (edge weight = tensor bytes,
-  node weight = compute time) refined by Kernighan-Lin/Fiduccia-Mattheyses passes under a
-  balance constraint, into one part per GPU, like the Scotch/METIS baselines of Placeto and
-  Post.
+* ``min-cut`` (:mod:`.mincut`): recursive bisection of the op graph refined by Kernighan-Lin
+  passes, like the Scotch/METIS baselines of Placeto and Post.
 
 The baselines place on the GPUs when there are any, as the papers they come from do; by
 default (``devices=auto``) the memory-aware ones add the other devices, after the GPUs, when
 the GPUs together cannot hold the network (the thesis' "limited" machines); ``devices=all``
-uses every device in listed order. The module also holds what HEFT shares with them: the
-fixed-candidate optimizer, the transfer-time table and the memory estimate.
+uses every device in listed order. What they share with HEFT (the fixed-candidate optimizer,
+the transfer-time table, the memory estimate) is in :mod:`.fixed`.
 """
 
 from __future__ import annotations
@@ -34,200 +32,12 @@ import numpy as np
 
 from ..errors import InputError
 from ..problem import Problem
-from .base import Optimizer, Param
-
-FWD, BWD, UPD = 0, 1, 2
-
-
-# -- shared machinery ---------------------------------------------------------------------------
-
-class FixedCandidates(Optimizer):
-    """A deterministic algorithm: computes its candidates once, proposes them, then finishes.
-
-    ``initial`` is ignored. ``extras()`` lists each candidate's label and objective.
-    """
-
-    deterministic = True
-    PARAMS: dict = {}
-
-    def __init__(self, problem, **kw):
-        super().__init__(problem, **kw)
-        self._cands: np.ndarray | None = None
-        self._labels: list[str] = []
-        self._objectives: list[float] = []
-        self._next = 0
-
-    def candidates(self) -> tuple[np.ndarray, list[str]]:
-        """(placements [k, n_ops], a label per placement)."""
-        raise NotImplementedError
-
-    def all_candidates(self) -> np.ndarray:
-        if self._cands is None:
-            xs, labels = self.candidates()
-            xs = np.ascontiguousarray(np.atleast_2d(xs), dtype=np.int32)
-            keep, seen = [], set()
-            for i, x in enumerate(xs):  # the same placement twice would waste an evaluation
-                if x.tobytes() not in seen:
-                    seen.add(x.tobytes())
-                    keep.append(i)
-            self._cands = xs[keep]
-            self._labels = [labels[i] for i in keep]
-        return self._cands
-
-    def ask(self, limit: int) -> np.ndarray:
-        xs = self.all_candidates()
-        return xs[self._next:self._next + max(int(limit), 0)]
-
-    def tell(self, placements: np.ndarray, objectives: np.ndarray) -> None:
-        self._next += len(placements)
-        self._objectives.extend(float(f) for f in objectives)
-        if len(objectives):
-            self.current = min(self.current, float(np.min(objectives)))
-        if self._next >= len(self.all_candidates()):
-            self.finished = True
-
-    def snapshot(self) -> dict:
-        return {"proposed": self._next, "candidates": len(self.all_candidates())}
-
-    def extras(self) -> dict:
-        self.all_candidates()
-        return {"candidates": [{"label": lab, "objective": f}
-                               for lab, f in zip(self._labels, self._objectives)]}
-
-    def state_dict(self) -> dict:
-        return {**super().state_dict(), "next": self._next, "objectives": list(self._objectives)}
-
-    def load_state_dict(self, state: dict) -> None:
-        super().load_state_dict(state)
-        self._next = int(state["next"])
-        self._objectives = [float(f) for f in state["objectives"]]
-
-
-class Links:
-    """Transfer times between devices as the simulator charges them (no contention)."""
-
-    def __init__(self, problem: Problem):
-        d = problem.n_devices
-        costs = problem.costs
-        self.channel = np.full((d, d), -1, dtype=np.int64)
-        for (a, b), c in problem.devices.route.items():
-            self.channel[a, b] = c
-        self.latency = np.asarray(costs.ch_latency, dtype=float)
-        self.inv_rate = np.asarray(costs.ch_inv_rate, dtype=float)
-        self.min_transfer = np.asarray(costs.min_transfer, dtype=float)
-        off = ~np.eye(d, dtype=bool)
-        if d > 1:
-            ch = self.channel[off]
-            # Topcuoglu et al.: mean cost = mean startup + bytes / mean transfer rate, over the
-            # ordered pairs of distinct processors (a tensor on its own device costs nothing).
-            self.mean_latency = float(self.latency[ch].mean())
-            self.mean_rate = float((1.0 / self.inv_rate[ch]).mean())
-            self.mean_min = float(np.broadcast_to(self.min_transfer[:, None], (d, d))[off].mean())
-        self.d = d
-
-    def time(self, src: int, dst: int, nbytes: float) -> float:
-        if src == dst:
-            return 0.0
-        c = self.channel[src, dst]
-        return max(float(self.latency[c] + nbytes * self.inv_rate[c]), float(self.min_transfer[src]))
-
-    def mean_time(self, nbytes: float) -> float:
-        if self.d < 2:
-            return 0.0
-        return max(self.mean_latency + nbytes / self.mean_rate, self.mean_min)
-
-
-class MemoryEstimate:
-    """What placing an op adds to its device's peak memory, the way the simulator counts it.
-
-    Training: its resident weights (and gradients), its activation (kept for the backward
-    pass when it has consumers) and a copy of each remote input not yet on the device; these
-    stay until the backward pass, so at the end of the forward pass they are all resident at
-    once. On top of that, the largest set of gradients one backward op of the device holds at
-    once (those it consumes plus those it produces). Forward only: weights stay, the op's
-    output only while it runs. Gradients of several branches pending together are not
-    counted, so this can slightly underestimate the simulated peak.
-    """
-
-    def __init__(self, problem: Problem):
-        c = problem.compiled
-        self.graph = problem.graph
-        self.static = np.asarray(c.static_mem, dtype=float)
-        self.out = np.asarray(c.out_bytes, dtype=float)
-        self.capacity = np.asarray(problem.capacity, dtype=float)
-        self.training = not problem.settings.forward_only
-        self.keeps_output = np.array([bool(ch) for ch in problem.graph.children])
-        self.used = np.zeros(problem.n_devices)
-        self.copies: list[set[int]] = [set() for _ in range(problem.n_devices)]
-        n = len(problem.graph)
-        ops = np.arange(n)
-        grads_in = np.bincount(np.repeat(ops, np.diff(c.ch_ptr)), weights=c.ch_grad, minlength=n)
-        grads_out = np.bincount(np.repeat(ops, np.diff(c.par_ptr)), weights=c.par_grad, minlength=n)
-        self.transient = (grads_in + grads_out) if self.training else self.out.copy()
-        self.peak_transient = np.zeros(problem.n_devices)
-
-    def total(self) -> float:
-        """Everything the network keeps resident if it ran on one device (no copies)."""
-        if not self.training:
-            return float(self.static.sum() + self.out.max(initial=0.0))
-        return float(self.static.sum() + self.out[self.keeps_output].sum() + self.transient.max(initial=0.0))
-
-    def _remote_inputs(self, i: int, d: int, placement: np.ndarray) -> list[int]:
-        return [p for p in self.graph.parents[i] if placement[p] != d and p not in self.copies[d]]
-
-    def need(self, i: int, d: int, placement: np.ndarray) -> float:
-        """Bytes that stay on ``d`` once op ``i`` is placed there."""
-        if not self.training:
-            return float(self.static[i])
-        b = self.static[i] + (self.out[i] if self.keeps_output[i] else 0.0)
-        return float(b + sum(self.graph.edge_bytes(p, i) for p in self._remote_inputs(i, d, placement)))
-
-    def overflow(self, i: int, d: int, placement: np.ndarray) -> float:
-        """Bytes by which ``d``'s estimated peak would exceed its capacity with op ``i`` on it."""
-        peak = self.used[d] + self.need(i, d, placement) + max(self.peak_transient[d], self.transient[i])
-        return max(0.0, float(peak - self.capacity[d]))
-
-    def place(self, i: int, d: int, placement: np.ndarray) -> None:
-        self.used[d] += self.need(i, d, placement)
-        self.peak_transient[d] = max(self.peak_transient[d], self.transient[i])
-        if self.training:
-            self.copies[d].update(self._remote_inputs(i, d, placement))
-
-
-DEVICE_CHOICE = Param("auto", "devices to place on: gpus (all devices when there is none); auto: the GPUs, "
-                      "then the others too if the GPUs cannot hold the network (memory-aware placers only); "
-                      "all: every device in listed order", str, choices=("auto", "gpus", "all"))
-
-
-def target_devices(problem: Problem, which: str = "auto", need: float | None = None) -> list[int]:
-    """Device indices a baseline places on, in the order it fills them.
-
-    ``need``: the bytes the network needs (memory-aware placers pass it); with ``auto``, when
-    the GPUs' capacity is below it, the other devices follow the GPUs.
-    """
-    everything = list(range(problem.n_devices))
-    gpus = [i for i, dev in enumerate(problem.devices.devices) if dev.kind == "gpu"]
-    if which == "all" or not gpus:
-        return everything
-    if which == "auto" and need is not None and float(problem.capacity[gpus].sum()) < need:
-        return gpus + [i for i in everything if i not in gpus]
-    return gpus
-
-
-def op_work(problem: Problem) -> np.ndarray:
-    """Compute time of a whole training step per op and device [ops, devices] (forward only: fwd)."""
-    c = problem.costs
-    if problem.settings.forward_only:
-        return np.asarray(c.fwd, dtype=float)
-    return np.asarray(c.fwd + c.bwd + c.update, dtype=float)
-
-
-def _names(problem: Problem, devs) -> str:
-    return ",".join(problem.devices.names[d] for d in devs)
-
+from .base import Param, register
+from .fixed import DEVICE_CHOICE, FixedCandidates, Links, MemoryEstimate, _names, op_work, target_devices
 
 # -- single device ------------------------------------------------------------------------------
 
+@register
 class SingleDevice(FixedCandidates):
     name = "single"
     title = "Best single device"
@@ -264,6 +74,7 @@ def balanced_stages(work: np.ndarray) -> list[int]:
     return cuts[::-1]
 
 
+@register
 class Expert(FixedCandidates):
     name = "expert"
     title = "Expert: balanced contiguous stages"
@@ -287,6 +98,7 @@ class Expert(FixedCandidates):
 
 # -- Baechi m-TOPO ------------------------------------------------------------------------------
 
+@register
 class MTopo(FixedCandidates):
     name = "m-topo"
     title = "m-TOPO (Baechi): topological fill"
@@ -383,6 +195,7 @@ def etf_schedule(problem: Problem, targets: list[int]) -> tuple[np.ndarray, floa
     return x, makespan
 
 
+@register
 class MEtf(FixedCandidates):
     name = "m-etf"
     title = "m-ETF (Baechi): earliest task first"
@@ -397,149 +210,3 @@ class MEtf(FixedCandidates):
         out = super().extras()
         out["planned_forward_s"] = float(self.planned_makespan)
         return out
-
-
-# -- min-cut: recursive Kernighan-Lin bisection -------------------------------------------------
-
-def _cut(adj: np.ndarray, side: np.ndarray) -> float:
-    return float(adj[side][:, ~side].sum())
-
-
-def refine_bisection(adj: np.ndarray, weight: np.ndarray, side: np.ndarray, target: float, tol: float,
-                     max_passes: int = 20) -> np.ndarray:
-    """Kernighan-Lin passes with single-node moves (Fiduccia-Mattheyses) under a balance bound.
-
-    ``side`` True = part A, whose weight should be ``target`` within ``tol``. Each pass moves
-    every node once, always the unlocked one with the largest cut gain whose move keeps the
-    balance (or improves it, if it is off), then keeps the best balanced prefix of the moves.
-    """
-    side = side.copy()
-    n = len(side)
-    if n < 2:
-        return side
-
-    def off(w_a: float) -> float:
-        return max(abs(w_a - target) - tol, 0.0)
-
-    for _ in range(max_passes):
-        same = np.where(side[:, None] == side[None, :], adj, 0.0).sum(axis=1)
-        gain = adj.sum(axis=1) - 2.0 * same  # external - internal
-        w_a = float(weight[side].sum())
-        cut = _cut(adj, side)
-        start = (off(w_a), cut)
-        best, best_len = start, 0
-        locked = np.zeros(n, dtype=bool)
-        moves = []
-        for _ in range(n):
-            w_after = np.where(side, w_a - weight, w_a + weight)
-            imbalance = np.maximum(np.abs(w_after - target) - tol, 0.0)
-            allowed = ~locked & (imbalance <= off(w_a))
-            if not allowed.any():
-                break
-            v = int(np.argmax(np.where(allowed, gain, -np.inf)))
-            cut -= gain[v]
-            w_a = float(w_after[v])
-            delta = np.where(side == side[v], 2.0, -2.0) * adj[v]  # neighbours on v's old side gain
-            side[v] = ~side[v]
-            gain += delta
-            gain[v] = -gain[v]
-            locked[v] = True
-            moves.append(v)
-            state = (off(w_a), cut)
-            if state < best:
-                best, best_len = state, len(moves)
-        for v in moves[best_len:]:  # undo the moves after the best prefix
-            side[v] = ~side[v]
-        if best_len == 0 or not best < start:
-            break
-    return side
-
-
-def bisect(adj: np.ndarray, weight: np.ndarray, fraction: float, rng: np.random.Generator, starts: int,
-           imbalance: float) -> np.ndarray:
-    """Split nodes into A (about ``fraction`` of the weight) and B, minimising the cut.
-
-    Starts: the topological prefix holding ``fraction`` of the weight, then ``starts - 1``
-    random splits of that size; each refined by :func:`refine_bisection`; the best kept.
-    """
-    n = len(weight)
-    total = float(weight.sum())
-    target = fraction * total
-    tol = max(imbalance * total, float(weight.max(initial=0.0)))
-
-    def prefix_split(order: np.ndarray) -> np.ndarray:
-        side = np.zeros(n, dtype=bool)
-        acc = np.cumsum(weight[order])
-        side[order[: int(np.searchsorted(acc, target, side="right"))]] = True
-        return side
-
-    best, best_key = None, None
-    for s in range(max(starts, 1)):
-        order = np.arange(n) if s == 0 else rng.permutation(n)
-        side = refine_bisection(adj, weight, prefix_split(order), target, tol)
-        key = (max(abs(float(weight[side].sum()) - target) - tol, 0.0), _cut(adj, side))
-        if best_key is None or key < best_key:
-            best, best_key = side, key
-    return best
-
-
-def min_cut_partition(problem: Problem, targets: list[int], rng: np.random.Generator, starts: int = 4,
-                      imbalance: float = 0.05) -> np.ndarray:
-    """Recursive bisection into one part per target device, parts sized by device speed."""
-    g = problem.graph
-    n = len(g)
-    adj = np.zeros((n, n))
-    for p, c, b in g.edges():
-        adj[p, c] += b
-        adj[c, p] += b
-    work = op_work(problem)
-    weight = work[:, targets].mean(axis=1)
-    if not weight.sum() > 0:  # nothing costs time: balance op counts instead
-        weight = np.ones(n)
-    speed = {t: 1.0 / max(float(work[:, t].sum()), 1e-300) for t in targets}
-    x = np.full(n, targets[0], dtype=np.int32)
-
-    def split(nodes: np.ndarray, devs: list[int]) -> None:
-        if len(devs) == 1 or len(nodes) == 0:
-            x[nodes] = devs[0]
-            return
-        half = (len(devs) + 1) // 2
-        frac = sum(speed[t] for t in devs[:half]) / sum(speed[t] for t in devs)
-        side = bisect(adj[np.ix_(nodes, nodes)], weight[nodes], frac, rng, starts, imbalance)
-        split(nodes[side], devs[:half])
-        split(nodes[~side], devs[half:])
-
-    split(np.arange(n), list(targets))
-    return x
-
-
-class MinCut(FixedCandidates):
-    name = "min-cut"
-    title = "Min-cut (recursive Kernighan-Lin)"
-    PARAMS = {
-        "devices": DEVICE_CHOICE,
-        "starts": Param(4, "initial splits refined per bisection (the first is the topological prefix)", int,
-                        low=1, high=1000),
-        "imbalance": Param(0.05, "allowed deviation of a part's compute from its share (fraction of the total)",
-                           float, low=0, high=1),
-    }
-
-    def candidates(self):
-        p = self.params
-        targets = target_devices(self.problem, p["devices"])
-        x = min_cut_partition(self.problem, targets, self.rng, p["starts"], p["imbalance"])
-        return x[None, :], [f"{len(targets)} parts on {_names(self.problem, targets)}"]
-
-
-def _register() -> None:
-    from . import register  # the package defines register before importing this module
-
-    for cls in (SingleDevice, Expert, MTopo, MEtf, MinCut):
-        register(cls)
-
-
-_register()
-
-__all__ = ["Expert", "FixedCandidates", "Links", "MEtf", "MTopo", "MemoryEstimate", "MinCut", "SingleDevice",
-           "balanced_stages", "bisect", "etf_schedule", "min_cut_partition", "op_work", "refine_bisection",
-           "target_devices"]

@@ -38,9 +38,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Optimizer, Param
+from .base import Optimizer, Param, register
 
 
+@register
 class CrossEntropy(Optimizer):
     name = "cem"
     title = "Cross-entropy method"

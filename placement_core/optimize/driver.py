@@ -8,6 +8,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import InputError
+from ..parallel import Evaluator, SerialEvaluator
 from ..problem import Problem
 from .base import OptimizeResult, Optimizer, Progress
 
@@ -24,7 +25,7 @@ def check_budget(evaluations: int | None, seconds: float | None) -> None:
 
 
 def drive(optimizer: Optimizer, *, evaluations: int | None = None, seconds: float | None = None,
-          evaluator=None, progress: ProgressCallback | None = None, stop=None,
+          evaluator: Evaluator | None = None, progress: ProgressCallback | None = None, stop=None,
           snapshot_every_s: float = 0.5, state: dict | None = None,
           checkpoint: Callable[[dict], None] | None = None, checkpoint_every: int = 1) -> OptimizeResult:
     """Run ``optimizer`` until the budget is spent, it finishes, or ``stop`` is set.
@@ -37,7 +38,6 @@ def drive(optimizer: Optimizer, *, evaluations: int | None = None, seconds: floa
     check_budget(evaluations, seconds)
     problem: Problem = optimizer.problem
     if evaluator is None:
-        from ..parallel import SerialEvaluator
         evaluator = SerialEvaluator(problem)
     stopped_by = _stop_test(stop)
     best_x = None

@@ -14,9 +14,10 @@ from __future__ import annotations
 import numpy as np
 
 from . import operators as ops
-from .base import Optimizer, Param
+from .base import Optimizer, Param, register
 
 
+@register
 class GeneticAlgorithm(Optimizer):
     name = "ga"
     title = "Genetic algorithm"

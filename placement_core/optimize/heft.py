@@ -43,7 +43,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..problem import Problem
-from .baselines import BWD, FWD, UPD, FixedCandidates, Links, MemoryEstimate
+from .base import register
+from .fixed import BWD, FWD, UPD, FixedCandidates, Links, MemoryEstimate
 
 PHASES = ("fwd", "bwd", "update")
 PROGRESS_EVERY = 2000  # tasks planned between progress reports
@@ -300,6 +301,7 @@ def heft_schedule(problem: Problem, *, comm: bool = True, memory: bool = False, 
                     device=device, start=start, end=end)
 
 
+@register
 class Heft(FixedCandidates):
     name = "heft"
     title = "HEFT (earliest finish time)"
@@ -326,26 +328,19 @@ class Heft(FixedCandidates):
         return {**super().extras(), "planned_makespan_s": plan.makespan, "plan": plan.entries(self.problem)}
 
 
+@register
 class HeftNoComm(Heft):
     name = "heft-nocomm"
     title = "HEFT without communication (TF-Mapper)"
     COMM = False
 
 
+@register
 class HeftMemory(Heft):
     name = "heft-memory"
     title = "HEFT, memory-aware"
     MEMORY = True
 
-
-def _register() -> None:
-    from . import register  # the package defines register before importing this module
-
-    for cls in (Heft, HeftNoComm, HeftMemory):
-        register(cls)
-
-
-_register()
 
 __all__ = ["Heft", "HeftMemory", "HeftNoComm", "HeftPlan", "TaskGraph", "heft_schedule", "task_graph",
            "upward_ranks"]

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from .base import Optimizer, Param
+from .base import Optimizer, Param, register
 
 
 class _LocalSearch(Optimizer):
@@ -57,6 +57,7 @@ class _LocalSearch(Optimizer):
         self.f, self.steps = state["f"], state["steps"]
 
 
+@register
 class HillClimbing(_LocalSearch):
     """Thesis Algorithm 1: accept a random neighbour when it is better."""
 
@@ -65,6 +66,7 @@ class HillClimbing(_LocalSearch):
     PARAMS: dict = {}
 
 
+@register
 class SimulatedAnnealing(_LocalSearch):
     """Thesis Algorithm 2: also accept a worse neighbour with probability 1 / (1 + exp(dE / T)).
 
@@ -118,6 +120,7 @@ class SimulatedAnnealing(_LocalSearch):
         self.t0 = state["t0"]
 
 
+@register
 class RandomSearch(Optimizer):
     name = "random"
     title = "Random search"

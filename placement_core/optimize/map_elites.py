@@ -15,9 +15,10 @@ import numpy as np
 
 from . import operators as ops
 from .archive import THESIS_DESCRIPTORS, Archive, make_descriptors
-from .base import Optimizer, Param
+from .base import Optimizer, Param, register
 
 
+@register
 class MapElites(Optimizer):
     name = "map-elites"
     title = "MAP-Elites"

@@ -37,18 +37,20 @@ class Simulator:
                 raise ValueError("priority must have batches * 3 * ops entries")
             cap = None if settings.device_cap is None else np.ascontiguousarray(settings.device_cap, dtype=np.int32)
             self._kernel = _kernel.Kernel(
-                c.n_ops, c.n_dev, c.n_ch, c.par_ptr, c.par_idx, c.par_bytes, c.par_grad, c.ch_ptr, c.ch_idx,
-                c.ch_bytes, c.ch_grad, c.fwd, c.bwd, c.upd, c.has_update, c.out_bytes, c.static_mem, c.route,
-                c.ch_latency, c.ch_inv_rate, c.min_transfer, c.input_ops,
-                int(settings.batches), int(settings.in_flight), int(settings.forward_only),
-                int(settings.admission), int(settings.update_per_step), int(settings.stage_caps), prio, cap,
-                np.ascontiguousarray(c.msg_overhead, dtype=float))
+                n_ops=c.n_ops, n_dev=c.n_dev, n_ch=c.n_ch, par_ptr=c.par_ptr, par_idx=c.par_idx,
+                par_bytes=c.par_bytes, par_grad=c.par_grad, ch_ptr=c.ch_ptr, ch_idx=c.ch_idx, ch_bytes=c.ch_bytes,
+                ch_grad=c.ch_grad, fwd=c.fwd, bwd=c.bwd, upd=c.upd, has_update=c.has_update, out_bytes=c.out_bytes,
+                static_mem=c.static_mem, route=c.route, ch_latency=c.ch_latency, ch_inv_rate=c.ch_inv_rate,
+                min_transfer=c.min_transfer, input_ops=c.input_ops, batches=int(settings.batches),
+                in_flight=int(settings.in_flight), forward_only=int(settings.forward_only),
+                admission=int(settings.admission), update_per_step=int(settings.update_per_step),
+                stage_caps=int(settings.stage_caps), priority=prio, device_cap=cap,
+                msg_overhead=np.ascontiguousarray(c.msg_overhead, dtype=float))
         elif fast:
             warnings.warn("the compiled simulator is not built; using the slow Python reference "
                           "(reinstall with `.venv/bin/pip install -e .` and a C compiler)", RuntimeWarning, stacklevel=2)
         nd, nc = compiled.n_dev, compiled.n_ch
         self._out_len = 2 + 2 * nd + 2 * nc
-        self._out = np.zeros(self._out_len)
 
     @property
     def fast(self) -> bool:
@@ -57,7 +59,9 @@ class Simulator:
     def run(self, placement: np.ndarray, trace: bool = False) -> SimResult:
         if trace or self._kernel is None:
             return reference.simulate(self.compiled, placement, self.settings, trace=trace)
-        out = self._out
+        # A fresh output per call (the kernel allocates its own work space per call too), so threads may
+        # share one simulator; the result's arrays are views of it.
+        out = np.empty(self._out_len)
         self._kernel.run(placement, out)
         return self._unpack(out)
 
@@ -66,13 +70,13 @@ class Simulator:
         placements = np.ascontiguousarray(placements, dtype=np.int32)
         if self._kernel is None:
             return [reference.simulate(self.compiled, p, self.settings) for p in placements]
-        out = np.zeros((len(placements), self._out_len))
+        out = np.empty((len(placements), self._out_len))
         self._kernel.run_many(placements, out)
         return [self._unpack(row) for row in out]
 
     def _unpack(self, out: np.ndarray) -> SimResult:
         nd, nc = self.compiled.n_dev, self.compiled.n_ch
         return SimResult(makespan=float(out[0]), batches=self.settings.batches // self.settings.micro_batches,
-                         busy=out[2:2 + nd].copy(), peak_memory=out[2 + nd:2 + 2 * nd].copy(),
-                         channel_bytes=out[2 + 2 * nd:2 + 2 * nd + nc].copy(),
-                         channel_busy=out[2 + 2 * nd + nc:].copy(), transfers=int(out[1]))
+                         busy=out[2:2 + nd], peak_memory=out[2 + nd:2 + 2 * nd],
+                         channel_bytes=out[2 + 2 * nd:2 + 2 * nd + nc],
+                         channel_busy=out[2 + 2 * nd + nc:], transfers=int(out[1]))

@@ -542,9 +542,14 @@ static void Kernel_dealloc(KernelObject *self) {
 
 static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
     PyObject *o[NBUF];
-    (void)kwds;
+    /* By name (Python passes keywords): the order below is checked against the caller's names. */
+    static char *kwlist[] = {"n_ops", "n_dev", "n_ch", "par_ptr", "par_idx", "par_bytes", "par_grad", "ch_ptr",
+                             "ch_idx", "ch_bytes", "ch_grad", "fwd", "bwd", "upd", "has_update", "out_bytes",
+                             "static_mem", "route", "ch_latency", "ch_inv_rate", "min_transfer", "input_ops",
+                             "batches", "in_flight", "forward_only", "admission", "update_per_step", "stage_caps",
+                             "priority", "device_cap", "msg_overhead", NULL};
     if (self->nviews) { PyErr_SetString(PyExc_RuntimeError, "Kernel is already initialised"); return -1; }
-    if (!PyArg_ParseTuple(args, "iiiOOOOOOOOOOOOOOOOOOOiiiiiiOOO", &self->n, &self->nd, &self->nc,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiiOOOOOOOOOOOOOOOOOOOiiiiiiOOO", kwlist, &self->n, &self->nd, &self->nc,
                           &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10], &o[11],
                           &o[12], &o[13], &o[14], &o[15], &o[16], &o[17], &o[18],
                           &self->U, &self->K, &self->fwd_only, &self->admission, &self->upd_step,

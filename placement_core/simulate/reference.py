@@ -1,38 +1,10 @@
 """The event simulator in plain Python: the readable reference, and the one that traces.
 
-Semantics (DESIGN §4, thesis §3.1 Algorithms 4-7, Placeto A.5):
-
-* Tasks are (unit, phase, op): the forward of an op, its backward, its weight
-  update. A unit is a batch (or a micro-batch under a pipeline schedule).
-* An op's forward is ready when every input tensor is on its device; its
-  backward when its own forward is done and the gradient from every consumer
-  has arrived; its update when its backward is done (or, with
-  ``update_per_step``, when the backwards of all units are done).
-* A finished forward sends its output once to each other device that has a
-  consumer (the largest edge tensor to that device). A finished backward sends
-  one message per other device holding its inputs, carrying the sum of those
-  inputs' gradients.
-* Each device runs one task at a time from a ready queue, each channel carries
-  one transfer at a time; both ordered by (priority, arrival), i.e. FIFO by
-  default.
-* Message overhead (a device's ``message_overhead`` o, LogP's "o"): a message
-  from s to d first runs a *send* task of o_s on s (when o_s > 0; it enters
-  s's ready queue with the producing task's priority) and only then queues
-  on the channel; when it arrives, a *receive* task of o_d runs on d (when
-  o_d > 0, same priority) and only then are its consumers satisfied. Both
-  count as busy time and are traced as kinds "send" and "recv" on the device
-  rows. Memory moves at arrival (the sender releases, the receiver holds the
-  copy), not at the end of the receive task. With o = 0 the message goes
-  straight to the channel and is delivered on arrival, as before. All events at one instant are handled (in creation order) before
-  idle resources pick their next item. With a priority order, zero-duration
-  work started at that instant is also completed first ("settling"), so that
-  everything ready at the instant competes by priority.
-* Memory: resident weights from time 0; an activation from its forward until
-  the last local consumer's backward and every send of it are done; a
-  received copy until its consumers' backwards; gradients from production to
-  the backward that consumes them. Peak = maximum after each event.
-
-The compiled kernel (``_kernel.c``) implements exactly this; tests compare them.
+Its semantics (tasks, messages, send and receive tasks for a device's message
+overhead, FIFO-or-priority queues, batches in flight, memory) are written out in
+docs/design.md §5 (after thesis §3.1 Algorithms 4-7 and Placeto A.5). The
+compiled kernel (``_kernel.c``) implements exactly this; tests compare them
+event for event.
 """
 
 from __future__ import annotations
@@ -41,22 +13,12 @@ import heapq
 
 import numpy as np
 
+from .messages import messages
+from .schedules import stage_caps
 from .model import (ADMIT_THESIS, BWD, FWD, PHASES, UPD, Compiled, SimResult, SimSettings,
                     TraceEvent)
 
 _TASK, _XFER = 0, 1
-
-
-def stage_caps(place: list[int], n_devices: int) -> list[int]:
-    """1F1B in-flight limits: used devices in order of their first op are stages 0..p-1; stage s holds p - s."""
-    first: dict[int, int] = {}
-    for i, d in enumerate(place):
-        first.setdefault(d, i)
-    order = sorted(first, key=first.get)
-    caps = [0] * n_devices
-    for s, d in enumerate(order):
-        caps[d] = len(order) - s
-    return caps
 
 
 def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = False) -> SimResult:
@@ -80,32 +42,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
         arr = c.fwd if phase == FWD else c.bwd if phase == BWD else c.upd
         return float(arr[op * nd + place[op]])
 
-    # Where each op's output goes: {remote device: largest edge bytes}; local consumers.
-    fwd_dest: list[dict[int, float]] = []
-    local_children: list[list[int]] = []
-    for i in range(n):
-        dests: dict[int, float] = {}
-        loc = []
-        for ch, b, _ in chi[i]:
-            if place[ch] == place[i]:
-                loc.append(ch)
-            else:
-                dests[place[ch]] = max(dests.get(place[ch], 0.0), b)
-        fwd_dest.append(dests)
-        local_children.append(loc)
-    # Gradients a backward sends: {remote device: summed bytes}; an all-zero message
-    # (gradients nobody needs) is not sent, its receivers are released at once.
-    bwd_dest: list[dict[int, float]] = []
-    grad_out = [0.0] * n  # all input gradients a backward produces
-    grad_in = [0.0] * n  # all output gradients a backward consumes
-    for i in range(n):
-        dests: dict[int, float] = {}
-        for p, _, g in par[i]:
-            grad_out[i] += g
-            if place[p] != place[i]:
-                dests[place[p]] = dests.get(place[p], 0.0) + g
-        bwd_dest.append(dests)
-        grad_in[i] = sum(g for _, _, g in chi[i])
+    fwd_dest, local_children, bwd_dest, grad_out, grad_in = messages(place, par, chi)
     ops_on = [0] * nd
     for i in range(n):
         ops_on[place[i]] += 1

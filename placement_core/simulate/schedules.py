@@ -62,3 +62,15 @@ def schedule_settings(schedule: str, n_ops: int, *, micro_batches: int = 1, batc
     return SimSettings(batches=m, in_flight=m, forward_only=forward_only, admission=ADMIT_EAGER,
                        update_per_step=True, priority=prio, stage_caps=(schedule == "1f1b"), micro_batches=m,
                        schedule=schedule)
+
+
+def stage_caps(place: list[int], n_devices: int) -> list[int]:
+    """1F1B in-flight limits: used devices in order of their first op are stages 0..p-1; stage s holds p - s."""
+    first: dict[int, int] = {}
+    for i, d in enumerate(place):
+        first.setdefault(d, i)
+    order = sorted(first, key=first.get)
+    caps = [0] * n_devices
+    for s, d in enumerate(order):
+        caps[d] = len(order) - s
+    return caps

@@ -132,7 +132,7 @@ def place(model, assignment: Mapping[str, str], input_shape, *, traced=None,
     import torch
     from torch.fx.node import map_arg
 
-    from .fx_import import trace_model
+    from .model_import import trace_model
 
     traced = traced if traced is not None else trace_model(model, input_shape)
     if modules:

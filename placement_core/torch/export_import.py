@@ -21,7 +21,7 @@ from torch import nn
 
 from ..errors import InputError
 from ..graph import Graph
-from .coarsen import contract
+from ..coarsen import contract
 from .fx_import import Traced, _reason, module_kind, node_ops, record, recorded_ops
 
 FIX = ("Make the branch independent of tensor values (torch.where, or a flag set in __init__), or trace a "

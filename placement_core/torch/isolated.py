@@ -72,7 +72,7 @@ def import_in_subprocess(source: str, input_shape: tuple[int, ...], batch_size: 
 def worker_main(spec: dict, rank: int, events) -> None:
     """In the worker: build, trace, write the Graph, report ``result`` (errors are reported by the worker)."""
     from ..netformat import network_to_dict
-    from .fx_import import import_module
+    from .model_import import import_module
     from .sources import load_model, parse_source
 
     src = parse_source(spec["source"])

@@ -44,11 +44,11 @@ def main(argv: list[str]) -> int:
             torch.set_num_threads(int(threads))
             torch.set_num_interop_threads(1)
         if spec["mode"] == "calibrate":
-            from .calibrate import worker_main
+            from .calibrate_worker import worker_main
         elif spec["mode"] == "import":
             from .isolated import worker_main
         else:
-            from .benchmark import worker_main
+            from .benchmark_worker import worker_main
         worker_main(spec, rank, events)
         return 0
     except InputError as e:

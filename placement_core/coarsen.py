@@ -20,9 +20,9 @@ import heapq
 from pathlib import Path
 from typing import Mapping
 
-from ..errors import InputError, require_list, require_mapping, require_name
-from ..graph import Graph, Op
-from ..jsonio import read_json, write_json
+from .errors import InputError, require_list, require_mapping, require_name
+from .graph import Graph, Op
+from .jsonio import read_json, write_json
 
 FORMAT = "placement-groups/1"
 

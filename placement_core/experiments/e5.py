@@ -1,12 +1,12 @@
 """Experiment E5 (thesis §4.3.5) on this machine: how well does the simulator predict real step times?
 
-1. Calibrate the local devices on the model (:mod:`.calibrate`), or reuse a calibration.
+1. Calibrate the local devices on the model (:mod:`placement_core.torch.calibrate`), or reuse a calibration.
 2. Collect a varied set of placements: the best placement of a genetic
    algorithm run against the calibrated simulator every few generations (the
    thesis' method), uniformly random ones, random contiguous zones (between
    the two in how much they communicate), contiguous two-way splits at several
    cut points, and every single-device placement.
-3. Benchmark each for real (:mod:`.benchmark`, ``ranks`` runner), rounds interleaved.
+3. Benchmark each for real (:mod:`placement_core.torch.benchmark`, ``ranks`` runner), rounds interleaved.
 4. Simulate each with the calibrated profile (measured op times, ping-pong
    links and the CPU devices' fitted message overhead) and with the
    uncalibrated default (roofline formulas on the same device graph, so with
@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
+from ..analysis.stats import kendall_tau, mape, pearson_r
 from ..errors import InputError
 from ..jsonio import write_json
 from ..problem import Problem
@@ -63,35 +63,8 @@ class E5Result:
 
 # -- statistics -----------------------------------------------------------------------------------
 
-def pearson(x, y) -> float:
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    if len(x) < 2 or x.std() == 0 or y.std() == 0:
-        return float("nan")
-    return float(np.corrcoef(x, y)[0, 1])
-
-
-def kendall_tau(x, y) -> float:
-    """Kendall's τ-b (ties in either variable accounted for), O(n^2)."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    n = len(x)
-    if n < 2:
-        return float("nan")
-    dx = np.sign(x[:, None] - x[None, :])
-    dy = np.sign(y[:, None] - y[None, :])
-    iu = np.triu_indices(n, 1)
-    s = float((dx * dy)[iu].sum())
-    tx = float((dx[iu] != 0).sum())
-    ty = float((dy[iu] != 0).sum())
-    return s / math.sqrt(tx * ty) if tx and ty else float("nan")
-
-
-def mape(predicted, measured) -> float:
-    p, m = np.asarray(predicted, float), np.asarray(measured, float)
-    return float(np.mean(np.abs(p - m) / m) * 100.0)
-
-
 def metrics(predicted, measured) -> dict:
-    return {"pearson_r": pearson(predicted, measured), "kendall_tau": kendall_tau(predicted, measured),
+    return {"pearson_r": pearson_r(predicted, measured), "kendall_tau": kendall_tau(predicted, measured),
             "mape_pct": mape(predicted, measured), "n": len(measured)}
 
 
@@ -157,12 +130,13 @@ def run_e5(source: str, input_shape, devices: str, *, batch_size: int | None, ou
            settings: E5Settings | None = None, calibration_dir: str | Path | None = None,
            progress: Callable[[str], None] | None = None, command: str = "") -> E5Result:
     from ..catalog import load_devices
-    from .benchmark import BenchmarkSettings, benchmark
-    from .calibrate import CalibrationSettings, calibrate, save_calibration
-    from .devspec import parse_devices
-    from .fx_import import trace_model
-    from .sources import load_model, parse_shape, parse_source
-    from .timings import read_timings, timing_table
+    from ..torch.benchmark import BenchmarkSettings, benchmark
+    from ..fitting import CalibrationSettings
+    from ..torch.calibrate import calibrate, save_calibration
+    from ..torch.devspec import parse_devices
+    from ..torch.model_import import trace_model
+    from ..torch.sources import load_model, parse_shape, parse_source
+    from ..timings import read_timings, timing_table
 
     settings = settings or E5Settings()
     say = progress or (lambda _: None)

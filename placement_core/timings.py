@@ -20,11 +20,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
-from ..catalog import user_dir
-from ..errors import InputError, require_mapping, require_name, require_number
-from ..graph import Graph
-from ..jsonio import path_exists, read_json, write_json
-from ..netformat import MAX_BATCH, MAX_DIM
+from .catalog import user_dir
+from .errors import InputError, require_mapping, require_name, require_number
+from .graph import Graph
+from .jsonio import path_exists, read_json, write_json
+from .netformat import MAX_BATCH, MAX_DIM
 
 FORMAT = "placement-timings/1"
 PHASES = ("fwd", "bwd", "update")
