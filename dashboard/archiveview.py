@@ -99,8 +99,7 @@ def fits_in_memory(archive) -> Callable[[tuple], bool]:
         elite = archive.elites[niche]
         known = memo.get(niche)
         if known is None or known[0] != elite.objective:
-            with state._SIM_LOCK:
-                known = memo[niche] = (elite.objective, elite_fits(archive.problem, elite))
+            known = memo[niche] = (elite.objective, elite_fits(archive.problem, elite))
         return known[1]
 
     return fits

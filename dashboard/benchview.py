@@ -488,7 +488,7 @@ def draw_results(points: list[dict]) -> None:
     sim = [p["simulated_s"] for p in ok]
     mea = [p["measured_s"] for p in ok]
     stats = correlation_stats(sim, mea)
-    from placement_core.torch.e5 import mape  # the E5 experiment's statistic (no torch import)
+    from placement_core.analysis.stats import mape  # the E5 experiment's statistic
     m = st.columns(5)
     m[0].metric("Placements measured", stats["n"])
     m[1].metric("Pearson r", "–" if np.isnan(stats["pearson_r"]) else f"{stats['pearson_r']:.3f}",

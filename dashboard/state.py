@@ -9,7 +9,6 @@ source, so a rerun never reloads or recompiles anything.
 from __future__ import annotations
 
 import hashlib
-import threading
 import uuid
 from dataclasses import dataclass
 
@@ -45,9 +44,6 @@ NETWORK_TITLES = {"alexnet": "AlexNet", "vgg16": "VGG-16", "resnet50": "ResNet-5
 # Widget keys whose values outlive their page (dashboard.ui.persist registers them; process-wide, keys only).
 PERSISTENT: set[str] = set()
 
-# Simulating through a shared (cached) Problem reuses its output buffer; serialise page calls.
-_SIM_LOCK = threading.Lock()
-
 
 def ss():
     return st.session_state
@@ -78,13 +74,13 @@ def _problem(graph_key: str, devices_key: str, sim: tuple, timings_key: str, _gr
 
 @st.cache_resource(max_entries=16, show_spinner=False)
 def _timing_table(path: str, mtime: float, graph_key: str, _graph: Graph) -> dict:
-    from placement_core.torch.timings import read_timings, timing_table
+    from placement_core.timings import read_timings, timing_table
     return timing_table(read_timings(path), _graph)
 
 
 def calibrations(graph: Graph) -> dict:
     """Saved calibrations (name -> file) measured for this network at its batch size."""
-    from placement_core.torch.timings import saved_calibrations
+    from placement_core.timings import saved_calibrations
     return saved_calibrations(graph)
 
 
@@ -289,8 +285,9 @@ def current_placement() -> np.ndarray:
 
 
 def simulate(problem_: Problem, placement, trace: bool = False):
-    with _SIM_LOCK:
-        return problem_.simulate(placement, trace=trace)
+    """Simulate on a shared (cached) problem: safe from several sessions at once (each call has its own
+    output)."""
+    return problem_.simulate(placement, trace=trace)
 
 
 # -- loading from uploads and PyTorch ---------------------------------------------------------------

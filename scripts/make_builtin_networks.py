@@ -18,7 +18,7 @@ import torchvision  # noqa: E402
 
 from placement_core.jsonio import write_json  # noqa: E402
 from placement_core.netformat import network_to_dict  # noqa: E402
-from placement_core.torch.fx_import import import_module  # noqa: E402
+from placement_core.torch.model_import import import_module  # noqa: E402
 
 OUT = Path(__file__).resolve().parent.parent / "assets" / "networks"
 BATCH = 128

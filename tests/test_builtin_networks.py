@@ -46,7 +46,7 @@ def test_committed_json_is_what_the_script_generates(name):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
     from make_builtin_networks import BATCH, MODELS
 
-    from placement_core.torch.fx_import import import_module
+    from placement_core.torch.model_import import import_module
     build, shape = MODELS[name]
     fresh = import_module(build(), shape, name=name, batch_size=BATCH)
     assert network_to_dict(fresh) == network_to_dict(load_network(name))

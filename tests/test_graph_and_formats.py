@@ -109,3 +109,12 @@ def test_batch_size_scales_activations_not_parameters():
     assert y.shape == (8, 10)
     with pytest.raises(InputError, match="positive integer"):
         g.with_batch_size(0)
+
+
+def test_the_cycle_named_is_the_one_behind_the_stuck_ops():
+    """``d`` hangs below the cycle a -> b -> c -> a without being on it: the message names the cycle only,
+    in data-flow order from the op listed first."""
+    from placement_core.graph import topological_order
+    ops = [Op("x"), Op("d", inputs=("c",)), Op("a", inputs=("x", "c")), Op("b", inputs=("a",)), Op("c", inputs=("b",))]
+    with pytest.raises(InputError, match=r"has a cycle: a -> b -> c -> a\."):
+        topological_order(ops)

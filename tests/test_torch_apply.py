@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from placement_core.torch.apply import (check_assignment, module_devices, node_devices, place,  # noqa: E402
                                         placement_snippet, torch_placement_dict)
-from placement_core.torch.fx_import import trace_model  # noqa: E402
+from placement_core.torch.model_import import trace_model  # noqa: E402
 from placement_core.torch.sources import load_model  # noqa: E402
 
 MODELS = str(Path(__file__).resolve().parent / "torch_models.py")

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from placement_core.torch.benchmark import BenchmarkSettings, benchmark  # noqa: E402
 from placement_core.torch.devspec import parse_devices  # noqa: E402
-from placement_core.torch.fx_import import trace_model  # noqa: E402
+from placement_core.torch.model_import import trace_model  # noqa: E402
 from placement_core.torch.sources import load_model  # noqa: E402
 
 MODELS = str(Path(__file__).resolve().parent / "torch_models.py")

@@ -10,8 +10,8 @@ from placement_core.errors import InputError
 from placement_core.graph import Graph, Op
 from placement_core.placement import single_device
 from placement_core.problem import Problem
-from placement_core.torch.calibrate import fit_link
-from placement_core.torch.timings import load_timings, timing_table
+from placement_core.fitting import fit_link
+from placement_core.timings import load_timings, timing_table
 
 MODELS = str(Path(__file__).resolve().parent / "torch_models.py")
 SOURCE = f"{MODELS}:Branchy"
@@ -30,7 +30,8 @@ def test_link_fit_recovers_latency_and_bandwidth():
 @pytest.fixture(scope="module")
 def calibration(tmp_path_factory):
     pytest.importorskip("torch")
-    from placement_core.torch.calibrate import CalibrationSettings, calibrate
+    from placement_core.fitting import CalibrationSettings
+    from placement_core.torch.calibrate import calibrate
     return calibrate(SOURCE, SHAPE, "cpu:2", batch_size=4, name="branchy",
                      settings=CalibrationSettings(sizes=(1000, 100_000, 10_000_000), steps=3, min_time=0.01,
                                                           rounds=2, fit_placements=3, fit_rounds=1, fit_steps=2))
@@ -72,7 +73,7 @@ def test_calibration_measures_every_op_and_the_link(calibration):
 def test_overhead_fit_recovers_a_known_overhead():
     """Steps 'measured' by the simulator itself with 300 us per message: the fit finds 300 us again."""
     from placement_core.devices import Channel, Device, DeviceGraph
-    from placement_core.torch.calibrate import Calibration, fit_message_overhead, fit_placements, \
+    from placement_core.fitting import Calibration, fit_message_overhead, fit_placements, \
         with_message_overhead
     ops = [Op("x", "input", (), output_bytes=4000)] + [
         Op(f"op{i}", "conv", (f"op{i - 1}" if i else "x",), output_bytes=4000, param_bytes=100) for i in range(20)]
@@ -98,7 +99,7 @@ def test_overhead_fit_recovers_a_known_overhead():
 
 
 def test_calibration_placements_vary_the_traffic():
-    from placement_core.torch.calibrate import fit_placements
+    from placement_core.fitting import fit_placements
     xs = fit_placements(40, 2, 6, seed=0)
     crossings = [int((x[1:] != x[:-1]).sum()) for x in xs]
     assert len(xs) == 6 and all(set(x.tolist()) <= {0, 1} for x in xs)
@@ -107,7 +108,7 @@ def test_calibration_placements_vary_the_traffic():
 
 
 def test_calibrated_simulator_reproduces_the_measured_single_device_step(calibration):
-    from placement_core.torch.fx_import import import_module
+    from placement_core.torch.model_import import import_module
     from placement_core.torch.sources import load_model
     graph = import_module(load_model(SOURCE), SHAPE, name="branchy", batch_size=4)
     problem = Problem(graph, calibration.devices, timings=timing_table(calibration.timings, graph))
@@ -146,7 +147,8 @@ def test_calibrating_a_gpu_measures_its_ops_and_its_link():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    from placement_core.torch.calibrate import CalibrationSettings, calibrate
+    from placement_core.fitting import CalibrationSettings
+    from placement_core.torch.calibrate import calibrate
     cal = calibrate(SOURCE, SHAPE, "cpu,cuda:0", batch_size=4, name="branchy",
                     settings=CalibrationSettings(sizes=(1000, 100_000), steps=3, min_time=0.01, rounds=1,
                                                  fit_placements=2, fit_rounds=1, fit_steps=2))

@@ -7,13 +7,13 @@ import pytest
 
 from placement_core.errors import InputError
 from placement_core.graph import Graph, Op
-from placement_core.torch.coarsen import (coarsen, contract, expand_assignment, groups_path, read_groups,
+from placement_core.coarsen import (coarsen, contract, expand_assignment, groups_path, read_groups,
                                           write_groups)
 from placement_core.torch.sources import parse_shape, parse_source
 
 torch = pytest.importorskip("torch")
 
-from placement_core.torch.fx_import import import_module, trace_for_batch, trace_model  # noqa: E402
+from placement_core.torch.model_import import import_module, trace_for_batch, trace_model  # noqa: E402
 from placement_core.torch.sources import load_model  # noqa: E402
 
 MODELS = str(Path(__file__).resolve().parent / "torch_models.py")
