@@ -5,7 +5,7 @@ import time
 import streamlit as st
 
 from dashboard import charts, state, stored, ui
-from dashboard.runs import REGISTRY, RunSpec
+from dashboard.live_runs import REGISTRY, RunSpec
 from placement_core import InputError
 from placement_core.analysis import fmt_bytes, fmt_seconds
 from placement_core.exports import RUN_EXPORTS, export_run

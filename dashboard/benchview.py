@@ -22,7 +22,8 @@ from placement_core.analysis import correlation_stats, fmt_seconds, kendall_tau
 from placement_core.benchplan import default_mapping, distinct_top, shared_warning
 
 from . import calibview, charts, state, ui
-from .runs import REGISTRY
+from .jobs import JobBoard
+from .live_runs import REGISTRY
 
 # Built-in networks were generated from these torchvision models (scripts/make_builtin_networks.py),
 # so their op names match what the benchmark traces.
@@ -83,6 +84,13 @@ class BenchJob:
     collected: bool = False
     thread: threading.Thread | None = None
 
+    @property
+    def active(self) -> bool:
+        return self.status == "running"
+
+    def stop(self) -> None:
+        """Benchmarks run to their end: their worker processes have their own timeouts."""
+
     def work(self) -> None:
         try:
             self.results = run_benchmark(self.source, self.shape, self.assignments, self.devices, self.runner,
@@ -115,19 +123,16 @@ class BenchJob:
             self.store_note = f"The measurements were not stored: {e}"
 
 
-_JOBS: dict[str, list[BenchJob]] = {}
-_LOCK = threading.Lock()
+BOARD: JobBoard[BenchJob] = JobBoard("benchmark")
 
 
 def jobs(session: str) -> list[BenchJob]:
-    with _LOCK:
-        return list(_JOBS.get(session, []))
+    return BOARD.jobs(session)
 
 
 def submit(session: str, job: BenchJob) -> None:
     job.thread = threading.Thread(target=job.work, name=f"placement-bench-{job.id}", daemon=True)
-    with _LOCK:
-        _JOBS.setdefault(session, []).append(job)
+    BOARD.add(session, job)
     job.thread.start()
 
 
@@ -302,7 +307,12 @@ def render() -> None:
                                "CPU-only machine); inprocess: one process drives every device.")
     steps = c3.number_input("Timed steps", 1, 1000, 5, key=ui.persist("bench_steps", bounds=(1, 1000)))
     warmup = c4.number_input("Warm-up steps (dropped)", 1, 100, 2, key=ui.persist("bench_warmup", bounds=(1, 100)))
-    if not source:
+    from .torch_import import code_refusal
+    refusal = code_refusal(source)
+    if refusal:
+        st.error(ui.esc(refusal), icon=":material/block:")
+        source = ""  # nothing below may run it: the buttons stay disabled
+    elif not source:
         st.info("This network was not made from a PyTorch model here: give its source to benchmark it.",
                 icon=":material/info:")
     locals_ = local_devices(spec)

@@ -9,6 +9,7 @@ and this network's measured op times, which become the current device graph and 
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import signal
@@ -22,11 +23,15 @@ import streamlit as st
 
 from placement_core import InputError
 
+from .jobs import JobBoard
 from . import state, ui
 
 PRESET = "local"
 CLI = "import sys; from placement_core.cli import main; sys.exit(main())"
 MAX_TRANSFERS = {"1 MB (fast)": "1MB", "10 MB": "10MB", "100 MB (the command's default)": "100MB"}
+
+
+_CALIB_IDS = itertools.count(1)
 
 
 @dataclass
@@ -44,6 +49,11 @@ class CalibJob:
     finished: float | None = None
     proc: subprocess.Popen | None = None
     thread: threading.Thread | None = None
+    id: int = field(default_factory=lambda: next(_CALIB_IDS))
+
+    @property
+    def active(self) -> bool:
+        return self.status == "running"
 
     def start(self) -> None:
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -96,13 +106,11 @@ def _signal_group(pid: int, sig: int) -> None:
         pass
 
 
-_JOBS: dict[str, CalibJob] = {}
-_LOCK = threading.Lock()
+BOARD: JobBoard[CalibJob] = JobBoard("calibration", max_finished=1)
 
 
 def job(session: str) -> CalibJob | None:
-    with _LOCK:
-        return _JOBS.get(session)
+    return BOARD.latest(session)
 
 
 def start(session: str, source: str, sample: tuple, batch: int, devices: str, runner: str, *, steps: int,
@@ -117,11 +125,10 @@ def start(session: str, source: str, sample: tuple, batch: int, devices: str, ru
             "--max-transfer", max_transfer, "--preset", PRESET]
     expected = n * rounds + n * (n - 1) // 2 + (2 if fit > 0 and n > 1 else 0)
     j = CalibJob(argv, state.graph().name, batch, devices, expected)
-    with _LOCK:
-        old = _JOBS.get(session)
-        if old is not None and old.status == "running":
-            raise InputError("a calibration is already running", field="calibrate", fix="Wait for it or stop it")
-        _JOBS[session] = j
+    old = BOARD.latest(session)
+    if old is not None and old.active:
+        raise InputError("a calibration is already running", field="calibrate", fix="Wait for it or stop it")
+    BOARD.add(session, j)
     j.start()
     return j
 

@@ -40,6 +40,16 @@ def code_upload_allowed() -> bool:
     return os.environ.get(ALLOW_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
+def code_refusal(source: str) -> str | None:
+    """Why the model ``source`` may not run on this server (a file's code while code upload is off), or None.
+    Everything that is not a torchvision name is a file's code to parse_source."""
+    if code_upload_allowed() or not source.strip() or source.strip().startswith("torchvision:"):
+        return None
+    return (f"Model code from files is turned off on this server ({ALLOW_ENV}=0), so {source.strip()!r} cannot "
+            "be benchmarked or calibrated here. Use a torchvision:NAME model, or restart the dashboard without "
+            f"{ALLOW_ENV}=0.")
+
+
 def _require_code_upload() -> None:
     if not code_upload_allowed():
         raise InputError("importing model code is turned off on this server", field="model",

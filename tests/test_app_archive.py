@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from apptest_util import assert_clean, decode, figures, frame, goto, start, text, wait_for_runs
 
-from dashboard.runs import REGISTRY
+from dashboard.live_runs import REGISTRY
 from placement_core.analysis import fmt_seconds
 
 

@@ -378,7 +378,7 @@ def test_the_top_k_of_a_live_run(monkeypatch):
     each placement once; a GA run keeps only its best and says so."""
     from apptest_util import wait_for_runs
 
-    from dashboard.runs import REGISTRY
+    from dashboard.live_runs import REGISTRY
 
     monkeypatch.setattr(benchview, "run_benchmark", lambda *a, **kw: [fake_result(t) for t in (0.01, 0.02, 0.03, 0.04)])
     at = start()
@@ -451,3 +451,21 @@ def test_the_model_source_follows_the_network():
     assert at.text_input(key="bench_shape").value == "3, 2, 2"
     assert at.number_input(key="bench_batch").value == 8
     assert at.text_input(key="bench_devices").value == "cpu:3"
+
+
+@pytest.mark.parametrize("allowed,blocked", [("0", True), ("1", False)])
+def test_model_code_from_a_file_is_refused_when_code_upload_is_off(monkeypatch, tmp_path, allowed, blocked):
+    """PLACEMENT_ALLOW_CODE_UPLOAD=0 covered the Network page only: the Benchmark page and its calibration
+    still ran FILE.py:NAME (a worker process imports the file)."""
+    monkeypatch.setenv("PLACEMENT_ALLOW_CODE_UPLOAD", allowed)
+    started = []
+    monkeypatch.setattr(benchview, "run_benchmark", lambda *a, **k: started.append(a) or [])
+    at = bench_page()
+    at.text_input(key="bench_source").set_value(str(tmp_path / "model.py") + ":Net").run()
+    refused = [e.value for e in at.error if "turned off" in e.value]
+    assert bool(refused) == blocked
+    assert at.button(key="bench_run").disabled == blocked
+    assert at.button(key="cal_start").disabled == blocked
+    at.text_input(key="bench_source").set_value("torchvision:resnet50").run()  # a torchvision name always runs
+    assert not [e for e in at.error if "turned off" in e.value]
+    assert not at.button(key="cal_start").disabled

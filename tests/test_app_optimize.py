@@ -4,7 +4,7 @@ import time
 
 from apptest_util import assert_clean, figures, goto, sidebar_text, start, text, wait_for_runs
 
-from dashboard.runs import REGISTRY
+from dashboard.live_runs import REGISTRY
 
 
 def optimize_page(evaluations=400):

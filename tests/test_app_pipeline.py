@@ -289,7 +289,7 @@ def test_optimize_searches_under_the_schedule():
     at.button(key="opt_start").click().run()
     wait_for_runs(at)
     assert_clean(at)
-    from dashboard.runs import REGISTRY
+    from dashboard.live_runs import REGISTRY
     [r] = REGISTRY.runs(at.session_state["session_key"])
     assert r.spec.sim["schedule"] == "1f1b" and r.problem.settings.schedule == "1f1b"
     expect = ProblemSpec(schedule="1f1b", micro_batches=4, profile="default", penalty="thesis").build(RESNET, MALVIK)

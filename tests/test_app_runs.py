@@ -12,7 +12,7 @@ from apptest_util import (assert_clean, decode, figures, frame, goto, metrics, s
 
 from dashboard import stored
 from dashboard.charts import OBJECTIVE_TITLE
-from dashboard.runs import REGISTRY
+from dashboard.live_runs import REGISTRY
 from placement_core import Problem, load_devices, load_network
 from placement_core.analysis import fmt_bytes, fmt_seconds
 from placement_core.optimize import run as optimize

@@ -1,4 +1,4 @@
-"""Background runs' live records (dashboard.runs): the best-so-far curve keeps the whole history of a long run.
+"""Background runs' live records (dashboard.live_runs): the best-so-far curve keeps the whole history of a long run.
 
 The expected curves are worked out by hand from the reported (evaluations, best) sequences.
 """
@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from dashboard.runs import BestCurve, Run, RunSpec
+from dashboard.live_runs import BestCurve, Run, RunSpec
 from placement_core.optimize import Progress
 
 

@@ -1,7 +1,7 @@
 """Background optimization runs that survive page switches.
 
 A run executes in a daemon thread and records its progress under a lock; it
-never calls ``st.*``. Runs live in a process-level registry keyed by the
+never calls ``st.*``. Runs live on the dashboard's job board (:mod:`.jobs`) keyed by the
 browser session's key (kept in ``st.session_state.session_key``), so switching
 pages, or the script rerunning, never loses them; the Optimize page polls them
 from a fragment. Every run is also recorded in the run store
@@ -24,6 +24,8 @@ import numpy as np
 from placement_core import InputError, Problem
 from placement_core.devices import DeviceGraph
 from placement_core.graph import Graph
+
+from .jobs import JobBoard
 
 MAX_CURVE_POINTS = 4000  # improvements kept per run's best-so-far curve; past it the smallest steps merge
 MAX_FINISHED_PER_SESSION = 24
@@ -217,45 +219,30 @@ def _work(run: Run) -> None:
 
 
 class Registry:
-    """session key -> {run id: Run}; shared by every script run of the process."""
+    """Optimization runs per session, on the dashboard's one job board (:mod:`.jobs`)."""
 
     def __init__(self):
-        self._runs: dict[str, dict[int, Run]] = {}
-        self._lock = threading.Lock()
+        self.board: JobBoard[Run] = JobBoard("optimization run", max_finished=MAX_FINISHED_PER_SESSION,
+                                             max_sessions=MAX_SESSIONS)
 
     def start(self, session: str, spec: RunSpec, problem: Problem) -> Run:
         run = Run(spec, problem)
         run.thread = threading.Thread(target=_work, args=(run,), name=f"placement-run-{run.id}", daemon=True)
-        with self._lock:
-            runs = self._runs.pop(session, {})
-            self._runs[session] = runs  # most recently used last
-            runs[run.id] = run
-            idle = [k for k, rs in self._runs.items() if k != session and not any(r.active for r in rs.values())]
-            for k in idle[:max(0, len(self._runs) - MAX_SESSIONS)]:
-                del self._runs[k]
-            finished = [r for r in runs.values() if not r.active]
-            for old in finished[:-MAX_FINISHED_PER_SESSION]:
-                runs.pop(old.id, None)
+        self.board.add(session, run)
         run.thread.start()
         return run
 
     def runs(self, session: str) -> list[Run]:
-        with self._lock:
-            return list(self._runs.get(session, {}).values())
+        return self.board.jobs(session)
 
     def get(self, session: str, run_id: int) -> Run | None:
-        with self._lock:
-            return self._runs.get(session, {}).get(run_id)
+        return self.board.get(session, run_id)
 
     def remove(self, session: str, run_id: int) -> None:
-        with self._lock:
-            run = self._runs.get(session, {}).pop(run_id, None)
-        if run is not None:
-            run.stop()
+        self.board.remove(session, run_id)
 
     def stop_all(self, session: str) -> None:
-        for r in self.runs(session):
-            r.stop()
+        self.board.stop_all(session)
 
 
 REGISTRY = Registry()
