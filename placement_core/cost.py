@@ -41,7 +41,7 @@ class CostArrays:
 
 @dataclass(frozen=True)
 class RooflineProfile:
-    """DESIGN §3 default: max(compute, memory) per op, latency + bytes/effective bandwidth per transfer."""
+    """docs/design.md §4, default: max(compute, memory) per op, latency + bytes/effective bandwidth per transfer."""
 
     comp_efficiency: float = 0.9
     comm_efficiency: float = 0.25

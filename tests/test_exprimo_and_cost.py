@@ -161,7 +161,7 @@ def test_exprimo_2020_op_time_by_hand(tiny):
 
 
 def test_exprimo_2020_single_device_invariants(tiny):
-    """DESIGN §3: on one device the makespan is the sum of all forward and backward op times, and the
+    """docs/design.md §4-5: on one device the makespan is the sum of all forward and backward op times, and the
     peak is every weight plus every forward output except the sink's."""
     devs = three_devices()
     p = Problem(tiny, devs, profile="exprimo-2020")

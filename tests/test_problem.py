@@ -1,4 +1,4 @@
-"""The objective's three memory-penalty modes (DESIGN §4, problem.py), on a network worked out by hand."""
+"""The objective's three memory-penalty modes (docs/design.md §3, problem.py), on a network worked out by hand."""
 
 import numpy as np
 import pytest

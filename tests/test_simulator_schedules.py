@@ -145,7 +145,7 @@ def test_memory_timeline_of_a_chain_split_over_two_devices():
     # Schedule: a [0, 1], b [1, 2], b's output to d1 [2, 2.4], c [2.4, 3.4], c bwd [3.4, 5.4], gradient
     # to d0 [5.4, 5.8] while c's update runs [5.4, 5.9], b bwd [5.8, 7.8], a bwd [7.8, 9.8], a's update
     # [9.8, 10.3].
-    # Memory (DESIGN §4; default profile, so weights and their gradients: 2 copies), after each event:
+    # Memory (docs/design.md §5; default profile, so weights and their gradients: 2 copies), after each event:
     #   d0:  0: 10 (a's weights)     1: +100 a's output = 110     2: +40 b's output = 150
     #      2.4: b's output sent, freed = 110        5.8: + the 40 B gradient received = 150
     #      7.8: b's backward frees the gradient (-40) and a's output (-100), makes a's (+100) = 110

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 
 from ..errors import InputError
-from .common import human_bytes, human_seconds, print_json, table
+from ..analysis.units import fmt_bytes, fmt_seconds
+from .common import print_json, table
 from .torch_common import _assignment, _needs_torch, _shape_and_network
 
 
@@ -49,17 +50,17 @@ def cmd_benchmark(args) -> int:
         print(f"status: {result.status}: {result.message}")
     else:
         q1, q3 = result.quartiles_s
-        print(f"median_step_s: {result.median_step_s:.6f}   ({human_seconds(result.median_step_s)}; IQR "
-              f"{human_seconds(q1)} .. {human_seconds(q3)}, min {human_seconds(min(result.steps_s))}, max "
-              f"{human_seconds(max(result.steps_s))}; {len(result.warmup_s)} warm-up step(s) dropped)")
+        print(f"median_step_s: {result.median_step_s:.6f}   ({fmt_seconds(result.median_step_s)}; IQR "
+              f"{fmt_seconds(q1)} .. {fmt_seconds(q3)}, min {fmt_seconds(min(result.steps_s))}, max "
+              f"{fmt_seconds(max(result.steps_s))}; {len(result.warmup_s)} warm-up step(s) dropped)")
         print("steps_s: " + " ".join(f"{s:.6f}" for s in result.steps_s))
         if args.runner == "ranks":
-            print(f"sent between ranks per step: {human_bytes(result.bytes_per_step)} in "
+            print(f"sent between ranks per step: {fmt_bytes(result.bytes_per_step)} in "
                   f"{result.messages_per_step:.0f} messages")
         if result.message:
             print(f"note: {result.message}")
     rows = [[d["name"], d["torch"], "-" if d["peak_memory_bytes"] is None else str(int(d["peak_memory_bytes"])),
-             "-" if d["peak_memory_bytes"] is None else human_bytes(d["peak_memory_bytes"])]
+             "-" if d["peak_memory_bytes"] is None else fmt_bytes(d["peak_memory_bytes"])]
             for d in result.devices]
     print(table(rows, ["device", "torch", "peak_memory_bytes", ""], right=(2, 3)))
     return 0 if result.ok else 1

@@ -189,18 +189,3 @@ def table(rows: list[list[str]], header: list[str], right: Sequence[int] = ()) -
         return "  ".join(str(c).rjust(w) if i in right else str(c).ljust(w)
                          for i, (c, w) in enumerate(zip(row, widths))).rstrip()
     return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
-
-
-def human_bytes(b: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(b) >= scale:
-            return f"{b / scale:.2f} {unit}"
-    return f"{b:.0f} B"
-
-
-def human_seconds(s: float) -> str:
-    if s >= 1:
-        return f"{s:.3f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.3f} ms"
-    return f"{s * 1e6:.1f} us"

@@ -9,7 +9,8 @@ import time
 from ..errors import InputError, escape
 from ..jsonio import write_json
 from ..placement import placement_to_dict
-from .common import add_problem_options, build_problem, human_seconds, print_json, printable
+from ..analysis.units import fmt_seconds
+from .common import add_problem_options, build_problem, print_json, printable
 from .core_cmds import batch_summary, describe_batches
 from .validate import check_output_file, count_int, positive_seconds, run_id as run_id_arg, seed_int, workers_int
 
@@ -182,13 +183,13 @@ def cmd_optimize(args) -> int:
     print(f"{result.algorithm} on {printable(problem.graph.name)} / {printable(problem.devices.name)} "
           f"(batch {summary['batch_size']}, "
           f"{describe_batches(summary)}): best objective "
-          f"{result.best_objective:.6g} s (batch time {human_seconds(data['batch_time_s'])}, "
+          f"{result.best_objective:.6g} s (batch time {fmt_seconds(data['batch_time_s'])}, "
           + ("fits in memory" if data["feasible"] else "overflows memory")
           + f") after {result.evaluations} evaluations in {result.wall_s:.1f} s")
     if "planned_makespan_s" in data:
         unit = (f"one micro-batch of {summary['micro_batch_size']}, not the whole batch"
                 if data["planned_for"] == "micro-batch" else "one batch")
-        print(f"HEFT planned makespan {human_seconds(data['planned_makespan_s'])} (its own plan for {unit})")
+        print(f"HEFT planned makespan {fmt_seconds(data['planned_makespan_s'])} (its own plan for {unit})")
     if "archive" in data:
         arch = result.extras["archive"]
         print(f"archive: {len(arch)} niches filled ({arch.coverage:.1%} of {'x'.join(map(str, arch.shape))})")

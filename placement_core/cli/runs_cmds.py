@@ -8,7 +8,8 @@ import sys
 import time
 
 from ..exports import RUN_EXPORTS as FORMATS
-from .common import human_seconds, print_json, printable, table
+from ..analysis.units import fmt_seconds
+from .common import print_json, printable, table
 from .validate import check_output_file, run_id, write_output_bytes
 
 EXPORTS = tuple(FORMATS)
@@ -122,7 +123,7 @@ def cmd_show(args) -> int:
     print(f"  params: {r.params}, seed {r.seed}")
     best = "-" if r.best_objective is None else f"{r.best_objective:.6g} s"
     print(f"  {r.evaluations}/{r.budget_evaluations or '-'} evaluations, best objective {best}"
-          + (f", wall {human_seconds(r.wall_s)}" if r.wall_s else ""))
+          + (f", wall {fmt_seconds(r.wall_s)}" if r.wall_s else ""))
     if n_archive:
         print(f"  archive: {n_archive} elites")
     if r.error:

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 from ..errors import InputError
-from .common import human_bytes, positive_int, print_json, table
+from ..analysis.units import fmt_bytes
+from .common import positive_int, print_json, table
 from .benchmark_cmds import cmd_benchmark
 from .torch_common import (DEVICES_HELP, MODEL_HELP, _assignment, _model_options, _needs_torch, _shape_and_network,
                            byte_size)
@@ -133,7 +134,7 @@ def cmd_import(args) -> int:
         grouped = f" in {len(graph)} groups" if groups is not None else ""
         print(f"{graph.name}: {full} ops{grouped} (traced with torch.{traced.method}), batch {graph.batch_size}, "
               f"{t['fwd_flops'] / 1e9:.2f} GFLOP forward, {t['bwd_flops'] / 1e9:.2f} GFLOP backward, "
-              f"{human_bytes(t['param_bytes'])} parameters, {human_bytes(t['activation_bytes'])} activations")
+              f"{fmt_bytes(t['param_bytes'])} parameters, {fmt_bytes(t['activation_bytes'])} activations")
         print("wrote " + ", ".join(written))
     return 0
 
@@ -151,7 +152,7 @@ def cmd_calibrate(args) -> int:
     from ..fitting import SIZES
     sizes = tuple(n for n in SIZES if n <= args.max_transfer * (1 + 1e-9))
     if len(sizes) < 2:
-        raise InputError(f"--max-transfer must be at least {human_bytes(SIZES[1])}: a link's latency and bandwidth "
+        raise InputError(f"--max-transfer must be at least {fmt_bytes(SIZES[1])}: a link's latency and bandwidth "
                          "need two message sizes", field="--max-transfer")
     settings = CalibrationSettings(steps=args.steps, reconcile=args.reconcile, rounds=args.rounds,
                                    fit_placements=args.fit_placements, sizes=sizes)

@@ -158,18 +158,6 @@ class Archive:
         return (niches, np.array([self.elites[k].placement for k in niches], dtype=np.int32).reshape(-1, self.problem.n_ops),
                 np.array([self.elites[k].objective for k in niches]))
 
-    def to_rows(self) -> list[dict]:
-        """One row per elite: niche bins, raw descriptor values, objective, assignment by device name."""
-        names = self.problem.devices.names
-        rows = []
-        for e in self.ranked():
-            row = {f"{d.name}_bin": b for d, b in zip(self.descriptors, e.niche)}
-            row.update({d.name: v for d, v in zip(self.descriptors, e.descriptors)})
-            row["objective_s"] = e.objective
-            row["placement"] = " ".join(names[int(i)] for i in e.placement)
-            rows.append(row)
-        return rows
-
     def to_dict(self) -> dict:
         return {"dimensions": [{"name": d.name, "label": d.label, "size": d.size} for d in self.descriptors],
                 "elites": [{"niche": list(e.niche), "objective_s": e.objective, "descriptors": list(e.descriptors),

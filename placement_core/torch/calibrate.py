@@ -53,7 +53,7 @@ from ..errors import InputError
 from ..fitting import (Calibration, CalibrationSettings, build_calibration, fastest, fit_message_overhead,
                        fit_placements)
 from ..jsonio import write_json
-from ..timings import user_timings_path
+from ..timings import user_timings_path, write_timings
 from .devspec import check_available, parse_devices
 from .sources import parse_shape
 
@@ -190,6 +190,6 @@ def save_calibration(cal: Calibration, out_dir: str | Path | None = None, preset
         dev_path.parent.mkdir(parents=True, exist_ok=True)
         tim_path.parent.mkdir(parents=True, exist_ok=True)
         write_json(dev_path, devices_to_dict(cal.devices))
-        write_json(tim_path, cal.timings)
+        write_timings(tim_path, cal.timings)  # checked against the format before it is written
         written += [dev_path, tim_path]
     return written

@@ -2,7 +2,7 @@
 records, node by node, the output tensors, the FLOPs and the parameters.
 
 Granularity is the leaf module (every ``torch.nn`` module) plus the tensor
-functions between them. FLOPs follow DESIGN §3: ``torch.utils.flop_counter``
+functions between them. FLOPs follow docs/design.md §4: ``torch.utils.flop_counter``
 for matmul/convolution/attention (2 FLOPs per multiply-add), the pooling
 formula kh*kw*C*Hout*Wout*N, and element counts for memory-bound ops, whose
 cost the roofline profile takes from their memory traffic instead.
