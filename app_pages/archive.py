@@ -159,25 +159,26 @@ sources = []
 with ui.guarded("the list of archives"):
     sources = archive_sources()
 
-if not sources:
-    st.info("No archive yet: run **MAP-Elites** on the Optimize page; its archive appears here when it finishes "
-            "(stored MAP-Elites runs from earlier sessions and the command line appear too).",
-            icon=":material/info:")
-    st.page_link("app_pages/optimize.py", label="Go to Optimize", icon=":material/rocket_launch:")
-else:
-    by_key = {src.key: src for src in sources}
-    key = st.selectbox("MAP-Elites run", list(by_key), key=ui.persist("arch_run", list(by_key)),
-                       format_func=lambda k: by_key[k].description,
-                       help="This session's runs first, then every MAP-Elites run in the run store (see Runs).")
-    run = by_key[key]
-    ranked = run.archive.ranked()
-    options = [e.niche for e in ranked]
-    rank_of = {e.niche: k for k, e in enumerate(ranked, start=1)}
-    pick_key = ui.persist(f"arch_pick_{run.key}", options)  # the inspected elite, by niche
-    if not ranked:
-        st.info("This run's archive holds no elite yet: run MAP-Elites for longer.", icon=":material/info:")
+with ui.guarded("the archive"):
+    if not sources:
+        st.info("No archive yet: run **MAP-Elites** on the Optimize page; its archive appears here when it finishes "
+                "(stored MAP-Elites runs from earlier sessions and the command line appear too).",
+                icon=":material/info:")
+        st.page_link("app_pages/optimize.py", label="Go to Optimize", icon=":material/rocket_launch:")
     else:
-        s.setdefault(pick_key, options[0])
-        archive_section(run, ranked, rank_of, pick_key)
-        top_section(run.archive)
-        compare_section(run, ranked, rank_of, pick_key)
+        by_key = {src.key: src for src in sources}
+        key = st.selectbox("MAP-Elites run", list(by_key), key=ui.persist("arch_run", list(by_key)),
+                           format_func=lambda k: by_key[k].description,
+                           help="This session's runs first, then every MAP-Elites run in the run store (see Runs).")
+        run = by_key[key]
+        ranked = run.archive.ranked()
+        options = [e.niche for e in ranked]
+        rank_of = {e.niche: k for k, e in enumerate(ranked, start=1)}
+        pick_key = ui.persist(f"arch_pick_{run.key}", options)  # the inspected elite, by niche
+        if not ranked:
+            st.info("This run's archive holds no elite yet: run MAP-Elites for longer.", icon=":material/info:")
+        else:
+            s.setdefault(pick_key, options[0])
+            archive_section(run, ranked, rank_of, pick_key)
+            top_section(run.archive)
+            compare_section(run, ranked, rank_of, pick_key)
