@@ -408,11 +408,11 @@ def _submit(plan, ranking, mapping, source, shape, batch, spec, runner, steps, w
     from placement_core.netformat import network_hash
     from placement_core.torch.benchmark import BenchmarkSettings
 
-    from .torch_import import parse_shape
+    from .torch_import import parse_sample_shape
 
     s = state.ss()
     g, d = state.graph(), state.devices()
-    sample = parse_shape(shape)
+    sample = parse_sample_shape(shape)
     # measured op times (a calibration of this network) are scaled linearly to the benchmark's batch
     sim_problem = Problem(g.with_batch_size(batch), d, settings=SimSettings(), penalty=s.sim["penalty"],
                           **state.cost_kw(g, s.sim))

@@ -178,9 +178,9 @@ def render(source: str, sample_text: str, devices: str, runner: str) -> None:
     running = current is not None and current.status == "running"
     b1, b2 = st.columns([1, 4])
     if b1.button("Calibrate", icon=":material/tune:", key="cal_start", disabled=running or not source):
-        from .torch_import import parse_shape
+        from .torch_import import parse_sample_shape
         s.pop("cal_outcome", None)
-        start(s.session_key, source, parse_shape(sample_text), int(g.batch_size), devices, runner, steps=int(steps),
+        start(s.session_key, source, parse_sample_shape(sample_text), int(g.batch_size), devices, runner, steps=int(steps),
               rounds=int(rounds), fit=int(fit), max_transfer=MAX_TRANSFERS[largest])
         st.rerun()
     if running and b2.button("Stop the calibration", key="cal_stop"):

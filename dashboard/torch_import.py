@@ -117,7 +117,7 @@ def review_upload(code: bytes | None, filename: str, attr: str, shape_text: str,
     if not attr:
         raise InputError("no factory name given", field="factory",
                          fix="Name the function, nn.Module class or instance in the file that gives the model")
-    parse_shape(shape_text)
+    parse_sample_shape(shape_text)
     _check_encoding(code)
     from placement_core.torch.sources import parse_source
     parse_source(f"model.py:{attr}")  # a bad factory call fails before the user is asked to confirm
@@ -177,7 +177,7 @@ def prune_uploads(root: Path, max_age_s: float = UPLOAD_MAX_AGE_S) -> None:
             pass
 
 
-def parse_shape(text: str) -> tuple[int, ...]:
+def parse_sample_shape(text: str) -> tuple[int, ...]:
     """``"3, 224, 224"`` -> (3, 224, 224): the shape of one sample, without the batch dimension."""
     parts = [p for p in re.split(r"[\s,x×()\[\]]+", str(text)) if p]
     try:
@@ -227,6 +227,6 @@ def import_model(source: str, shape_text: str = "3, 224, 224", batch_size: int =
     if not torch_available():
         raise InputError("PyTorch is not installed", field="model",
                          fix='Install it with .venv/bin/pip install -e ".[torch]" and restart the dashboard')
-    shape = parse_shape(shape_text)
+    shape = parse_sample_shape(shape_text)
     from placement_core.torch.isolated import import_in_subprocess
     return import_in_subprocess(source, (1,) + shape, int(batch_size), timeout=timeout)

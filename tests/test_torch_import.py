@@ -9,7 +9,7 @@ from placement_core.errors import InputError
 from placement_core.graph import Graph, Op
 from placement_core.coarsen import (coarsen, contract, expand_assignment, groups_path, read_groups,
                                           write_groups)
-from placement_core.torch.sources import parse_shape, parse_source
+from placement_core.torch.sources import parse_input_shape, parse_source
 
 torch = pytest.importorskip("torch")
 
@@ -107,9 +107,9 @@ def test_sources_with_arguments_and_instances():
         "aux_logits": False, "init_weights": False}
     assert load_model(f"{MODELS}:build_small(width=7)")[0].out_features == 7
     assert isinstance(load_model(f"{MODELS}:instance"), torch.nn.Sequential)
-    assert parse_shape("1,3,32,32") == (1, 3, 32, 32) == parse_shape("1x3x32x32")
+    assert parse_input_shape("1,3,32,32") == (1, 3, 32, 32) == parse_input_shape("1x3x32x32")
     with pytest.raises(InputError):
-        parse_shape("1,three")
+        parse_input_shape("1,three")
     with pytest.raises(InputError, match="on an input of shape"):
         trace_model(load_model(src("SmallCNN")), (2, 3, 10, 10))  # 4*5*5 = 100 features reach Linear(64, 10)
 

@@ -78,7 +78,7 @@ def cmd_benchmark_top(args) -> int:
     from ..torch.benchmark import BenchmarkSettings, benchmark
     from ..coarsen import expand_assignment, groups_path, read_groups
     from ..torch.devspec import check_available, parse_devices
-    from ..torch.sources import parse_shape
+    from ..torch.sources import parse_input_shape
     from ..timings import input_shape_of
 
     devs = parse_devices(args.devices)
@@ -98,7 +98,7 @@ def cmd_benchmark_top(args) -> int:
         if groups_path(args.network).is_file():
             groups = read_groups(groups_path(args.network))
     if args.input_shape:
-        shape = parse_shape(args.input_shape)
+        shape = parse_input_shape(args.input_shape)
     elif input_shape_of(graph):
         shape = input_shape_of(graph)
     else:

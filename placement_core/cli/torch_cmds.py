@@ -107,10 +107,10 @@ def cmd_import(args) -> int:
     from ..netformat import network_to_dict
     from ..coarsen import coarsen, groups_path, write_groups
     from ..torch.model_import import trace_model
-    from ..torch.sources import load_model, parse_shape, parse_source
+    from ..torch.sources import load_model, parse_input_shape, parse_source
 
     src = parse_source(args.source)
-    shape = parse_shape(args.input_shape)
+    shape = parse_input_shape(args.input_shape)
     out = check_output_file(args.out, "--out", "net.json")
     traced = trace_model(load_model(src), shape, name=args.name or src.default_name)
     graph = traced.graph.with_batch_size(args.batch_size) if args.batch_size else traced.graph

@@ -43,7 +43,7 @@ def _shape_and_network(args):
     """(input shape, batch, network or None, group mapping or None) from --input-shape / --network."""
     from ..catalog import load_network
     from ..coarsen import groups_path, read_groups
-    from ..torch.sources import parse_shape
+    from ..torch.sources import parse_input_shape
     from ..timings import input_shape_of
 
     network = groups = None
@@ -53,7 +53,7 @@ def _shape_and_network(args):
         if gp.is_file():
             groups = read_groups(gp)
     if args.input_shape:
-        shape = parse_shape(args.input_shape)
+        shape = parse_input_shape(args.input_shape)
     elif network is not None and input_shape_of(network):
         shape = input_shape_of(network)
     else:

@@ -135,14 +135,14 @@ def run_e5(source: str, input_shape, devices: str, *, batch_size: int | None, ou
     from ..torch.calibrate import calibrate, save_calibration
     from ..torch.devspec import parse_devices
     from ..torch.model_import import trace_model
-    from ..torch.sources import load_model, parse_shape, parse_source
+    from ..torch.sources import load_model, parse_input_shape, parse_source
     from ..timings import read_timings, timing_table
 
     settings = settings or E5Settings()
     say = progress or (lambda _: None)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    shape = parse_shape(input_shape)
+    shape = parse_input_shape(input_shape)
     batch = int(batch_size or shape[0])
     devs = parse_devices(devices)
     if len(devs) < 2:

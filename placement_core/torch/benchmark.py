@@ -32,7 +32,7 @@ from typing import Callable, Mapping
 
 from ..errors import InputError
 from .devspec import LocalDevice, check_available, device_index, parse_devices
-from .sources import parse_shape
+from .sources import parse_input_shape
 
 RUNNERS = ("ranks", "inprocess")
 STARTUP_S = 180.0  # building the model and importing torch in every worker
@@ -128,7 +128,7 @@ def benchmark(source: str, input_shape, placements: list[Mapping[str, object]], 
         raise InputError(f"unknown runner {runner!r}", field="--runner", fix="Use ranks or inprocess")
     if not placements:
         raise InputError("no placements to benchmark", field="placement")
-    shape = parse_shape(input_shape)
+    shape = parse_input_shape(input_shape)
     batch = int(batch_size or shape[0])
     src = parse_source(source)
     model = load_model(src, seed=settings.seed)

@@ -55,7 +55,7 @@ from ..fitting import (Calibration, CalibrationSettings, build_calibration, fast
 from ..jsonio import write_json
 from ..timings import user_timings_path, write_timings
 from .devspec import check_available, parse_devices
-from .sources import parse_shape
+from .sources import parse_input_shape
 
 # -- parent side ----------------------------------------------------------------------------------
 
@@ -83,7 +83,7 @@ def calibrate(source: str, input_shape, devices, *, runner: str = "ranks", batch
     if runner == "inprocess" and len({d.torch for d in devs}) < len(devs):
         raise InputError("the in-process runner cannot measure a link between two devices that are the same "
                          "torch device", field="--runner", fix="Use --runner ranks for cpu:N")
-    shape = parse_shape(input_shape)
+    shape = parse_input_shape(input_shape)
     batch = int(batch_size or shape[0])
     src = parse_source(source)
     model = load_model(src, seed=settings.seed)

@@ -182,8 +182,9 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
-def parse_shape(text: str | tuple | list, field_name: str = "--input-shape") -> tuple[int, ...]:
-    """``1,3,224,224`` (or a sequence) as a tuple of positive ints."""
+def parse_input_shape(text: str | tuple | list, field_name: str = "--input-shape") -> tuple[int, ...]:
+    """The whole input's shape, batch first: ``1,3,224,224`` (or a sequence) as a tuple of positive ints.
+    (The dashboard asks for one sample's shape instead: ``dashboard.torch_import.parse_sample_shape``.)"""
     if isinstance(text, (tuple, list)):
         parts = list(text)
     else:
