@@ -139,3 +139,42 @@ if m is not None and schedules:
                        f"the memory line is the first stage's ({first}).")
         st.caption(pipelineview.peak_stage_note(views, d.names, m) + " GPipe keeps all m micro-batches' "
                    "activations until their backward passes, 1F1B at most about p per stage.")
+
+with ui.guarded("the toy pipeline"), st.expander("Teach it: p equal stages, no network", expanded=False,
+                                                 key="toy_section"):
+    from placement_core.analysis.pipeline import schedule_blocks, schedule_rows
+    from placement_core.analysis.toy_pipeline import (Toy, bubble_breakdown, closed_form_bubble, closed_form_step,
+                                                      run_toy, toy_network)
+
+    st.caption("A pipeline with nothing but the schedule in it: p stages that each take t_f forward and t_b "
+               "backward per micro-batch, simulated by the same simulator as your placements. With free "
+               "transfers the step is exactly (m + p − 1)(t_f + t_b) + t_u.")
+    c = st.columns(6)
+    toy_p = c[0].number_input("stages p", 1, 16, 4, key=ui.persist("toy_p", bounds=(1, 16)))
+    toy_m = c[1].number_input("micro-batches m", 1, 64, 8, key=ui.persist("toy_m", bounds=(1, 64)))
+    t_f = c[2].number_input("t_f (ms)", 0.0, 1e4, 1.0, key=ui.persist("toy_tf", bounds=(0.0, 1e4)))
+    t_b = c[3].number_input("t_b (ms)", 0.0, 1e4, 2.0, key=ui.persist("toy_tb", bounds=(0.0, 1e4)))
+    t_u = c[4].number_input("update t_u (ms)", 0.0, 1e4, 0.0, key=ui.persist("toy_tu", bounds=(0.0, 1e4)))
+    hop = c[5].number_input("transfer per hop (ms)", 0.0, 1e4, 0.0, key=ui.persist("toy_hop", bounds=(0.0, 1e4)))
+    toy_schedule = st.radio("Schedule", ["gpipe", "1f1b"], horizontal=True, format_func=NAMES.get,
+                            key=ui.persist("toy_schedule", ["gpipe", "1f1b"]))
+    toy = Toy(int(toy_p), int(toy_m), t_f / 1e3, t_b / 1e3, t_u / 1e3, hop / 1e3)
+    run = run_toy(toy, toy_schedule)
+    _, toy_devices, _ = toy_network(toy)
+    rows = schedule_rows(run, toy_devices)
+    fig = charts.schedule_gantt_figure(schedule_blocks(run.evaluation.result.trace, rows), rows, toy.p,
+                                       run.step_time, f"{NAMES[toy_schedule]} · {toy.p} equal stages · "
+                                       f"{toy.m} micro-batches", "micro-batch")
+    st.plotly_chart(fig, key="toy_gantt", config={"displaylogo": False})
+    closed = closed_form_step(toy.p, toy.m, toy.t_f, toy.t_b, toy.t_u)
+    parts = bubble_breakdown(toy, run)
+    m1, m2, m3 = st.columns(3)
+    m1.metric("Step (simulated)", fmt_seconds(run.step_time),
+              delta=None if hop == 0 else f"{(run.step_time - closed) * 1e3:+.4g} ms against the closed form",
+              delta_color="inverse")
+    m2.metric("Closed form (m + p − 1)(t_f + t_b) + t_u", fmt_seconds(closed))
+    m3.metric("Bubble (p − 1)/(m + p − 1)", f"{closed_form_bubble(toy.p, toy.m):.1%}")
+    if parts["idle_s"] > 0:
+        st.caption(f"Idle time over all stages: {fmt_seconds(parts['idle_s'])}, of which the textbook bubble of "
+                   f"equal stages is {fmt_seconds(parts['textbook_s'])} and transfers add "
+                   f"{fmt_seconds(parts['transfers_s'])} ({parts['transfer_share']:.0%}).")

@@ -4,7 +4,7 @@ import json
 
 import streamlit as st
 
-from dashboard import charts, state, ui
+from dashboard import charts, state, traceview, ui
 from dashboard.traceview import placement_picker, trace_view
 from placement_core import placement_to_dict
 from placement_core.analysis import fmt_bytes, fmt_seconds
@@ -101,7 +101,7 @@ with ui.guarded("the trace"):
 
 with ui.guarded("the bottlenecks"):
     st.markdown("##### Bottlenecks")
-    t1, t2, t3 = st.tabs(["Channels", "Largest transfers", "Devices"])
+    t1, t2, t3, t4 = st.tabs(["Channels", "Largest transfers", "Devices", "What if"])
     with t1:
         rows = view["channels"]
         c1, c2 = st.columns([2, 3])
@@ -135,16 +135,41 @@ with ui.guarded("the bottlenecks"):
                                     for k in ("busy (ms)", "idle (ms)", "longest idle stretch (ms)",
                                               "peak memory (GB)", "capacity (GB)")})
 
+with ui.guarded("the what-if"), t4:
+    from placement_core.analysis.sensitivity import what_if
+
+    placement_now = state.current_placement()
+    sens = traceview.sensitivity(problem, placement_now, sim)
+    st.plotly_chart(traceview.sensitivity_figure(sens), key="trace_sensitivity", config={"displaylogo": False})
+    st.caption("Each link's bandwidth nudged by 1 % (the derivative, in the hover) and doubled (the bars), all "
+               "else unchanged: a link that saves nothing is not the bottleneck, however busy it looks.")
+    busiest = [r["channel"] for r in sorted(sens, key=lambda r: -r["bytes"])][:12]
+    c1, c2 = st.columns(2)
+    c1.markdown("**Bandwidth ×** (the busiest links)")
+    bandwidth = {name: c1.number_input(ui.esc(name), 0.01, 100.0, 1.0, step=0.5, format="%.2f",
+                                       key=ui.persist(f"trace_bw_{i}", bounds=(0.01, 100.0)))
+                 for i, name in enumerate(busiest)}
+    c2.markdown("**Speed ×** (devices)")
+    speed = {name: c2.number_input(ui.esc(name), 0.01, 100.0, 1.0, step=0.5, format="%.2f",
+                                   key=ui.persist(f"trace_speed_{i}", bounds=(0.01, 100.0)))
+             for i, name in enumerate(problem.devices.names[:12])}
+    r = what_if(problem, placement_now, bandwidth=bandwidth, speed=speed)
+    m1, m2 = st.columns(2)
+    m1.metric("Makespan now", fmt_seconds(r["makespan_s"]))
+    m2.metric("Makespan under the what-if", fmt_seconds(r["what_if_makespan_s"]),
+              delta=f"{r['delta_s'] * 1e3:+.4g} ms", delta_color="inverse")
+
 with ui.guarded("the download"):
     # Streamlit calls a deferred download's function in another thread, without the session: everything it
     # needs is read here, in the script run.
     devices_names = list(problem.devices.names)
     channel_names = [c.name for c in problem.devices.channels]
     title = f"{s.network_label} on {s.devices_label}: {s.placement_label}"
+    graph_for_flows = problem.graph  # read in the script run, like the names: the download runs later
     placement_json = json.dumps(placement_to_dict(state.current_placement(), state.graph(), state.devices()), indent=1)
 
     def _chrome(res=res) -> str:
-        return json.dumps(chrome_trace(res, devices_names, channel_names, title=title))
+        return json.dumps(chrome_trace(res, devices_names, channel_names, title=title, graph=graph_for_flows))
 
     c1, c2, _ = st.columns([1, 1, 1])
     c1.download_button("Download the trace (Chrome trace JSON)", _chrome, file_name="trace.json",

@@ -27,6 +27,33 @@ def _view(problem_key: tuple, placement_key: bytes, _problem, _placement) -> dic
             "devices": device_stats(res, names, p.capacity, res.trace)}
 
 
+@st.cache_resource(max_entries=6, show_spinner="Nudging every link…")
+def _sensitivity(problem_key: tuple, placement_key: bytes, _problem, _placement) -> list[dict]:
+    from placement_core.analysis.sensitivity import bandwidth_sensitivity
+    return bandwidth_sensitivity(_problem, _placement)
+
+
+def sensitivity(problem, placement, sim: dict | None = None) -> list[dict]:
+    """Per channel, ∂makespan/∂bandwidth and the time saved were it twice as wide (cached like the trace)."""
+    return _sensitivity((state.graph_key(), state.devices_key(),
+                         state.sim_tuple() if sim is None else tuple(sorted({**state.DEFAULT_SIM, **sim}.items()))),
+                        np.asarray(placement).tobytes(), problem, placement)
+
+
+def sensitivity_figure(rows: list[dict]):
+    """Seconds saved per channel were it twice as wide: the links that matter stand out."""
+    import plotly.graph_objects as go
+    rows = sorted(rows, key=lambda r: -r["saved_2x_s"])
+    fig = go.Figure(go.Bar(x=[r["channel"] for r in rows], y=[r["saved_2x_s"] * 1e3 for r in rows],
+                           customdata=[[r["d_makespan_d_bandwidth"] * 1e9 * 1e3, r["bytes"] / 1e6] for r in rows],
+                           hovertemplate="%{x}<br>twice as wide: %{y:.4g} ms shorter<br>"
+                                         "∂makespan/∂bandwidth: %{customdata[0]:.3g} ms per GB/s<br>"
+                                         "carries %{customdata[1]:.4g} MB<extra></extra>"))
+    fig.update_layout(title="Makespan saved if the link were twice as wide", height=280,
+                      margin=dict(l=10, r=10, t=40, b=10), yaxis_title="saved (ms)", xaxis_title="channel")
+    return fig
+
+
 def trace_view(problem, placement, sim: dict | None = None) -> dict:
     """The traced simulation of ``placement`` and what the page draws from it; ``sim`` names the settings
     ``problem`` was built with when they are not the shared ones (the Trace page's what-if)."""

@@ -138,7 +138,8 @@ def export_run(store, run_id: int, what: str, fmt: str | None = None) -> Export:
         from .simulate.chrome import chrome_trace
         ev = problem.simulate(r.best_placement, trace=True)
         text = json.dumps(chrome_trace(ev.result, problem.devices.names, [c.name for c in problem.devices.channels],
-                                       title=f"run {r.id}: {r.network_name} on {r.devices_name}"))
+                                       title=f"run {r.id}: {r.network_name} on {r.devices_name}",
+                                       graph=problem.graph))
     elif what == "archive":
         elites = store.archive_rows(r.id)
         if not elites:

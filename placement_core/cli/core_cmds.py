@@ -122,7 +122,8 @@ def cmd_simulate(args) -> int:
         ev = problem.simulate(placement, trace=True)
         write_json(trace_path, chrome_trace(ev.result, problem.devices.names,
                                       [c.name for c in problem.devices.channels],
-                                      title=f"{problem.graph.name} on {problem.devices.name}"), indent=None)
+                                      title=f"{problem.graph.name} on {problem.devices.name}",
+                                      graph=problem.graph), indent=None)
     report = simulation_report(problem, args.placement, ev)
     report["ignored_placement_keys"] = len(ignored)  # Exprimo files: keys that are not ops (Block names, stale)
     if args.json:

@@ -1,16 +1,19 @@
 """The event trace as Chrome trace-event JSON (Perfetto, chrome://tracing).
 
 One track per device and per channel, plus a memory counter per device. A device's send and receive
-tasks (its message overhead) are grey slices on its track.
+tasks (its message overhead) are grey slices on its track. Given the graph, every tensor that crosses
+devices also gets a flow (Perfetto draws it as an arrow): from the producer's forward slice, through its
+transfer, to each consumer's forward slice on the other device, one flow per edge and batch.
 """
 
 from __future__ import annotations
 
+from ..graph import Graph
 from .model import OVERHEAD_KINDS, SimResult
 
 
 def chrome_trace(result: SimResult, device_names: list[str], channel_names: list[str],
-                 title: str = "placement") -> dict:
+                 title: str = "placement", graph: Graph | None = None) -> dict:
     if result.trace is None:
         raise ValueError("the result has no trace; simulate with trace=True")
     tid = {name: i for i, name in enumerate(device_names)}
@@ -40,7 +43,38 @@ def chrome_trace(result: SimResult, device_names: list[str], channel_names: list
             item.update(pid=2, tid=ctid[e.resource])
             item["args"].update(src=e.src, dst=e.dst, bytes=e.bytes)
         events.append(item)
+    if graph is not None:
+        events += flow_events(result, graph, tid, ctid)
     for t, d, b in result.memory_timeline or []:
         events.append({"ph": "C", "name": f"memory {device_names[d]}", "pid": 3, "tid": 0, "ts": t * 1e6,
                        "args": {"bytes": b}})
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"title": title}}
+
+
+def flow_events(result: SimResult, graph: Graph, tid: dict, ctid: dict) -> list[dict]:
+    """``s`` / ``t`` / ``f`` flow events, producer forward -> transfer -> consumer forward, per crossing edge
+    and batch. Each point sits mid-slice so that Perfetto binds it to that slice."""
+    def mid(e) -> float:
+        return (e.start + e.end) / 2 * 1e6
+
+    forward = {(e.op, e.batch): e for e in result.trace if e.kind == "op" and e.phase == "fwd"}
+    batches: dict[str, list[int]] = {}
+    for op, batch in forward:
+        batches.setdefault(op, []).append(batch)
+    sends = {(e.op, e.batch, e.dst): e for e in result.trace if e.kind == "transfer" and e.phase == "fwd"}
+    names = [op.name for op in graph.ops]
+    out, flow_id = [], 0
+    for a, b, _ in graph.edges():
+        producer, consumer = names[a], names[b]
+        for batch in batches.get(producer, ()):
+            src, dst = forward[(producer, batch)], forward.get((consumer, batch))
+            if dst is None or dst.resource == src.resource:
+                continue
+            flow_id += 1
+            common = {"name": f"{producer} → {consumer}", "cat": "tensor", "id": flow_id}
+            out.append({**common, "ph": "s", "ts": mid(src), "pid": 1, "tid": tid[src.resource]})
+            hop = sends.get((producer, batch, dst.resource))
+            if hop is not None:
+                out.append({**common, "ph": "t", "ts": mid(hop), "pid": 2, "tid": ctid[hop.resource]})
+            out.append({**common, "ph": "f", "bp": "e", "ts": mid(dst), "pid": 1, "tid": tid[dst.resource]})
+    return out
