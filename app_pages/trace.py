@@ -92,6 +92,9 @@ with ui.guarded("the trace"):
                  f"{fmt_seconds(sum(res.trace[i].end - res.trace[i].start for i in overhead))}" if overhead else "")
         st.caption(f"Critical path: {len(path)} events, {on_links} of them transfers taking "
                    f"{fmt_seconds(link_time)} of the {fmt_seconds(res.makespan)} makespan{extra}.")
+        st.dataframe(traceview.critical_rows(res, path), hide_index=True, key="trace_critical_table",
+                     column_config={k: st.column_config.NumberColumn(format="%.4g")
+                                    for k in ("start (ms)", "duration (ms)", "share of the makespan (%)")})
     mem_fig, off = charts.memory_figure(view["memory"], problem.devices.names,
                                         [d.memory_bytes for d in problem.devices.devices])
     st.plotly_chart(mem_fig, key="trace_memory", config={"displaylogo": False})

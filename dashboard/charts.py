@@ -441,6 +441,18 @@ def _bars_trace(start_s, end_s, row, half: float, fill: str, hover: list[str] | 
     return trace
 
 
+def critical_line(trace, critical: list, row_of: dict) -> dict:
+    """The critical path as one connected line: along each event's bar, then across rows to the next event,
+    so the eye can follow it from device to link to device."""
+    x, y = [], []
+    for i in sorted(critical, key=lambda k: (trace[k].start, trace[k].end)):
+        e = trace[i]
+        x += [e.start * 1e3, e.end * 1e3]
+        y += [-row_of[e.resource]] * 2
+    return dict(type="scatter", x=x, y=y, mode="lines", line=dict(color="#111111", width=1.5), hoverinfo="skip",
+                name="critical path", legendgroup="critical", showlegend=False)
+
+
 def gantt_figure(segments: list[GanttSegments], rows: list[str], n_devices: int, makespan: float,
                  critical: list | None = None, trace=None, unit: str = "batch") -> go.Figure:
     """One row per device and channel; one filled outline per colour (a batch's forward, backward or weight
@@ -475,6 +487,7 @@ def gantt_figure(segments: list[GanttSegments], rows: list[str], n_devices: int,
         data.append(_bars_trace([trace[i].start for i in critical], [trace[i].end for i in critical],
                                 [row_of[trace[i].resource] for i in critical], CRITICAL_HALF, "#111111", None,
                                 name="critical path", legendgroup="critical", showlegend=True))
+        data.append(critical_line(trace, critical, row_of))
     labels = [r if i < n_devices else f"{r} (link)" for i, r in enumerate(rows)]
     shapes = []
     if 0 < n_devices < len(rows):

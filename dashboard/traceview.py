@@ -54,6 +54,21 @@ def sensitivity_figure(rows: list[dict]):
     return fig
 
 
+def critical_rows(result, path: list[int]) -> list[dict]:
+    """The critical path as a table, in time order: what ran where, when, and its share of the makespan."""
+    rows = []
+    for i in sorted(path, key=lambda k: (result.trace[k].start, result.trace[k].end)):
+        e = result.trace[i]
+        what = {"op": e.op, "transfer": f"{e.op} ({e.src} → {e.dst})", "send": f"send {e.op} to {e.dst}",
+                "recv": f"receive {e.op} from {e.src}"}.get(e.kind, e.op)
+        rows.append({"event": what, "kind": e.kind, "phase": e.phase, "batch": e.batch + 1,
+                     "device or channel": e.resource, "start (ms)": e.start * 1e3,
+                     "duration (ms)": (e.end - e.start) * 1e3,
+                     "share of the makespan (%)": (e.end - e.start) / result.makespan * 100
+                     if result.makespan > 0 else 0.0})
+    return rows
+
+
 def trace_view(problem, placement, sim: dict | None = None) -> dict:
     """The traced simulation of ``placement`` and what the page draws from it; ``sim`` names the settings
     ``problem`` was built with when they are not the shared ones (the Trace page's what-if)."""
