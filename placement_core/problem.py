@@ -16,6 +16,7 @@ from .cost import get_profile
 from .devices import DeviceGraph
 from .errors import InputError
 from .graph import Graph
+from .jsonio import to_jsonable
 from .placement import check_placement
 from .simulate import SimResult, SimSettings, Simulator, compile_problem
 from .simulate.schedules import SCHEDULES, micro_batch_graph, schedule_settings
@@ -102,7 +103,7 @@ class ProblemSpec:
         """The JSON form (the run store's ``problem`` column)."""
         r = self.resolved()
         return {"profile": r.profile, "comp_efficiency": r.comp_efficiency, "comm_efficiency": r.comm_efficiency,
-                "timings": _jsonable(dict(r.timings)) if r.timings else None, "timings_batch": r.timings_batch,
+                "timings": to_jsonable(dict(r.timings)) if r.timings else None, "timings_batch": r.timings_batch,
                 "penalty": r.penalty, "schedule": r.schedule, "micro_batches": r.micro_batches,
                 "batches": r.batches, "in_flight": r.in_flight, "forward_only": r.forward_only}
 
@@ -148,20 +149,6 @@ class ProblemSpec:
 _REQUIRED = {"profile": (str,), "comp_efficiency": (int, float), "comm_efficiency": (int, float),
              "penalty": (str,), "schedule": (str,), "micro_batches": (int,), "batches": (int,),
              "in_flight": (int,), "forward_only": (bool,)}
-
-
-def _jsonable(obj):
-    if isinstance(obj, Mapping):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, np.floating):
-        return float(obj)
-    return obj
 
 
 class Problem:
