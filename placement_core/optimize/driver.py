@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections import deque
 from typing import Callable
 
 import numpy as np
 
 from ..errors import InputError
-from ..parallel import Evaluator, SerialEvaluator
+from ..parallel import Done, Evaluator, SerialEvaluator
 from ..problem import Problem
 from .base import OptimizeResult, Optimizer, Progress
 
@@ -46,6 +47,7 @@ def drive(optimizer: Optimizer, *, evaluations: int | None = None, seconds: floa
     history: list[tuple[float, float, float]] = []
     elapsed_before = 0.0
     batches = 0
+    resubmit: list[np.ndarray] = []
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])
         used = int(state["evaluations"])
@@ -54,6 +56,15 @@ def drive(optimizer: Optimizer, *, evaluations: int | None = None, seconds: floa
         history = [tuple(row) for row in state["history"]]
         elapsed_before = float(state.get("elapsed_s", 0.0))
         batches = int(state.get("batches", 0))
+        resubmit = [np.asarray(x, dtype=np.int32).reshape(-1, problem.n_ops) for x in state.get("pending", [])]
+    else:
+        optimizer.configure(evaluator, evaluations)
+    # One batch at a time: evaluate and wait (a backend splits it over its workers). Several: each
+    # batch is one task, submitted as soon as it is asked for, told in the order asked.
+    if optimizer.in_flight > 1:
+        send = getattr(evaluator, "submit", None) or (lambda xs: Done(evaluator.evaluate(xs)))
+    else:
+        send = lambda xs: Done(evaluator.evaluate(xs))  # noqa: E731
     start = time.perf_counter() - elapsed_before
     last_snapshot = -1e9
     last_checkpoint = used
@@ -73,23 +84,33 @@ def drive(optimizer: Optimizer, *, evaluations: int | None = None, seconds: floa
     if progress is not None:  # long work inside one ask() (HEFT's planning) reports through the same callback
         optimizer.report = lambda snap: progress(Progress(optimizer.name, used, evaluations, best_f, optimizer.current,
                                                           time.perf_counter() - start, snap))
+    pending: deque[tuple[np.ndarray, object]] = deque((xs, send(xs)) for xs in resubmit)
+    asked = sum(len(xs) for xs, _ in pending)  # evaluations asked for and not yet told
     while True:
-        if stopped_by():
-            stopped = True
+        while not stopped and len(pending) < optimizer.in_flight:
+            if stopped_by():
+                stopped = True
+                break
+            if evaluations is not None and used + asked >= evaluations:
+                break
+            if seconds is not None and time.perf_counter() - start >= seconds:
+                break
+            if optimizer.finished or not optimizer.ready():
+                break
+            limit = evaluations - used - asked if evaluations is not None else 1 << 30
+            xs = optimizer.ask(limit)
+            if len(xs) == 0:
+                optimizer.finished = True
+                break
+            xs = np.ascontiguousarray(xs[:limit], dtype=np.int32)
+            pending.append((xs, send(xs)))
+            asked += len(xs)
+        if not pending:  # also when an optimizer says it is not ready with nothing outstanding: a dead end
             break
-        if evaluations is not None and used >= evaluations:
-            break
-        if seconds is not None and time.perf_counter() - start >= seconds:
-            break
-        if optimizer.finished:
-            break
-        limit = evaluations - used if evaluations is not None else 1 << 30
-        xs = optimizer.ask(limit)
-        if len(xs) == 0:
-            optimizer.finished = True
-            break
-        xs = np.ascontiguousarray(xs[:limit], dtype=np.int32)
-        fs = np.asarray(evaluator.evaluate(xs), dtype=float)
+        # A stop still tells what is already being evaluated: no evaluation is lost or counted twice.
+        xs, handle = pending.popleft()
+        asked -= len(xs)
+        fs = np.asarray(handle.result(), dtype=float)
         optimizer.tell(xs, fs)
         used += len(xs)
         i = int(np.argmin(fs))
@@ -101,10 +122,11 @@ def drive(optimizer: Optimizer, *, evaluations: int | None = None, seconds: floa
         emit()
         if checkpoint is not None and used - last_checkpoint >= checkpoint_every:
             last_checkpoint = used
-            checkpoint(_loop_state(optimizer, used, best_f, best_x, history, time.perf_counter() - start, batches))
+            checkpoint(_loop_state(optimizer, used, best_f, best_x, history, time.perf_counter() - start, batches,
+                                   pending))
     wall = time.perf_counter() - start
     if stopped and checkpoint is not None and used > last_checkpoint:
-        checkpoint(_loop_state(optimizer, used, best_f, best_x, history, wall, batches))  # resume exactly here
+        checkpoint(_loop_state(optimizer, used, best_f, best_x, history, wall, batches, pending))  # resume here
     if best_x is None:
         raise InputError("the optimizer evaluated nothing", field="budget",
                          fix="Give a budget of at least one evaluation")
@@ -116,10 +138,13 @@ def drive(optimizer: Optimizer, *, evaluations: int | None = None, seconds: floa
                           wall_s=wall, stopped=stopped, extras=optimizer.extras())
 
 
-def _loop_state(optimizer, used, best_f, best_x, history, elapsed, batches) -> dict:
+def _loop_state(optimizer, used, best_f, best_x, history, elapsed, batches, pending=()) -> dict:
+    """What a resume needs: the optimizer (which has already asked for the pending batches) and those
+    batches themselves, to be evaluated again rather than asked for anew."""
     return {"optimizer": optimizer.state_dict(), "evaluations": used, "best_objective": best_f,
             "best_placement": None if best_x is None else best_x.tolist(), "history": [list(h) for h in history],
-            "elapsed_s": elapsed, "batches": batches}
+            "elapsed_s": elapsed, "batches": batches, "pending": [xs.tolist() for xs, _ in pending]}
+
 
 
 def _stop_test(stop) -> Callable[[], bool]:
