@@ -145,7 +145,15 @@ def batch_crossover_mask(rng: np.random.Generator, k: int, n: int, kind: str) ->
     points = min(points, n - 1)
     if points < 1:
         return np.zeros((k, n), dtype=bool)
-    cuts = np.sort(np.argsort(rng.random((k, n - 1)), axis=1)[:, :points] + 1, axis=1)
+    if 4 * points <= n - 1:  # few cuts among many positions: draw and redraw the rows with a repeat
+        cuts = np.sort(rng.integers(1, n, (k, points)), axis=1)
+        while True:
+            again = np.flatnonzero((np.diff(cuts, axis=1) == 0).any(axis=1))
+            if not len(again):
+                break
+            cuts[again] = np.sort(rng.integers(1, n, (len(again), points)), axis=1)
+    else:  # many: a random subset by sorting random keys
+        cuts = np.sort(np.argsort(rng.random((k, n - 1)), axis=1)[:, :points] + 1, axis=1)
     crossed = (np.arange(n)[None, :, None] >= cuts[:, None, :]).sum(axis=2)
     return crossed % 2 == 1
 
@@ -153,7 +161,9 @@ def batch_crossover_mask(rng: np.random.Generator, k: int, n: int, kind: str) ->
 def batch_point_mutation(rng: np.random.Generator, xs: np.ndarray, rates: np.ndarray, n_devices: int) -> np.ndarray:
     """Each gene of row i gets a random device with probability ``rates[i]``."""
     mask = rng.random(xs.shape) < np.asarray(rates, dtype=float).reshape(-1, 1)
-    return np.where(mask, rng.integers(0, n_devices, xs.shape), xs).astype(np.int32)
+    ys = xs.astype(np.int32)
+    ys[mask] = rng.integers(0, n_devices, int(mask.sum()))  # devices drawn for the mutated genes only
+    return ys
 
 
 def batch_zone_mutation(rng: np.random.Generator, xs: np.ndarray, n_devices: int, p_length: float = 0.2
@@ -183,5 +193,8 @@ def batch_copy_point_mutation(rng: np.random.Generator, xs: np.ndarray, copy_rat
     point = rng.random(xs.shape) < point_rate
     copy = rng.random(xs.shape) < copy_rate
     copy[:, 0] = False
-    y = np.where(point, rng.integers(0, n_devices, xs.shape), xs)
-    return np.where(copy, np.roll(xs, 1, axis=1), y).astype(np.int32)
+    y = xs.astype(np.int32)
+    y[point] = rng.integers(0, n_devices, int(point.sum()))
+    rows, cols = np.nonzero(copy)
+    y[rows, cols] = xs[rows, cols - 1]
+    return y
