@@ -160,10 +160,8 @@ def batch_crossover_mask(rng: np.random.Generator, k: int, n: int, kind: str) ->
 
 def batch_point_mutation(rng: np.random.Generator, xs: np.ndarray, rates: np.ndarray, n_devices: int) -> np.ndarray:
     """Each gene of row i gets a random device with probability ``rates[i]``."""
-    mask = rng.random(xs.shape) < np.asarray(rates, dtype=float).reshape(-1, 1)
-    ys = xs.astype(np.int32)
-    ys[mask] = rng.integers(0, n_devices, int(mask.sum()))  # devices drawn for the mutated genes only
-    return ys
+    mask = _uniform(rng, xs.shape) < np.asarray(rates, dtype=np.float32).reshape(-1, 1)
+    return np.where(mask, _devices(rng, xs.shape, n_devices), _narrow(xs, n_devices)).astype(np.int32)
 
 
 def batch_zone_mutation(rng: np.random.Generator, xs: np.ndarray, n_devices: int, p_length: float = 0.2
@@ -190,11 +188,22 @@ def batch_copy_point_mutation(rng: np.random.Generator, xs: np.ndarray, copy_rat
                               n_devices: int) -> np.ndarray:
     """Per gene: the predecessor's device (as it was) with ``copy_rate``, else a random device with
     ``point_rate`` (MAP-Elites' gene mutation)."""
-    point = rng.random(xs.shape) < point_rate
-    copy = rng.random(xs.shape) < copy_rate
+    point = _uniform(rng, xs.shape) < np.float32(point_rate)
+    copy = _uniform(rng, xs.shape) < np.float32(copy_rate)
     copy[:, 0] = False
-    y = xs.astype(np.int32)
-    y[point] = rng.integers(0, n_devices, int(point.sum()))
-    rows, cols = np.nonzero(copy)
-    y[rows, cols] = xs[rows, cols - 1]
-    return y
+    narrow = _narrow(xs, n_devices)
+    y = np.where(point, _devices(rng, xs.shape, n_devices), narrow)
+    return np.where(copy, np.roll(narrow, 1, axis=1), y).astype(np.int32)
+
+
+# Whole-batch draws in the narrowest types that hold them: a batch of a 10,000-op network is millions of genes.
+def _uniform(rng: np.random.Generator, shape) -> np.ndarray:
+    return rng.random(shape, dtype=np.float32)
+
+
+def _devices(rng: np.random.Generator, shape, n_devices: int) -> np.ndarray:
+    return rng.integers(0, n_devices, shape, dtype=np.uint8 if n_devices <= 256 else np.int32)
+
+
+def _narrow(xs: np.ndarray, n_devices: int) -> np.ndarray:
+    return xs.astype(np.uint8) if n_devices <= 256 else xs
