@@ -3,6 +3,7 @@ every backend, resuming with batches in flight, and runs that survive a killed w
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -116,12 +117,29 @@ def test_asynchronous_variants_give_the_same_run_on_every_backend(resnet, cluste
     ref = run(resnet, algorithm, evaluations=700, seed=3, params=params)
     assert ref.evaluations == 700
     _, client = cluster
-    for ev in (ProcessPoolEvaluator(resnet, workers=2), DaskEvaluator(resnet, client)):
-        with ev:
-            r = run(resnet, algorithm, evaluations=700, seed=3, params=params, evaluator=ev)
-            assert ev.tasks_sent >= 700 // 40  # every batch was a task
-        assert np.array_equal(r.history, ref.history), ev.name
-        assert np.array_equal(r.best_placement, ref.best_placement), ev.name
+    for vary_on_workers in (True, False):
+        for ev in (ProcessPoolEvaluator(resnet, workers=2), DaskEvaluator(resnet, client)):
+            with ev:
+                r = run(resnet, algorithm, evaluations=700, seed=3, evaluator=ev,
+                        params={**params, "vary_on_workers": vary_on_workers})
+                assert ev.tasks_sent >= 700 // 40  # every batch was a task
+                # with vary_on_workers every batch after the first population was made by a worker
+                assert ev.recipes_sent == (ev.tasks_sent if vary_on_workers else 0)
+            assert np.array_equal(r.history, ref.history), (ev.name, vary_on_workers)
+            assert np.array_equal(r.best_placement, ref.best_placement), (ev.name, vary_on_workers)
+
+
+def test_a_recipe_survives_json_and_makes_the_same_children(resnet):
+    from placement_core.optimize import variation
+    opt = make_optimizer(resnet, "ga-steady", seed=1, params={"batch": 8, "in_flight": 2})
+    first = opt.next_recipe(100)
+    opt.take_results(*variation.apply_and_evaluate(resnet, first))
+    recipe = opt.next_recipe(100)
+    back = variation.Recipe.from_dict(json.loads(json.dumps(recipe.to_dict())), resnet.n_ops)
+    kids, rates = variation.apply(recipe)
+    kids2, rates2 = variation.apply(back)
+    assert kids.shape == (8, resnet.n_ops) and np.array_equal(kids, kids2) and np.array_equal(rates, rates2)
+    assert not np.array_equal(kids, recipe.a)  # variation did something
 
 
 def test_auto_sizes_are_resolved_from_the_backend_and_recorded(resnet):

@@ -144,6 +144,16 @@ class Optimizer:
         """Objectives of a prefix of the last ``ask`` (the budget may cut a batch short)."""
         raise NotImplementedError
 
+    def next_recipe(self, limit: int):
+        """The next batch as a :class:`~.variation.Recipe` (the driver's side of ``ask``): placements as they
+        are, unless the algorithm lets its children be made where they are evaluated."""
+        from .variation import Recipe
+        return Recipe("given", np.ascontiguousarray(self.ask(limit)[:limit], dtype=np.int32))
+
+    def take_results(self, placements: np.ndarray, objectives: np.ndarray, rates=None) -> None:
+        """A proposed batch's children and objectives, in the order proposed (the driver's ``tell``)."""
+        self.tell(placements, objectives)
+
     def ready(self) -> bool:
         """Whether ``ask`` may be called before the outstanding batches are told (an asynchronous
         variant waits for its first population)."""

@@ -109,6 +109,7 @@ class _Shipping(SerialEvaluator):
         super().__init__(problem)
         self.min_batch = min_batch
         self.tasks_sent = 0  # tasks shipped to workers (tests check that work really left this process)
+        self.recipes_sent = 0  # of which the workers also made the children
 
     def _parts(self, k: int) -> int:
         if self.min_batch is not None:  # explicit: ship anything this large, one task per worker
@@ -133,6 +134,13 @@ class _Shipping(SerialEvaluator):
         self.tasks_sent += 1
         return self._send(placements)
 
+    def submit_recipe(self, recipe) -> Pending:
+        """Make a batch's children on a worker and evaluate them there; the handle's result is
+        (children, objectives, rates)."""
+        self.tasks_sent += 1
+        self.recipes_sent += 1
+        return _Later(self._receive_made, self._send_recipe(recipe))
+
     def _measure(self, floor_s: float) -> Pacing:
         return Pacing(self.workers, probe_eval_seconds(self.problem), median_round_trip(self._ping), floor_s)
 
@@ -153,6 +161,8 @@ class ProcessPoolEvaluator(_Shipping):
         self._ping = self.pool.ping
         self._send = self.pool.submit
         self._receive = self.pool.result
+        self._send_recipe = self.pool.submit_recipe
+        self._receive_made = self.pool.result
         self._pacing = self._measure(0.0)
 
     def close(self) -> None:
@@ -173,6 +183,8 @@ class DaskEvaluator(_Shipping):
         self._ping = self.session.ping
         self._send = self.session.submit
         self._receive = self.session.result
+        self._send_recipe = self.session.submit_recipe
+        self._receive_made = self.session.made
         try:
             self._pacing = self._measure(DASK_FLOOR_S)
         except BaseException:

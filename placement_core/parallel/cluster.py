@@ -51,6 +51,16 @@ def evaluate_on_worker(plugin_name: str, packed: np.ndarray) -> np.ndarray:
     return problem.evaluate_many(wire.expand(packed)) if len(packed) else np.zeros(0)
 
 
+def vary_on_worker(plugin_name: str, recipe) -> tuple:
+    """A task that makes a batch's children here and evaluates them: (children, objectives, rates)."""
+    from distributed import get_worker
+
+    from ..optimize.variation import apply_and_evaluate
+    problem = get_worker().plugins[plugin_name].problem
+    kids, out, rates = apply_and_evaluate(problem, recipe)
+    return wire.compact(kids, problem.n_devices), out, rates
+
+
 def connect(address):
     """(client, owned): a ``distributed.Client`` for an address, or the caller's own client as it is."""
     try:
@@ -88,8 +98,18 @@ class ClusterSession:
         packed = wire.compact(placements, self.n_devices)
         return self.client.submit(evaluate_on_worker, self.plugin_name, packed, pure=False)
 
+    def submit_recipe(self, recipe):
+        from dataclasses import replace
+        small = replace(recipe, a=wire.compact(recipe.a, self.n_devices),
+                        b=None if recipe.b is None else wire.compact(recipe.b, self.n_devices))
+        return self.client.submit(vary_on_worker, self.plugin_name, small, pure=False)
+
     def result(self, future) -> np.ndarray:
         return np.asarray(future.result(), dtype=np.float64)
+
+    def made(self, future) -> tuple:
+        kids, out, rates = future.result()
+        return wire.expand(kids), np.asarray(out, dtype=np.float64), rates
 
     def ping(self) -> None:
         self.client.submit(evaluate_on_worker, self.plugin_name, np.zeros((0, 1), dtype=np.uint8),

@@ -36,12 +36,17 @@ def _serve(payload: bytes, tasks, replies) -> None:  # pragma: no cover - runs i
             frame = tasks.recv_bytes()
         except (EOFError, OSError):
             return  # the driver is gone
-        task_id, placements = wire.read_task(frame)
+        task_id, work = wire.read_task(frame)
         if task_id == SHUTDOWN:
             return
         try:
-            out = problem.evaluate_many(placements) if len(placements) else np.zeros(0)
-            replies.send_bytes(wire.reply_frame(task_id, out))
+            if isinstance(work, np.ndarray):
+                out = problem.evaluate_many(work) if len(work) else np.zeros(0)
+                replies.send_bytes(wire.reply_frame(task_id, out))
+            else:  # a recipe: make the children here, then evaluate them
+                from ..optimize.variation import apply_and_evaluate
+                kids, out, rates = apply_and_evaluate(problem, work)
+                replies.send_bytes(wire.made_frame(task_id, kids, out, rates, problem.n_devices))
         except Exception:
             replies.send_bytes(wire.error_frame(task_id, traceback.format_exc()))
 
@@ -118,9 +123,16 @@ class WorkerPool:
     # -- tasks -----------------------------------------------------------------------------------
     def submit(self, placements: np.ndarray) -> int:
         """Queue a task on the worker with the fewest unanswered tasks; returns its id."""
+        return self._queue(lambda task_id: wire.task_frame(task_id, wire.compact(placements, self.n_devices)))
+
+    def submit_recipe(self, recipe) -> int:
+        """A task that makes a batch's children on the worker and evaluates them."""
+        return self._queue(lambda task_id: wire.recipe_frame(task_id, recipe))
+
+    def _queue(self, make_frame) -> int:
         task_id = self._next
         self._next += 1
-        frame = wire.task_frame(task_id, wire.compact(placements, self.n_devices))
+        frame = make_frame(task_id)
         self._frames[task_id] = frame
         self._attempts[task_id] = 0
         self._dispatch(task_id)
