@@ -75,7 +75,6 @@ def _module_card(graph: Graph, name: str, members: list[int], placement, device_
     if placement is not None and device_names is not None:
         count = Counter(str(device_names[int(placement[i])]) for i in members)
         rows.append(["devices", ", ".join(f"{d} × {k}" for d, k in count.most_common())])
-    rows.append(["", "click to expand it into its ops"])
     return rows
 
 
