@@ -3,8 +3,9 @@ Trace page you can follow. A person's moves: search an op, click it on the canva
 module, click a channel; click a bar of the Gantt, box-select a time range, find ops by name, pick a row of
 the critical path. What the page should show is worked out here from the network and the simulator.
 
-With PLACEMENT_DOC_SHOTS=1 the screenshots also go to docs/img/ (1280×800, palette PNG): the pictures in
-docs/dashboard.md come from these tests.
+With PLACEMENT_DOC_SHOTS=1 the screenshots also go to docs/img/ (1280×800, 256-colour PNG): the pictures in
+docs/dashboard.md come from these tests (``PLACEMENT_DOC_SHOTS=1 .venv/bin/python -m pytest
+tests/test_browser_views.py``); without it they stay in test-artifacts/, so a test run changes no tracked file.
 """
 
 from __future__ import annotations
@@ -27,12 +28,19 @@ pytestmark = pytest.mark.timeout(240)
 FADED = {"background": "#ececef", "border": "#d9d9de"}  # dashboard/nodelink.html
 
 
-def doc_shot(pg, name: str, target=None) -> None:
-    """A 1280×800 picture of the view (scrolled to ``target``): test-artifacts/, and docs/img/ when asked."""
+def doc_shot(pg, name: str, target=None, above: int = 60) -> None:
+    """A 1280×800 picture of the view (``target`` at the top, ``above`` pixels of what precedes it):
+    test-artifacts/, and docs/img/ when asked."""
     pg.set_viewport_size({"width": 1280, "height": 800})
+    pg.mouse.move(5, 5)  # no hover label over the picture, no wheel over a chart
     if target is not None:
-        target.evaluate("el => el.scrollIntoView({block: 'start'})")
-        pg.mouse.wheel(0, -60)  # a little of what is above: the section's controls
+        target.evaluate("""(el, above) => {
+            el.scrollIntoView({block: 'start'});
+            let box = el.parentElement;  // the page's scrolling container (Streamlit's main section)
+            while (box && !(box.scrollHeight > box.clientHeight && /auto|scroll/.test(getComputedStyle(box).overflowY)))
+                box = box.parentElement;
+            (box || document.scrollingElement).scrollBy(0, -above);
+        }""", above)
     time.sleep(1.0)  # Plotly and vis.js redraw at the new size
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
@@ -41,7 +49,7 @@ def doc_shot(pg, name: str, target=None) -> None:
         from PIL import Image
         out = ROOT / "docs" / "img" / f"{name}.png"
         out.parent.mkdir(exist_ok=True)
-        Image.open(path).convert("RGB").quantize(colors=128, method=Image.Quantize.MEDIANCUT).save(out, optimize=True)
+        Image.open(path).convert("RGB").quantize(colors=256, method=Image.Quantize.FASTOCTREE).save(out, optimize=True)
     pg.set_viewport_size({"width": 1440, "height": 1000})
 
 
@@ -84,7 +92,11 @@ def test_search_and_click_an_op_in_the_network_graph(page):
     # the concat with four producers and four consumers, clicked where it is drawn
     target = max(range(len(g)), key=lambda i: (len(g.parents[i]) + len(g.children[i]), -i))
     op = g.ops[target]
-    in_frame(frame, "graphView.network.focus(arg, {scale: 1.2, animation: false});", target)  # scroll to it
+    label = "return graphView.network.body.nodes[arg].labelModule.visible();"
+    frame.get_by_role("button", name="Fit").click()
+    assert in_frame(frame, label, target) is False  # the whole network in view: no names, too small to read
+    in_frame(frame, "graphView.network.focus(arg, {scale: 1.2, animation: false});", target)  # zoom to it
+    assert in_frame(frame, label, target) is True  # names appear on zoom
     click_node(frame, target)
     frame.locator("#card-title", has_text=op.name).wait_for()
     c = card(frame)
@@ -280,7 +292,7 @@ def test_follow_an_op_box_select_a_window_find_ops_and_pick_a_critical_event(pag
     assert _cell(table, row=2, col=0) == "gpu1"
     cell = _cell(table, row=2, col=1)  # gpu1's busy (ms)
     assert float(cell) == pytest.approx(busy_gpu1 * 1e3, rel=2e-3, abs=2e-3)
-    doc_shot(pg, "trace-window", gantt(pg))
+    doc_shot(pg, "trace-window", table, above=560)  # the window on the chart, its sums below
 
     # find ops by name
     box = pg.get_by_role("textbox", name="Find ops by name")
