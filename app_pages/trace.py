@@ -84,6 +84,7 @@ with ui.guarded("the trace"):
     find = c1.text_input("Find ops by name", key=ui.persist(traceview.FIND), placeholder="part of a name, e.g. mixed_6",
                          help="Outlines every op whose name contains this (in orange) and offers them to follow.")
     found = matching_ops(op_names, find)
+    found_set = set(found)
     offered = found if find.strip() else op_names
     if s.get(traceview.FOLLOW) in op_names and s.get(traceview.FOLLOW) not in offered:
         offered = [s[traceview.FOLLOW]] + offered  # clicked on the chart: followed even if the search misses it
@@ -99,7 +100,7 @@ with ui.guarded("the trace"):
     whole = window == (0.0, round(res.makespan * 1e3, 6))
     extra = tracechart.gantt_extra(
         trace, view["rows"], res.makespan, follow=op_events(trace, follow) if follow else [], flows=flows,
-        found=[i for i, e in enumerate(trace) if e.kind == "op" and e.op in set(found)],
+        found=[i for i, e in enumerate(trace) if e.kind == "op" and e.op in found_set],
         picked=traceview.picked_critical(res, view["critical"]) if critical else None,
         window=None if whole else (window[0] / 1e3, window[1] / 1e3))
     fig = charts.gantt_figure(view["segments"], view["rows"], len(problem.devices), res.makespan,
@@ -145,7 +146,8 @@ with ui.guarded("the trace"):
 with ui.guarded("the time window"):
     top = round(res.makespan * 1e3, 6)
     st.slider("Time window (ms)", 0.0, top, (0.0, top), key=ui.persist(traceview.WINDOW), step=max(top / 2000, 1e-6),
-              format="%.3f", help="Or drag across the Gantt chart. The tables below sum what happened inside it.")
+              format="%.3f", help="Or choose Box Select in the Gantt chart's toolbar and drag across the chart. The "
+                                   "table below sums what happened inside the window.")
     win = window_stats(trace, s[traceview.WINDOW][0] / 1e3, s[traceview.WINDOW][1] / 1e3, problem.devices.names,
                        [c.name for c in problem.devices.channels])
     st.caption(f"From {win['start_s'] * 1e3:.4g} to {win['end_s'] * 1e3:.4g} ms ({fmt_seconds(win['span_s'])}): busy "

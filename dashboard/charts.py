@@ -481,7 +481,7 @@ def gantt_figure(segments: list[GanttSegments], rows: list[str], n_devices: int,
                    unselected=dict(marker=dict(opacity=1)), **props)  # a clicked bar fades nothing
         if names and trace is not None:
             bar.update(text=[html.escape(trace[i].op, quote=False) for i in index], textposition="inside",
-                       insidetextanchor="middle", constraintext="inside", textfont=dict(size=10, color=_ink(fill)))
+                       insidetextanchor="middle", constraintext="inside", textfont=dict(size=10, color=ink(fill)))
         return bar
 
     colours: dict[tuple[int, str], list[GanttSegments]] = {}
@@ -526,7 +526,7 @@ def gantt_figure(segments: list[GanttSegments], rows: list[str], n_devices: int,
         **(dict(barmode="overlay", uniformtext=dict(mode="hide", minsize=9)) if bars else {})))
 
 
-def _ink(fill: str) -> str:
+def ink(fill: str) -> str:
     """Dark text on a light bar, white on a dark one (relative luminance of the bar's colour)."""
     r, g, b = (int(fill[k:k + 2], 16) / 255 for k in (1, 3, 5))
     return "#14171f" if 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.5 else "#ffffff"

@@ -11,7 +11,7 @@ import html
 
 from placement_core.analysis.trace_follow import bar_labels
 
-from .charts import GANTT_HALF, _ink, shade
+from .charts import GANTT_HALF, ink, shade
 
 CLICKABLE_EVENTS = 6000  # up to this many events the bars are clickable Plotly bars, beyond filled outlines
 NAMED_EVENTS = 2500  # up to this many the bars carry their names (each a text Plotly fits on every zoom)
@@ -65,7 +65,7 @@ def gantt_extra(trace, rows: list[str], makespan: float, *, follow=(), flows=(),
                              x=[(trace[i].start + trace[i].end) / 2 * 1e3 for i, _ in labels],
                              y=[-row_of[trace[i].resource] for i, _ in labels],
                              text=[html.escape(name, quote=False) for _, name in labels],
-                             textfont=dict(size=10, color=[_ink(shade(trace[i].batch, trace[i].phase))
+                             textfont=dict(size=10, color=[ink(shade(trace[i].batch, trace[i].phase))
                                                            for i, _ in labels])))
     if found:
         data.append(_outline(trace, found, row_of, FOUND, 2.0, "found"))
