@@ -21,6 +21,8 @@ def test_default_devices_in_tables_and_pictures():
     assert dev.value["name"].tolist() == ["cpu0", "gpu0", "gpu1", "gpu2", "gpu3"]
     assert dev.value["memory GB"].tolist() == [755, 32, 32, 32, 32]
     assert chan.value["bandwidth GB/s"].tolist() == [16] * 4
+    assert not figures(at) and at.get("iframe")  # the explorable graph by default (tests/test_app_nodelink.py)
+    at.segmented_control(key="dev_view").set_value("charts").run()
     links, routes = figures(at)
     assert routes["layout"]["xaxis"]["title"]["text"] == "to device"
     assert routes["data"][0]["text"][2][0] == "pcie1"  # row gpu1, column cpu0: gpu1 -> cpu0 is on pcie1
