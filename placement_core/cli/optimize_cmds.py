@@ -31,10 +31,14 @@ def register(sub) -> None:
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="algorithm parameter, repeatable (see `placement algorithms`)")
     par = p.add_mutually_exclusive_group()
-    par.add_argument("--workers", type=workers_int, default=1, help="local worker processes (default 1)")
+    par.add_argument("--workers", type=workers_int, default=1,
+                     help="local worker processes evaluating placements (default 1: this process); pays off with "
+                          "slow evaluations or the asynchronous variants ga-steady and map-elites-async "
+                          "(docs/scaling.md)")
     par.add_argument("--dask", metavar="ADDRESS",
-                     help="evaluate on a Dask cluster (tcp://host:8786); Dask exchanges pickles, which run code "
-                          "where they are loaded: connect only to a scheduler you trust (docs/security.md)")
+                     help="evaluate on a Dask cluster (tcp://host:8786; docs/scaling.md); Dask exchanges pickles, "
+                          "which run code where they are loaded: connect only to a scheduler you trust "
+                          "(docs/security.md)")
     p.add_argument("--out", metavar="FILE", help="write the result: placement/1 + history (+ archive, plan)")
     p.add_argument("--resume", type=run_id_arg, metavar="RUN_ID",
                    help="continue a stopped or interrupted stored run from its last checkpoint (the problem, "

@@ -130,11 +130,12 @@ class RunStore(StoreFile):
                                             for d in archive.descriptors]
         with self._tx() as c:
             self._owned(c, run_id)
+            # the parameters as used: an asynchronous variant resolves its "auto" batch sizes when it starts
             c.execute("UPDATE runs SET status=?, updated=?, evaluations=?, best_objective=?, best_placement=?, "
-                      "wall_s=?, extras=? WHERE id=?",
+                      "wall_s=?, extras=?, params=? WHERE id=?",
                       (status, time.time(), int(result.evaluations), _finite(result.best_objective),
                        _dumps(result.best_placement.tolist()), float(result.wall_s), _dumps(_jsonable(extras)),
-                       run_id))
+                       _dumps(_jsonable(result.params)), run_id))
             c.execute("DELETE FROM history WHERE run_id=?", (run_id,))
             c.executemany("INSERT OR REPLACE INTO history VALUES(?,?,?,?)",
                           [(run_id, int(e), _finite(b), _finite(cu)) for e, b, cu in result.history.tolist()])
