@@ -78,7 +78,7 @@ def extent(op: Op, graph: Graph, dim: str) -> tuple[int, str]:
             return 0, f"its output's first dimension ({shape[0]}) is not the batch ({graph.batch_size})"
         return graph.batch_size, ""
     if op.kind not in CHANNEL_KINDS or op.param_bytes <= 0:
-        return 0, (f"a channel split divides an op's weights by output channel, and a {op.kind!r} op"
+        return 0, (f"a channel split divides an op's weights by output channel, and this {op.kind} op"
                    + (" has no weights" if op.kind in CHANNEL_KINDS else " is not a convolution or linear layer"))
     if len(shape) < 2:
         return 0, "its output shape is not known (the network file gives no shape)"

@@ -113,7 +113,9 @@ def cmd_simulate(args) -> int:
     trace_path = check_output_file(args.trace, "--trace", "trace.json") if args.trace is not None else None
     problem = build_problem(args)
     ignored: list[str] = []
-    placement = parse_placement_spec(args.placement, problem.graph, problem.devices, ignored=ignored)
+    splits = list(problem.splits)
+    placement = parse_placement_spec(args.placement, problem.graph, problem.devices, ignored=ignored, splits=splits)
+    problem = problem.with_splits(splits)  # a placement file's splits join the table
     ev = problem.simulate(placement)  # the fast kernel: the numbers, and how large a trace would be
     if trace_path is not None:
         from ..simulate.chrome import chrome_trace

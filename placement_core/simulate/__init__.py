@@ -26,9 +26,10 @@ def kernel_available() -> bool:
 class Simulator:
     """Runs placements against one compiled problem; ``fast`` picks the C kernel when built."""
 
-    def __init__(self, compiled: Compiled, settings: SimSettings, fast: bool = True):
+    def __init__(self, compiled: Compiled, settings: SimSettings, fast: bool = True, shards=None):
         self.compiled = compiled
         self.settings = settings.validate()
+        self.shards = shards  # shards.ShardArrays: genes >= n_dev are splits
         self._kernel = None
         if fast and _kernel is not None:
             c = compiled
@@ -56,7 +57,18 @@ class Simulator:
     def fast(self) -> bool:
         return self._kernel is not None
 
+    def sharded(self, placement: np.ndarray) -> bool:
+        return self.shards is not None and bool(len(placement)) and int(np.max(placement)) >= self.compiled.n_dev
+
+    def _run_sharded(self, placement: np.ndarray, trace: bool) -> SimResult:
+        from .shards import expand, expanded_settings
+        ex = expand(self.compiled, self.shards, placement, training=not self.settings.forward_only)
+        return reference.simulate(ex.compiled, np.array(ex.place, dtype=np.int32),
+                                  expanded_settings(self.settings, ex), trace=trace)
+
     def run(self, placement: np.ndarray, trace: bool = False) -> SimResult:
+        if self.sharded(placement):
+            return self._run_sharded(placement, trace)
         if trace or self._kernel is None:
             return reference.simulate(self.compiled, placement, self.settings, trace=trace)
         # A fresh output per call (the kernel allocates its own work space per call too), so threads may
@@ -68,6 +80,8 @@ class Simulator:
     def run_many(self, placements: np.ndarray) -> list[SimResult]:
         """Many placements in one call (the kernel releases the GIL for the whole batch)."""
         placements = np.ascontiguousarray(placements, dtype=np.int32)
+        if self.shards is not None:
+            return [self.run(p) for p in placements]
         if self._kernel is None:
             return [reference.simulate(self.compiled, p, self.settings) for p in placements]
         out = np.empty((len(placements), self._out_len))

@@ -15,7 +15,7 @@ same arrays in C, in the same order, and tests compare the two.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
@@ -24,7 +24,7 @@ from ..devices import DeviceGraph
 from ..graph import Graph
 from ..sharding import Split, applicable, shard_sizes
 from ..shardcost import gather_rate, shard_costs
-from .model import Compiled
+from .model import Compiled, SimSettings
 
 CHANNEL, BATCH = 0, 1
 GATHER = -1  # a virtual op's shard index when it is a gather
@@ -205,3 +205,12 @@ def _compiled(c: Compiled, place, fwd, bwd, upd, out, static, hasu, parents, ops
         input_ops=np.array([v for v in range(m) if ops[v] in inputs and not parents[v]], dtype=np.int32),
         msg_overhead=c.msg_overhead, op_names=tuple(c.op_names[o] for o in ops), dev_names=c.dev_names,
         ch_names=c.ch_names)
+
+
+def expanded_settings(s: SimSettings, ex: Expanded) -> SimSettings:
+    """The settings over virtual ops: each takes its original op's priority (a schedule's per unit and phase)."""
+    if s.priority is None:
+        return s
+    n = max(ex.op) + 1  # every op has at least one virtual op
+    prio = np.asarray(s.priority, dtype=float).reshape(s.batches, -1, n)
+    return replace(s, priority=np.ascontiguousarray(prio[:, :, ex.op]))
