@@ -74,9 +74,9 @@ class MapElites(Optimizer):
             other = self._pick(xs, fs)
             child, _ = ops.n_point_crossover(self.rng, child, other, 1)
         if self.rng.random() < p["replace_mutation_rate"]:
-            return ops.replace_mutation(self.rng, child, self.d)
+            return ops.replace_mutation(self.rng, child, self.space)
         if self.rng.random() < p["zone_mutation_rate"]:
-            return ops.zone_mutation(self.rng, child, self.d)
+            return ops.zone_mutation(self.rng, child, self.space)
         return self._gene_mutation(child)
 
     def _gene_mutation(self, x: np.ndarray) -> np.ndarray:
@@ -84,12 +84,13 @@ class MapElites(Optimizer):
         p = self.params
         copy = self.rng.random(self.n) < p["copy_mutation_rate"]
         point = self.rng.random(self.n) < p["mutation_rate"]
-        fresh = self.rng.integers(0, self.d, self.n)
+        fresh = (self.rng.integers(0, self.d, self.n) if not self.sharded
+                 else self.space.draw(self.rng, np.arange(self.n)))
         y = np.where(point, fresh, x).astype(np.int32)
         copy[0] = False
         idx = np.flatnonzero(copy)
         y[idx] = x[idx - 1]
-        return y
+        return y if not self.sharded else self.space.repair(y)
 
     def tell(self, placements: np.ndarray, objectives: np.ndarray) -> None:
         self._started = True
