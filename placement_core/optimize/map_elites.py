@@ -38,13 +38,16 @@ class MapElites(Optimizer):
         "cross_edge_bins": Param(40, "bins of the cross-device-edges dimension", int, low=1, high=10_000),
         "include_trivial": Param(False, "seed the archive with every single-device placement", bool),
         "dimensions": Param(",".join(THESIS_DESCRIPTORS), "niche dimensions of the archive (at least two): the "
-                            "device used most, the number of devices used, cross-device edges", str,
-                            items=THESIS_DESCRIPTORS),
+                            "device used most, the number of devices used, cross-device edges, and (when ops may be "
+                            "split, added by default) the share of ops split", str,
+                            items=THESIS_DESCRIPTORS + ("sharded",)),
     }
 
     def __init__(self, problem, descriptors=None, **kw):
         super().__init__(problem, **kw)
         if descriptors is None:
+            if problem.splits and "dimensions" not in kw:  # --sharding: how much is split is a niche dimension
+                self.params["dimensions"] += ",sharded"
             descriptors = self.params["dimensions"].split(",")
         descs = make_descriptors(problem, descriptors)
         for i, d in enumerate(descs):
