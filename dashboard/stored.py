@@ -204,6 +204,8 @@ def run_settings(rec: RunRecord, network_hash: str | None = None, devices_hash: 
     if spec.get("timings"):
         out["measured at batch"] = field("timings_batch")
     out["memory penalty"] = field("penalty", lambda p: state.PENALTIES.get(p, str(p)))
+    if spec.get("splits"):  # docs/sharding.md: only runs that could split ops have a table
+        out["split table"] = f"{len(spec['splits'])} split(s) ({content_hash(spec['splits'])[:12]})"
     return out
 
 
