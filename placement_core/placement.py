@@ -17,7 +17,7 @@ from .devices import DeviceGraph
 from .errors import InputError, require_mapping
 from .graph import Graph
 from .jsonio import path_exists, read_json
-from .sharding import Split, check_split, merge_splits
+from .sharding import Split, check_split, gene_entry, merge_splits
 
 FORMAT = "placement/1"
 RESULT_FORMAT = "placement-result/1"  # `placement optimize --out`: the placement nested under "placement"
@@ -72,16 +72,9 @@ def _device_index(devices: DeviceGraph, device: str | int, field: str) -> int:
 
 
 def placement_to_dict(placement: np.ndarray, graph: Graph, devices: DeviceGraph, splits: Sequence[Split] = ()) -> dict:
-    nd = len(devices)
-
-    def entry(gene: int):
-        if gene < nd:
-            return devices.devices[gene].name
-        s = splits[gene - nd]
-        out = {"devices": [devices.names[d] for d in s.devices], "split": s.dim}
-        return out | ({"sizes": list(s.sizes)} if s.sizes is not None else {})
+    names = devices.names
     return {"format": FORMAT, "network": graph.name, "devices": devices.name,
-            "assignment": {op.name: entry(int(d)) for op, d in zip(graph.ops, placement)}}
+            "assignment": {op.name: gene_entry(int(d), names, splits) for op, d in zip(graph.ops, placement)}}
 
 
 def placement_from_dict(data: Any, graph: Graph, devices: DeviceGraph, source: str | None = None,

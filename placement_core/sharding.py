@@ -196,6 +196,29 @@ def describe_gene(gene: int, devices: DeviceGraph, table: Sequence[Split]) -> st
     return text + (f" {list(s.sizes)}" if s.sizes is not None else "")
 
 
+def gene_entry(gene: int, names: Sequence[str], table: Sequence[Split] = ()):
+    """A gene as placement/1 writes it: a device name, or ``{"devices": [...], "split": dim[, "sizes"]}``."""
+    if gene < len(names):
+        return names[gene]
+    s = table[gene - len(names)]
+    return {"devices": [names[d] for d in s.devices], "split": s.dim} | (
+        {"sizes": list(s.sizes)} if s.sizes is not None else {})
+
+
+def gene_label(gene: int, names: Sequence[str], table: Sequence[Split] = ()) -> str:
+    """A gene in a few characters: ``gpu0``, ``batch:gpu0+gpu1``."""
+    if gene < len(names):
+        return names[gene]
+    s = table[gene - len(names)]
+    return f"{s.dim}:" + "+".join(names[d] for d in s.devices)
+
+
+def used_devices(placements, n_devices: int, table: Sequence[Split] = ()) -> list[int]:
+    """Every device index some gene of ``placements`` runs on, sorted."""
+    genes = np.unique(np.asarray(placements))
+    return sorted({d for g in genes.tolist() for d in gene_devices(int(g), n_devices, table)})
+
+
 def gene_devices(gene: int, n_devices: int, table: Sequence[Split]) -> tuple[int, ...]:
     """The devices a gene runs on: one, or a split's in shard order."""
     return (int(gene),) if gene < n_devices else table[gene - n_devices].devices
