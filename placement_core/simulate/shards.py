@@ -167,11 +167,14 @@ def expand(c: Compiled, sh: ShardArrays, genes: Sequence[int], training: bool = 
             nbytes = 2.0 * (k - 1) / k * float(sh.ar_bytes[i])
             msgs = [(devs[j], devs[(j + 1) % k], nbytes) for j in range(k) if devs[j] != devs[(j + 1) % k]]
             rings.append((list(range(first[i], first[i] + k)), msgs))
-    return Expanded(_compiled(c, v_place, v_fwd, v_bwd, v_upd, v_out, v_static, v_hasu, v_par, v_op),
+    # a shard is traced as its op; a gather as "gather PRODUCER → CONSUMER"
+    names = [f"gather {c.op_names[src]} → {c.op_names[o]}" if src >= 0 else c.op_names[o]
+             for o, src in zip(v_op, v_src)]
+    return Expanded(_compiled(c, v_place, v_fwd, v_bwd, v_upd, v_out, v_static, v_hasu, v_par, v_op, names),
                     v_place, v_op, v_shard, v_src, rings)
 
 
-def _compiled(c: Compiled, place, fwd, bwd, upd, out, static, hasu, parents, ops) -> Compiled:
+def _compiled(c: Compiled, place, fwd, bwd, upd, out, static, hasu, parents, ops, names) -> Compiled:
     """The virtual ops as a Compiled: parents and children in order, costs on each op's own device."""
     m, nd = len(place), c.n_dev
     children: list[list[tuple[int, float, float]]] = [[] for _ in range(m)]
@@ -203,7 +206,7 @@ def _compiled(c: Compiled, place, fwd, bwd, upd, out, static, hasu, parents, ops
         static_mem=np.array(static, dtype=float), route=c.route, ch_latency=c.ch_latency, ch_inv_rate=c.ch_inv_rate,
         min_transfer=c.min_transfer,
         input_ops=np.array([v for v in range(m) if ops[v] in inputs and not parents[v]], dtype=np.int32),
-        msg_overhead=c.msg_overhead, op_names=tuple(c.op_names[o] for o in ops), dev_names=c.dev_names,
+        msg_overhead=c.msg_overhead, op_names=tuple(names), dev_names=c.dev_names,
         ch_names=c.ch_names)
 
 
