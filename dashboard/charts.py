@@ -24,7 +24,7 @@ KIND_COLORS = {"input": "#9E9E9E", "conv": "#4C78A8", "deconv": "#2F5B88", "line
                "activation": "#EECA3B", "elementwise": "#72B7B2", "concat": "#E45756", "reshape": "#BAB0AC",
                "dropout": "#9D755D", "softmax": "#FF9DA6", "embedding": "#8E6C8A", "upsample": "#3B8B5A",
                "other": "#7F7F7F"}
-PHASE_NAMES = {"fwd": "forward", "bwd": "backward", "update": "weight update"}
+PHASE_NAMES = {"fwd": "forward", "bwd": "backward", "update": "weight update", "allreduce": "all-reduce"}
 BASE_LAYOUT = dict(template="plotly_white", margin=dict(l=10, r=10, t=40, b=10),
                    font=dict(size=13), hoverlabel=dict(align="left"))
 
@@ -46,7 +46,8 @@ OVERHEAD_NAME = "send / receive (message overhead)"
 def shade(batch: int, phase: str) -> str:
     """Forward in the batch's colour, backward lighter, weight update greyer."""
     base = color(batch)
-    return {"fwd": base, "bwd": _mix(base, "#ffffff", 0.5), "update": _mix(base, "#808080", 0.6)}.get(phase, base)
+    return {"fwd": base, "bwd": _mix(base, "#ffffff", 0.5), "update": _mix(base, "#808080", 0.6),
+            "allreduce": _mix(base, "#000000", 0.45)}.get(phase, base)  # a split op's weight gradients, summed
 
 
 # -- Network ----------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from ..simulate import SimResult, TraceEvent
 from ..simulate.model import OVERHEAD_KINDS  # a device's time on a message it sends or receives
 from .units import fmt_bytes, fmt_seconds
 
-PHASE_ORDER = {"fwd": 0, "bwd": 1, "update": 2}
+PHASE_ORDER = {"fwd": 0, "bwd": 1, "allreduce": 2, "update": 3}
 KIND_ORDER = {"op": 0, "send": 1, "recv": 2, "transfer": 3}
 
 
@@ -51,7 +51,7 @@ def event_label(e: TraceEvent) -> str:
     batch = f"batch {e.batch + 1}"
     if e.kind == "op":
         return f"<b>{op}</b> · {e.phase} · {batch}<br>{res}: {span}"
-    what = "output" if e.phase == "fwd" else "gradients"
+    what = {"fwd": "output", "allreduce": "weight gradients, ring all-reduce"}.get(e.phase, "gradients")
     src, dst = escape(str(e.src), quote=False), escape(str(e.dst), quote=False)
     if e.kind in OVERHEAD_KINDS:
         head = f"send to {dst}" if e.kind == "send" else f"receive from {src}"
