@@ -49,15 +49,16 @@ def event_label(e: TraceEvent) -> str:
     op, res = escape(str(e.op), quote=False), escape(str(e.resource), quote=False)
     span = f"{fmt_seconds(e.start)} → {fmt_seconds(e.end)} ({fmt_seconds(e.end - e.start)})"
     batch = f"batch {e.batch + 1}"
+    part = f" shard {e.shard + 1}/{e.shards}" if e.shard >= 0 else ""  # an op split over devices
     if e.kind == "op":
-        return f"<b>{op}</b> · {e.phase} · {batch}<br>{res}: {span}"
+        return f"<b>{op}</b>{part} · {e.phase} · {batch}<br>{res}: {span}"
     what = {"fwd": "output", "allreduce": "weight gradients, ring all-reduce"}.get(e.phase, "gradients")
     src, dst = escape(str(e.src), quote=False), escape(str(e.dst), quote=False)
     if e.kind in OVERHEAD_KINDS:
         head = f"send to {dst}" if e.kind == "send" else f"receive from {src}"
         return (f"<b>{head}</b> (op {op}, {fmt_bytes(e.bytes)}) · {what} · {batch}"
                 f"<br>{res}: message overhead, {span}")
-    return (f"<b>{op}</b> {what} · {batch}<br>{src} → {dst} on {res}"
+    return (f"<b>{op}</b>{part} {what} · {batch}<br>{src} → {dst} on {res}"
             f"<br>{fmt_bytes(e.bytes)} in {fmt_seconds(e.end - e.start)}, {span}")
 
 

@@ -61,10 +61,13 @@ class Simulator:
         return self.shards is not None and bool(len(placement)) and int(np.max(placement)) >= self.compiled.n_dev
 
     def _run_sharded(self, placement: np.ndarray, trace: bool) -> SimResult:
-        from .shards import expand, expanded_settings
+        from .shards import expand, expanded_settings, label_shards
         ex = expand(self.compiled, self.shards, placement, training=not self.settings.forward_only)
-        return reference.simulate(ex.compiled, np.array(ex.place, dtype=np.int32),
-                                  expanded_settings(self.settings, ex), trace=trace)
+        result = reference.simulate(ex.compiled, np.array(ex.place, dtype=np.int32),
+                                    expanded_settings(self.settings, ex), trace=trace)
+        if result.trace is not None:
+            result.trace = label_shards(result.trace, self.compiled, self.shards, placement)
+        return result
 
     def run(self, placement: np.ndarray, trace: bool = False) -> SimResult:
         if self.sharded(placement):

@@ -156,7 +156,10 @@ class TraceEvent:
       (``resource`` = ``dst``) spends on that message (the devices' ``message_overhead``).
 
     For transfers, sends and receives ``op`` is the op whose output (phase ``"fwd"``) or whose input
-    gradients (phase ``"bwd"``) the message carries.
+    gradients (phase ``"bwd"``) the message carries, or whose weight gradients a ring all-reduce sums
+    (phase ``"allreduce"``). Of an op split over several devices (docs/sharding.md), ``shard`` is the
+    index of the shard that ran (ops) or sent (messages) among ``shards``; a gather is an op event named
+    ``gather PRODUCER → CONSUMER``.
     """
 
     kind: str  # "op" | "transfer" | "send" | "recv"
@@ -169,6 +172,8 @@ class TraceEvent:
     src: str | None = None
     dst: str | None = None
     bytes: float = 0.0
+    shard: int = -1  # a split op's shard (-1: a whole op)
+    shards: int = 0
 
 
 @dataclass

@@ -217,3 +217,23 @@ def expanded_settings(s: SimSettings, ex: Expanded) -> SimSettings:
     n = max(ex.op) + 1  # every op has at least one virtual op
     prio = np.asarray(s.priority, dtype=float).reshape(s.batches, -1, n)
     return replace(s, priority=np.ascontiguousarray(prio[:, :, ex.op]))
+
+
+def label_shards(trace: list, c: Compiled, sh: ShardArrays, genes) -> list:
+    """The trace with each split op's events numbered by shard: an op by the device it ran on, a message by
+    the device that sent it (a ring message, by its place in the ring)."""
+    nd = c.n_dev
+    devices = {}
+    for i, g in enumerate(genes):
+        if g >= nd:
+            t = int(g) - nd
+            devices[c.op_names[i]] = [c.dev_names[int(d)] for d in sh.opt_dev[sh.opt_ptr[t]:sh.opt_ptr[t + 1]]]
+    out = []
+    for e in trace:
+        devs = devices.get(e.op)
+        if devs is None:
+            out.append(e)
+            continue
+        where = e.resource if e.kind == "op" else e.src
+        out.append(replace(e, shard=devs.index(where) if where in devs else -1, shards=len(devs)))
+    return out
