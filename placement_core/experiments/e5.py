@@ -285,8 +285,12 @@ def report(network, source, shape, batch, devices, rows, result_metrics, timings
         fitted = (f" (fitted to {timings_doc['latency_fit']['placements']} whole-step runs of calibration "
                   f"placements; ping-pong: {c['ping_pong_latency_s'] * 1e6:.0f} us)"
                   if "ping_pong_latency_s" in c and "latency_fit" in timings_doc else " (ping-pong)")
+        curve = c.get("transfer_curve")
         lines.append(f"- {name}: latency {c['latency_s'] * 1e6:.0f} us{fitted}, bandwidth "
-                     f"{c['bandwidth'] / 1e9:.3f} GB/s (ping-pong, 1e3..1e8 bytes)")
+                     f"{c['bandwidth'] / 1e9:.3f} GB/s (ping-pong, 1e3..1e8 bytes)"
+                     + (f"; the simulator uses the measured transfer curve ({len(curve)} sizes, "
+                        f"{curve[0][1] * 1e6:.0f} us at {curve[0][0]:.0f} B to {curve[-1][1] * 1e3:.1f} ms at "
+                        f"{curve[-1][0] / 1e6:.0f} MB)" if curve else ""))
     lines += ["", "| placement | kind | measured median (ms) | IQR (ms) | calibrated (ms) | default (ms) | "
                   "messages/step |", "|---|---|---|---|---|---|---|"]
     for r in sorted(ok, key=lambda r: r["measured_median_s"]):
