@@ -36,6 +36,10 @@ class CalibrationSettings:
     fit_placements: int = 6  # whole-step runs to fit the CPU devices' message overhead to (0: none)
     fit_rounds: int = 2
     fit_steps: int = 3
+    # devices of one kind with the same hardware and core count (cpu:N ranks, GPUs of one model) are the same
+    # machine: each figure is taken from the fastest of them, as from the fastest round (a disturbed
+    # measurement only ever reads slow), so noise cannot make identical devices look different
+    pool_identical: bool = True
     seed: int = 0
     timeout: float = 1800.0
 
@@ -129,6 +133,24 @@ def fastest(rounds: list[dict]) -> dict:
     return out
 
 
+def pool_identical(devs, measured: dict) -> tuple[dict, list[list[str]]]:
+    """Devices' measurements with every group of identical devices (same kind, torch device type, model and
+    thread count) replaced by the group's fastest figures (:func:`fastest` over all their rounds); the groups."""
+    groups: dict[tuple, list[str]] = {}
+    for d in devs:
+        m = measured[d.name]
+        key = (d.kind, d.torch.split(":")[0], m.get("model"), m.get("threads"), len(m.get("cores") or []))
+        groups.setdefault(key, []).append(d.name)
+    out, pooled = dict(measured), []
+    for names in groups.values():
+        if len(names) > 1:
+            best = fastest([measured[n] for n in names])
+            for n in names:
+                out[n] = dict(best, memory_bytes=measured[n]["memory_bytes"], cores=measured[n].get("cores"))
+            pooled.append(names)
+    return out, pooled
+
+
 def fit_link(sizes, seconds) -> tuple[float, float]:
     """(latency s, bandwidth B/s) minimising the relative error of latency + size / bandwidth."""
     xs = [float(s) for s in sizes]
@@ -186,6 +208,8 @@ def build_calibration(graph, source, shape, devs, measured: dict, links: dict,
                       settings: CalibrationSettings, shared: bool = False) -> Calibration:
     """The device graph and timing table from the workers' measurements."""
     devices, ops_table, report = [], {}, {"devices": {}, "channels": {}, "shared_cores": shared}
+    if settings.pool_identical:
+        measured, report["pooled"] = pool_identical(devs, measured)
     for d in devs:
         m = measured[d.name]
         sum_s = sum(t["fwd"] + t["bwd"] + t["update"] for t in m["ops"].values())
@@ -213,6 +237,7 @@ def build_calibration(graph, source, shape, devs, measured: dict, links: dict,
         "format": TIMINGS_FORMAT, "network": graph.name, "source": source, "input_shape": list(shape),
         "batch_size": graph.batch_size, "devices": "local", "reconcile": settings.reconcile,
         "ops": ops_table, "measured": report["devices"], "channels": report["channels"],
+        "pooled": report.get("pooled", []),
         "efficiencies": {"comp": ETA_COMP, "comm": ETA_COMM}})
     return Calibration(device_graph, timings, report)
 
