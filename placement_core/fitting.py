@@ -186,16 +186,18 @@ def isotonic(values, weights=None) -> list[float]:
 
 def fit_curve(sizes, seconds) -> tuple[tuple[float, float], ...]:
     """A channel's ``transfer_curve`` from transfer times measured at several sizes (one figure per size,
-    e.g. the median of repeats): the measured points made non-decreasing (isotonic regression on relative
-    error: a larger message never arrives sooner, so a dip is noise), then trimmed so the last segment rises
-    (its slope is the bandwidth beyond the last point). ``()`` when fewer than two sizes are left."""
+    e.g. the median of repeats): the measured points made non-decreasing (isotonic regression of the log
+    times, so that a pooled run of sizes takes the geometric mean of their times: a larger message never
+    arrives sooner, so a dip is noise), then trimmed so the last segment rises (its slope is the bandwidth
+    beyond the last point). ``()`` when fewer than two sizes are left."""
     pairs = sorted((float(b), float(t)) for b, t in zip(sizes, seconds))
     merged: dict[float, list[float]] = {}
     for b, t in pairs:
         merged.setdefault(b, []).append(t)
     xs = sorted(merged)
     ys = [sum(merged[b]) / len(merged[b]) for b in xs]
-    ys = isotonic(ys, [1.0 / max(y, 1e-300) ** 2 for y in ys])
+    logs = [math.log(max(y, 1e-300)) for y in ys]
+    ys = [y if v == lg else math.exp(v) for y, lg, v in zip(ys, logs, isotonic(logs))]  # unpooled: exactly as measured
     points = list(zip(xs, ys))
     while len(points) > 2 and points[-1][1] <= points[-2][1]:
         del points[-2]

@@ -31,11 +31,11 @@ def test_curve_fit_keeps_the_measured_points_and_removes_dips():
     from placement_core.fitting import fit_curve, isotonic
     # pool adjacent violators by hand: 3, 1 -> 2, 2 (equal weights)
     assert isotonic([1.0, 3.0, 1.0, 4.0]) == [1.0, 2.0, 2.0, 4.0]
-    # sizes out of order, a dip at 1e5 (noise: a larger message never arrives sooner) pooled with 1e4 on
-    # relative error (weights 1/t^2: 1/4e-10 and 1/1e-10, so (2e-5 * 0.25 + 1e-5 * 1) / 1.25 = 1.2e-5)
+    # sizes out of order, a dip at 1e5 (noise: a larger message never arrives sooner) pooled with 1e4 in log
+    # time: the geometric mean of 2e-5 and 1e-5 is sqrt(2) * 1e-5
     curve = fit_curve([1e6, 1e3, 1e4, 1e5], [1e-4, 1e-5, 2e-5, 1e-5])
     assert [b for b, _ in curve] == [1e3, 1e4, 1e5, 1e6]
-    assert [t for _, t in curve] == pytest.approx([1e-5, 1.2e-5, 1.2e-5, 1e-4])
+    assert [t for _, t in curve] == pytest.approx([1e-5, 2 ** 0.5 * 1e-5, 2 ** 0.5 * 1e-5, 1e-4])
     # a flat tail is trimmed so that the last segment rises; all flat: no curve
     assert fit_curve([1e3, 1e4, 1e5], [1e-5, 3e-5, 3e-5]) == ((1e3, 1e-5), (1e5, 3e-5))
     assert fit_curve([1e3, 1e4], [1e-5, 1e-5]) == ()
