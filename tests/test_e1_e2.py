@@ -84,6 +84,15 @@ def test_e2_records_every_step_from_the_first(capsys, tmp_path):
     text = md.read_text()
     assert "## Warm-up" in text and "## Statistic" in text and "| trimmed |" in text
     assert "recommended warm-up:" in out and (tmp_path / "e2" / "e2.png").stat().st_size > 0
+    # the recorded steps analysed again, without measuring: the same report
+    code, again, err = run(capsys, "experiment", "e2", "--reanalyse", tmp_path / "e2", "--window", "3",
+                           "--markdown", tmp_path / "again.md")
+    assert code == 0, err
+    assert (tmp_path / "again.md").read_text() == text
+    code, _, err = run(capsys, "experiment", "e2", "--reanalyse", tmp_path, "--markdown", tmp_path / "x.md")
+    assert code == 2 and "holds no recorded E2 run" in err
+    code, _, err = run(capsys, "experiment", "e2", "--devices", "cpu:2")
+    assert code == 2 and "--model: the model to run is needed" in err
     code, out, err = run(capsys, "experiment", "e2", "--model", SMALL, "--input-shape", "2,3,8,8", "--steps", "20",
                          "--out", tmp_path / "e2", "--markdown", md)
     assert code == 2 and "--steps: 20 steps leave too few windows" in err

@@ -37,6 +37,20 @@ def test_the_warm_up_is_where_the_average_residual_settles():
     assert recommended_warmup([r[2:] for r in runs]) == 0
 
 
+def test_a_step_that_is_the_slowest_far_more_often_than_chance_is_a_warm_up_step():
+    from placement_core.experiments.e2 import slowest_p_value
+    # 4 runs of 20 steps at 1.0 +- 0.1 %; step 0 only 0.3 % slower (under the 0.5 % floor) but the slowest in
+    # every run: chance (1/20)^4 = 6.25e-6
+    runs = [[1.003] + [1.0 + (0.001 if (i + k) % 2 else -0.001) for i in range(19)] for k in range(4)]
+    assert slowest_p_value(runs, 0) == pytest.approx(0.05 ** 4)
+    assert slowest_p_value(runs, 1) == 1.0  # never the slowest: certain to be at least that often
+    assert recommended_warmup(runs) == 1
+    # the slowest in one run of four: 1 - (19/20)^4 = 0.185, no evidence
+    runs[1][0] = runs[2][0] = runs[3][0] = 1.0
+    assert slowest_p_value(runs, 0) == pytest.approx(1 - 0.95 ** 4)
+    assert recommended_warmup(runs) == 0
+
+
 def test_outliers_are_counted_where_they_fall():
     run = [1.0] * 20
     run[0], run[13] = 3.0, 1.5

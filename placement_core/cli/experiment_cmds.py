@@ -16,7 +16,7 @@ import sys
 
 from ..errors import InputError
 from .common import Parser, positive_int, print_json
-from .torch_common import DEVICES_HELP, _model_options, _needs_torch, _shape_and_network
+from .torch_common import DEVICES_HELP, MODEL_HELP, _model_options, _needs_torch, _shape_and_network
 from .validate import check_output_dir, seed_int
 
 def register_e1(sub) -> None:
@@ -89,7 +89,9 @@ def register_e2(sub) -> None:
                        description="Run several placements for many steps (every step kept), show the residual per "
                                    "step index, the distribution and the outliers, and measure which warm-up and "
                                    "statistic make benchmarks repeatable (docs/e2.md).")
-    _model_options(p)
+    p.add_argument("--model", help=MODEL_HELP + " (required unless --reanalyse)")
+    p.add_argument("--input-shape", help="example input, e.g. 1,3,224,224")
+    p.add_argument("--batch-size", type=positive_int, help="batch of the steps (default: the input's first size)")
     p.add_argument("--devices", default="cpu:2", help=DEVICES_HELP + " (default cpu:2)")
     p.add_argument("--configurations", type=positive_int, default=12,
                    help="placements: every single device, then random zones and mixes (default 12)")
@@ -101,12 +103,23 @@ def register_e2(sub) -> None:
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per run (default 600)")
     p.add_argument("--out", default="docs/e2", help="folder for steps.csv and e2.png (default docs/e2)")
     p.add_argument("--markdown", default="docs/e2.md", help="the report (default docs/e2.md)")
+    p.add_argument("--reanalyse", metavar="DIR", help="analyse the steps an earlier run recorded in DIR again "
+                                                      "(steps.csv, run.json) instead of measuring")
     p.set_defaults(handler=cmd_e2)
 
 
 def cmd_e2(args) -> int:
+    from ..experiments.e2 import run_e2, write_e2
+
+    if args.reanalyse:
+        result = write_e2(args.reanalyse, args.window, args.markdown)
+        print(f"recommended warm-up: {result.warmup} step(s); steadiest statistic: {result.statistic}")
+        print("wrote " + ", ".join(result.files.values()))
+        return 0
+    if not args.model:
+        raise InputError("the model to run is needed", field="--model",
+                         fix="Give --model (e.g. torchvision:resnet18), or --reanalyse DIR for recorded steps")
     _needs_torch()
-    from ..experiments.e2 import run_e2
 
     check_output_dir(args.out, "--out")
     shape, batch, _, _ = _shape_and_network(args)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..analysis.stats import kendall_tau
+from ..jsonio import write_json
 from .e3 import kept_discussion, mean_ci, write_text
 
 STATISTICS = ("mean", "median", "min", "trimmed")
@@ -82,16 +83,28 @@ def steady_scatter(runs: list[list[float]], start: int = PROFILE_STEPS) -> tuple
     return statistics.fmean(typical), statistics.stdev(typical)
 
 
-def recommended_warmup(runs: list[list[float]], floor: float = 0.005) -> int:
-    """The first index w such that every index from w to 9 has a median residual (over runs: a warm-up slows
-    most runs, a disturbance a few) within 3 standard deviations of the steady state's (indices 10 on), and
-    at least ``floor`` (half a per cent)."""
+def slowest_p_value(runs: list[list[float]], step: int) -> float:
+    """How likely it is that step ``step`` is its run's slowest in as many runs as it is, were every step of a
+    run equally likely to be the slowest (binomial tail, p = 1 / steps per run)."""
+    k = sum(1 for r in runs if r[step] == max(r))
+    n, p = len(runs), 1 / min(len(r) for r in runs)
+    if k == 0:
+        return 1.0
+    return sum(math.comb(n, j) * p ** j * (1 - p) ** (n - j) for j in range(k, n + 1))
+
+
+def recommended_warmup(runs: list[list[float]], floor: float = 0.005, alpha: float = 0.001) -> int:
+    """The first index w from which no index of the first ten is a warm-up step. Index i is one when its
+    median residual over runs (a warm-up slows most runs, a disturbance of the machine a few) is more than 3
+    standard deviations of the steady state's (indices 10 on; at least ``floor``, half a per cent) away from
+    it, or when it is its run's slowest step far more often than chance allows (p < ``alpha``), as happens
+    when a warm-up slows only some runs but those by much."""
     rows = profile(runs)
     centre, sd = steady_scatter(runs)
     tol = max(3 * sd, floor)
     w = 0
     for row in rows:
-        if abs(row["median_residual"] - centre) > tol:
+        if abs(row["median_residual"] - centre) > tol or slowest_p_value(runs, row["step"]) < alpha:
             w = row["step"] + 1
     return w
 
@@ -218,23 +231,48 @@ def run_e2(source: str, input_shape, devices: str, *, batch_size: int | None, co
     if len(configs) < 3:
         raise InputError(f"only {len(configs)} configurations could be run", field="e2",
                          fix="Check that the model trains on these devices (placement benchmark)")
-    result = analyse(kept, configs, window)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    files = {"steps": out / "steps.csv", "png": out / "e2.png"}
-    with open(files["steps"], "w", newline="") as f:
+    with open(out / "steps.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["configuration", "round", "step", "seconds"])
         for label, runs in zip(kept, configs):
             for k, run in enumerate(runs):
                 w.writerows([label, k, i, f"{t:.9g}"] for i, t in enumerate(run))
-    plot(result, files["png"], title=f"{graph.name} (batch {batch}) on {devices}: {len(configs)} configurations x "
-                                     f"{rounds} rounds x {steps} steps")
+    meta = {"source": source, "input_shape": list(shape), "batch_size": batch, "devices": devices, "steps": steps,
+            "rounds": rounds, "network": graph.name, "load": [list(load[0]), list(load[1])], "command": command}
+    write_json(out / "run.json", meta)
+    return write_e2(out, window, markdown_path)
+
+
+def write_e2(out_dir: str | Path, window: int = 10, markdown_path: str | Path | None = "docs/e2.md") -> E2Result:
+    """Analyse the steps an E2 run recorded in ``out_dir`` (steps.csv, run.json); write e2.png and the report.
+    ``placement experiment e2 --reanalyse DIR`` calls this alone: a change of analysis needs no new run."""
+    from ..errors import InputError
+    from ..jsonio import read_json
+    out = Path(out_dir)
+    if not (out / "steps.csv").is_file() or not (out / "run.json").is_file():
+        raise InputError(f"{out} holds no recorded E2 run (steps.csv and run.json)", field="--reanalyse",
+                         fix="Give the --out folder of an earlier placement experiment e2")
+    meta = read_json(out / "run.json")
+    runs: dict[str, dict[int, list[tuple[int, float]]]] = {}
+    with open(out / "steps.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            runs.setdefault(row["configuration"], {}).setdefault(int(row["round"]), []).append(
+                (int(row["step"]), float(row["seconds"])))
+    labels = list(runs)
+    configs = [[[t for _, t in sorted(runs[c][k])] for k in sorted(runs[c])] for c in labels]
+    result = analyse(labels, configs, window)
+    files = {"steps": out / "steps.csv", "run": out / "run.json", "png": out / "e2.png"}
+    plot(result, files["png"], title=f"{meta['network']} (batch {meta['batch_size']}) on {meta['devices']}: "
+                                     f"{len(configs)} configurations x {meta['rounds']} rounds x {meta['steps']} steps")
     result.files = {k: str(v) for k, v in files.items()}
     if markdown_path is not None:
         path = Path(markdown_path)
-        text = report(result, source, shape, batch, devices, steps, rounds, load, command,
-                      os.path.relpath(files["png"], path.parent), os.path.relpath(files["steps"], path.parent))
+        load = tuple(tuple(x) for x in meta["load"])
+        text = report(result, meta["source"], meta["input_shape"], meta["batch_size"], meta["devices"], meta["steps"],
+                      meta["rounds"], load, meta["command"], os.path.relpath(files["png"], path.parent),
+                      os.path.relpath(files["steps"], path.parent))
         write_text(path, text + kept_discussion(path))
         result.files["markdown"] = str(path)
     return result
@@ -300,16 +338,21 @@ def report(result: E2Result, source, shape, batch, devices, steps, rounds, load,
              f"![residual per step, distribution and every run]({png})", "",
              "## Warm-up", "",
              "Residual = step time / its run's median − 1, averaged over all runs per step index.", "",
-             "| step | mean residual | 95 % CI | median residual | runs whose slowest step it is |",
-             "|---|---|---|---|---|"]
+             "| step | mean residual | 95 % CI | median residual | runs whose slowest step it is | chance of that |",
+             "|---|---|---|---|---|---|"]
+    runs = [r for c in result.runs for r in c]
     for r in t["profile"]:
         lines.append(f"| {r['step']} | {r['mean_residual'] * 100:+.1f} % | ± {r['ci95'] * 100:.1f} % | "
-                     f"{r['median_residual'] * 100:+.1f} % | {r['slowest_share'] * 100:.0f} % |")
+                     f"{r['median_residual'] * 100:+.1f} % | {r['slowest_share'] * 100:.0f} % | "
+                     f"{slowest_p_value(runs, r['step']):.2g} |")
     lines += ["", f"From step {PROFILE_STEPS} on the median residual per index averages {centre * 100:+.2f} % "
               f"and wanders by {sd * 100:.2f} % (standard deviation over indices). **Recommended warm-up: "
               f"{result.warmup} step(s)**: from there on the median residual of every index of the first "
               f"{PROFILE_STEPS} is within {max(3 * sd, 0.005) * 100:.1f} % (3 standard deviations, at least 0.5 %) "
-              "of the steady state's (a warm-up slows most runs; a disturbance of the machine, a few).", "",
+              "of the steady state's (a warm-up slows most runs; a disturbance of the machine, a few), and none is "
+              "its run's slowest step more often than chance allows (the last column: the probability of so many "
+              f"runs or more, were each of a run's {min(len(r) for r in runs)} steps equally likely to be its "
+              "slowest; below 0.001 counts).", "",
               f"Outliers (above Q3 + 3 IQR of their run): {o['count']} of "
               f"{sum(len(r) for c in result.runs for r in c)} steps ({o['share'] * 100:.1f} %), "
               f"{o['in_first_three']} of them among the first three steps; the largest is "
