@@ -365,8 +365,9 @@ def report(result: E2Result, source, shape, batch, devices, steps, rounds, load,
               "| statistic | windows | spread | τ between windows |", "|---|---|---|---|"]
     for r in t["statistics"]:
         lines.append(f"| {r['statistic']} | {r['windows']} | {r['spread'] * 100:.2f} % | {r['tau']:.3f} |")
-    lines += ["", f"**The steadiest statistic here: {result.statistic}.** First window against the later ones "
-              f"with it (median over runs, and the 90th percentile), by warm-up:", "",
+    lines += ["", f"**The steadiest statistic here: {result.statistic}** (the highest τ to two decimals, then the "
+              "smallest spread). The first window against the later ones with it (median over runs, and the 90th "
+              "percentile), by warm-up:", "",
               "| warm-up | bias of the first window | 90th percentile |", "|---|---|---|"]
     for r in t["bias"]:
         lines.append(f"| {r['warmup']} | {r['bias'] * 100:+.2f} % | {r['p90'] * 100:+.2f} % |")
