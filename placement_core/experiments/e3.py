@@ -157,10 +157,12 @@ def jobs(versions, networks, algorithms, seeds: int, budget: int, schedules=("th
 
 
 def algorithm_order(labels) -> list[str]:
-    """Labels in the registry's order, each variant after its algorithm."""
+    """Labels in the registry's order, each variant after its algorithm, variants in the order given."""
     from ..optimize import ALGORITHMS
-    order = list(ALGORITHMS)
-    return sorted(set(labels), key=lambda a: (order.index(parse_variant(a)[0]), a))
+    order, first = list(ALGORITHMS), {}
+    for a in labels:
+        first.setdefault(a, len(first))
+    return sorted(first, key=lambda a: (order.index(parse_variant(a)[0]), first[a]))
 
 
 def mean_ci(values: list[float]) -> tuple[float, float]:
