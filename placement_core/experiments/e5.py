@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -143,7 +144,6 @@ def run_e5(source: str, input_shape, devices: str, *, batch_size: int | None, ou
     from ..torch.sources import load_model, parse_input_shape, parse_source
     from ..timings import read_timings, timing_table
 
-    import os
     settings = settings or E5Settings()
     say = progress or (lambda _: None)
     load_before = os.getloadavg()
