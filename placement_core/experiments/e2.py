@@ -32,7 +32,8 @@ from pathlib import Path
 
 from ..analysis.stats import kendall_tau
 from ..jsonio import write_json
-from .e3 import kept_discussion, mean_ci, write_text
+from ..analysis.stats import mean_ci
+from .e3 import kept_discussion, write_text
 
 STATISTICS = ("mean", "median", "min", "trimmed")
 WARMUPS = (0, 1, 2, 3, 5)

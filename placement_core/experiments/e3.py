@@ -21,13 +21,13 @@ import math
 import os
 import re
 import shlex
-import statistics
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..outputs import write_output
+from ..analysis.stats import mean_ci
+from ..parallel.tasks import map_unordered
 from ..problem import ProblemSpec
 
 
@@ -165,16 +165,6 @@ def algorithm_order(labels) -> list[str]:
     return sorted(first, key=lambda a: (order.index(parse_variant(a)[0]), first[a]))
 
 
-def mean_ci(values: list[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95 % confidence interval (Student's t)."""
-    m = statistics.fmean(values)
-    if len(values) < 2:
-        return m, 0.0
-    t95 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365, 9: 2.306, 10: 2.262}
-    t = t95.get(len(values), 1.96)
-    return m, t * statistics.stdev(values) / math.sqrt(len(values))
-
-
 def summarize(rows: list[dict]) -> dict:
     cells: dict[tuple, list[float]] = {}
     feasible: dict[tuple, list[int]] = {}
@@ -309,7 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--networks", default=",".join(NETWORKS))
     ap.add_argument("--algorithms", default=",".join(ALGORITHMS))
     ap.add_argument("--schedules", default="thesis", help="pipelined version: thesis,gpipe,1f1b")
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel runs")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel runs on this machine")
+    ap.add_argument("--dask", metavar="ADDRESS", help="spread the runs over a Dask cluster instead (tcp://HOST:8786; "
+                                                      "docs/scaling.md)")
     ap.add_argument("--out", default=None, help="folder for results.csv and the plot (default docs/e3, with "
                                                  "--exprimo docs/e3/exprimo)")
     ap.add_argument("--markdown", default="docs/e3.md", help="the file whose table section is written")
@@ -337,17 +329,21 @@ def main(argv: list[str] | None = None) -> int:
                 tuple(args.schedules.split(",")), args.exprimo)
     out = Path(args.out or ("docs/e3/exprimo" if args.exprimo else "docs/e3"))
     out.mkdir(parents=True, exist_ok=True)
-    print(f"E3: {len(todo)} runs of {args.budget} evaluations on {args.workers} worker(s)", flush=True)
-    rows, histories = [], {}
+    where = f"the Dask cluster at {args.dask}" if args.dask else f"{args.workers} worker(s)"
+    print(f"E3: {len(todo)} runs of {args.budget} evaluations on {where}", flush=True)
+    done: dict[int, dict] = {}
     start = time.perf_counter()
-    with ProcessPoolExecutor(max(1, args.workers)) as pool:
-        for i, row in enumerate(pool.map(run_job, todo), 1):
-            history = row.pop("_history")
-            rows.append(row)
-            histories.setdefault((row["version"], row["network"], row["schedule"], row["algorithm"]), []).append(history)
-            print(f"[{i}/{len(todo)}] {row['version']:9s} {row['network']:12s} {row['algorithm']:13s} "
-                  f"{row['schedule']:6s} seed {row['seed']}: {row['objective_s']:.4f} s "
-                  f"({time.perf_counter() - start:.0f} s elapsed)", flush=True)
+    for i, row in map_unordered(run_job, todo, workers=max(1, args.workers), dask=args.dask):
+        done[i] = row
+        print(f"[{len(done)}/{len(todo)}] {row['version']:9s} {row['network']:12s} {row['algorithm']:13s} "
+              f"{row['schedule']:6s} seed {row['seed']}: {row['objective_s']:.4f} s "
+              f"({time.perf_counter() - start:.0f} s elapsed)", flush=True)
+    rows, histories = [], {}
+    for i in sorted(done):  # in job order, however they finished
+        row = done[i]
+        history = row.pop("_history")
+        rows.append(row)
+        histories.setdefault((row["version"], row["network"], row["schedule"], row["algorithm"]), []).append(history)
     with open(out / "results.csv", "w", newline="") as f:
         w = csv.DictWriter(f, FIELDS)
         w.writeheader()
