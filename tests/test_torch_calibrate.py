@@ -174,3 +174,17 @@ def test_calibrating_a_gpu_measures_its_ops_and_its_link():
     assert cal.devices.names == ["cpu0", "gpu0"]
     assert all(cal.timings["ops"]["stem"][d]["fwd"] > 0 for d in cal.devices.names)
     assert all(c.bandwidth > 0 for c in cal.devices.channels)
+
+
+@pytest.mark.timeout(300)
+def test_three_ranks_measure_every_pair_without_waiting_on_each_other():
+    """Each pair's ping-pong synchronises only that pair (it used to wait on a barrier the third rank never
+    entered, so calibrating three devices hung)."""
+    pytest.importorskip("torch")
+    from placement_core.fitting import CalibrationSettings
+    from placement_core.torch.calibrate import calibrate
+    cal = calibrate(SOURCE, SHAPE, "cpu:3", batch_size=4, name="branchy",
+                    settings=CalibrationSettings(sizes=(1000, 100_000), steps=2, min_time=0.005, rounds=1,
+                                                 fit_placements=0, timeout=240))
+    assert sorted(cal.timings["channels"]) == ["cpu0-cpu1", "cpu0-cpu2", "cpu1-cpu2"]
+    assert all(len(c["seconds"]) == 2 and min(c["seconds"]) > 0 for c in cal.timings["channels"].values())

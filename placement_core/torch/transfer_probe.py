@@ -14,16 +14,18 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def ping_pong_samples(size: int, repeats: int, rank: int, device, peer: int | None = None) -> list[float]:
+def ping_pong_samples(size: int, repeats: int, rank: int, device, peer: int | None = None, group=None
+                      ) -> list[float]:
     """``repeats`` one-way times of ``size`` bytes between this rank and ``peer`` (the other of ranks 0 and
-    1 by default; the lower rank sends first): round trips from a barrier, halved; one extra exchange first."""
+    1 by default; the lower rank sends first): round trips from a barrier, halved; one extra exchange first.
+    With more than two ranks ``group`` must hold just the pair, so the barrier waits for no one else."""
     import torch
     import torch.distributed as dist
     peer = 1 - rank if peer is None else peer
     t = torch.randint(0, 256, (int(size),), dtype=torch.uint8, device=device)
     out = []
     for i in range(repeats + 1):
-        dist.barrier()
+        dist.barrier(group=group)
         _sync(device)
         t0 = time.perf_counter()
         if rank < peer:
