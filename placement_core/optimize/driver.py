@@ -11,6 +11,7 @@ from ..errors import InputError
 from ..parallel import Evaluator, SerialEvaluator
 from ..problem import Problem
 from .base import OptimizeResult, Optimizer, Progress
+from .kept import KEEP, KeptBest
 
 ProgressCallback = Callable[[Progress], None]
 
@@ -27,7 +28,8 @@ def check_budget(evaluations: int | None, seconds: float | None) -> None:
 def drive(optimizer: Optimizer, *, evaluations: int | None = None, seconds: float | None = None,
           evaluator: Evaluator | None = None, progress: ProgressCallback | None = None, stop=None,
           snapshot_every_s: float = 0.5, state: dict | None = None,
-          checkpoint: Callable[[dict], None] | None = None, checkpoint_every: int = 1) -> OptimizeResult:
+          checkpoint: Callable[[dict], None] | None = None, checkpoint_every: int = 1,
+          keep: int = KEEP) -> OptimizeResult:
     """Run ``optimizer`` until the budget is spent, it finishes, or ``stop`` is set.
 
     ``stop`` is anything with ``is_set()`` (a threading.Event) or a callable; it is checked before
@@ -46,6 +48,7 @@ def drive(optimizer: Optimizer, *, evaluations: int | None = None, seconds: floa
     history: list[tuple[float, float, float]] = []
     elapsed_before = 0.0
     batches = 0
+    kept = KeptBest(keep)
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])
         used = int(state["evaluations"])
@@ -54,6 +57,7 @@ def drive(optimizer: Optimizer, *, evaluations: int | None = None, seconds: floa
         history = [tuple(row) for row in state["history"]]
         elapsed_before = float(state.get("elapsed_s", 0.0))
         batches = int(state.get("batches", 0))
+        kept.load(state.get("kept"))  # checkpoints made before kept placements existed have none
     start = time.perf_counter() - elapsed_before
     last_snapshot = -1e9
     last_checkpoint = used
@@ -91,6 +95,7 @@ def drive(optimizer: Optimizer, *, evaluations: int | None = None, seconds: floa
         xs = np.ascontiguousarray(xs[:limit], dtype=np.int32)
         fs = np.asarray(evaluator.evaluate(xs), dtype=float)
         optimizer.tell(xs, fs)
+        kept.offer(xs, fs)
         used += len(xs)
         i = int(np.argmin(fs))
         if fs[i] < best_f:
@@ -101,10 +106,11 @@ def drive(optimizer: Optimizer, *, evaluations: int | None = None, seconds: floa
         emit()
         if checkpoint is not None and used - last_checkpoint >= checkpoint_every:
             last_checkpoint = used
-            checkpoint(_loop_state(optimizer, used, best_f, best_x, history, time.perf_counter() - start, batches))
+            checkpoint(_loop_state(optimizer, used, best_f, best_x, history, time.perf_counter() - start, batches,
+                                   kept))
     wall = time.perf_counter() - start
     if stopped and checkpoint is not None and used > last_checkpoint:
-        checkpoint(_loop_state(optimizer, used, best_f, best_x, history, wall, batches))  # resume exactly here
+        checkpoint(_loop_state(optimizer, used, best_f, best_x, history, wall, batches, kept))  # resume exactly here
     if best_x is None:
         raise InputError("the optimizer evaluated nothing", field="budget",
                          fix="Give a budget of at least one evaluation")
@@ -113,11 +119,11 @@ def drive(optimizer: Optimizer, *, evaluations: int | None = None, seconds: floa
     hist = np.array(history, dtype=float).reshape(-1, 3)
     return OptimizeResult(algorithm=optimizer.name, params=dict(optimizer.params), seed=optimizer.seed,
                           best_placement=best_x, best_objective=best_f, best=best, history=hist, evaluations=used,
-                          wall_s=wall, stopped=stopped, extras=optimizer.extras())
+                          wall_s=wall, stopped=stopped, extras=optimizer.extras(), kept=kept.ranked())
 
 
-def _loop_state(optimizer, used, best_f, best_x, history, elapsed, batches) -> dict:
-    return {"optimizer": optimizer.state_dict(), "evaluations": used, "best_objective": best_f,
+def _loop_state(optimizer, used, best_f, best_x, history, elapsed, batches, kept) -> dict:
+    return {"kept": kept.state(), "optimizer": optimizer.state_dict(), "evaluations": used, "best_objective": best_f,
             "best_placement": None if best_x is None else best_x.tolist(), "history": [list(h) for h in history],
             "elapsed_s": elapsed, "batches": batches}
 
