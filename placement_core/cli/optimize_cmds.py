@@ -10,6 +10,7 @@ from ..errors import InputError, escape
 from ..jsonio import write_json
 from ..placement import placement_to_dict
 from ..analysis.units import fmt_seconds
+from . import measured_cmds
 from .common import add_problem_options, build_problem, print_json, printable
 from .core_cmds import batch_summary, describe_batches
 from .validate import check_output_file, count_int, positive_seconds, run_id as run_id_arg, seed_int, workers_int
@@ -51,6 +52,7 @@ def register(sub) -> None:
     p.add_argument("--home", metavar="DIR", help="data directory (default $PLACEMENT_HOME or ~/.placement)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    measured_cmds.add_options(p)
     p.set_defaults(handler=cmd_optimize)
 
     p = sub.add_parser("algorithms", help="list the algorithms and their parameters (thesis defaults)")
@@ -152,6 +154,8 @@ def cmd_optimize(args) -> int:
     bar = ProgressBar(enabled=not args.quiet and sys.stderr.isatty())
     out_path = check_output_file(args.out, "--out") if args.out is not None else None
     run_id = initial = seeded = None
+    if args.objective == "measured" or args.resume is not None and _measured_run(args):
+        return measured_cmds.cmd_measured(args)
     if args.resume is not None:
         if args.init:
             raise InputError("--init starts a new run; a resumed run keeps the seeds it was started with",
@@ -221,6 +225,14 @@ def cmd_optimize(args) -> int:
     if run_id is not None:
         print(f"stored as run {run_id} (see `placement runs show {run_id}`)")
     return 0
+
+
+def _measured_run(args) -> bool:
+    from ..measured import is_measured
+    from ..store import RunStore
+
+    with RunStore(home=args.home) as store:
+        return is_measured(store.get(args.resume).algorithm)
 
 
 def cmd_algorithms(args) -> int:

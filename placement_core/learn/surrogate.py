@@ -67,7 +67,7 @@ class Surrogate:
             return GradientBoostingRegressor(n_estimators=400, max_depth=4, learning_rate=0.05, subsample=0.8,
                                              random_state=self.spec.seed)
         from sklearn.ensemble import HistGradientBoostingRegressor
-        return HistGradientBoostingRegressor(max_iter=500, learning_rate=0.05, random_state=self.spec.seed)
+        return HistGradientBoostingRegressor(max_iter=300, learning_rate=0.08, random_state=self.spec.seed)
 
     def fit(self, placements, targets) -> "Surrogate":
         y = np.asarray(targets, dtype=float)
@@ -75,14 +75,23 @@ class Surrogate:
             raise InputError(f"a surrogate needs at least 2 samples, got {len(y)}", field="samples")
         if not (np.isfinite(y).all() and (y > 0).all()):
             raise InputError("every target must be a positive, finite time", field="samples")
-        self.model = self._learner().fit(self.featurize(placements), np.log(y))
+        with _one_thread():
+            self.model = self._learner().fit(self.featurize(placements), np.log(y))
         self.n_train = len(y)
         return self
 
     def predict(self, placements) -> np.ndarray:
         if self.model is None:
             raise InputError("the surrogate has not been fitted", field="surrogate")
-        return np.exp(self.model.predict(self.featurize(placements)))
+        with _one_thread():
+            return np.exp(self.model.predict(self.featurize(placements)))
+
+
+def _one_thread():
+    """scikit-learn's OpenMP threads spin while they wait: on a busy 2-core machine two of them made a fit 10x
+    slower than one. One thread also makes every fit the same, whatever the machine."""
+    from threadpoolctl import threadpool_limits
+    return threadpool_limits(1)
 
 
 def metrics(truth, predicted) -> dict:
