@@ -48,18 +48,9 @@ def add_options(p) -> None:
 def truth_for(params: dict, problem, progress=None):
     """The measurer a measured run's stored ``params`` describe (``placement_core.torch``)."""
     _needs_torch()
-    from ..torch.benchmark import BenchmarkSettings
-    from ..torch.devspec import check_available, parse_devices
-    from ..torch.measure import Measurer
+    from ..torch.measure import measurer_from_params
 
-    devs = parse_devices(params["devices"])
-    check_available(devs)
-    settings = BenchmarkSettings(steps=int(params["steps"]), warmup=int(params["warmup"]),
-                                 rounds=int(params["rounds"]), timeout=float(params["timeout"]),
-                                 seed=int(params.get("benchmark_seed", 0)))
-    return Measurer(params["model"], params["input_shape"], devs, problem, params["mapping"],
-                    batch_size=int(params["batch_size"]), settings=settings, runner=params.get("runner", "ranks"),
-                    progress=progress)
+    return measurer_from_params(params, problem, progress)
 
 
 def cmd_measured(args) -> int:

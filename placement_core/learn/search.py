@@ -118,8 +118,9 @@ def run_search(problem: Problem, ledger: Ledger, settings: SearchSettings, *, in
         if len(init) == 0:
             raise InputError("re-measuring the best candidates needs candidates", field="--search",
                              fix="Start from a stored run (its kept placements and archive)")
-        for i in range(0, min(len(init), s.budget)):
-            if not state.evaluate(init[i:i + 1], [f"candidate #{i + 1}"]):
+        for i in range(0, min(len(init), s.budget), s.batch):  # a batch per call: one set of benchmark workers
+            part = init[i:min(i + s.batch, s.budget)]
+            if state.evaluate(part, [f"candidate #{i + j + 1}" for j in range(len(part))]) is None:
                 break
     elif s.search == "ga":
         _plain_ga(problem, state, s, init)

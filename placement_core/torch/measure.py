@@ -44,3 +44,18 @@ class Measurer:
             self.results[x.tobytes()] = r.to_dict()
             out.append(r.median_step_s if r.ok and r.median_step_s is not None else float("inf"))
         return np.array(out, dtype=float)
+
+
+def measurer_from_params(params: dict, problem, progress=None) -> Measurer:
+    """The measurer a measured run's stored ``params`` describe (model, input, batch, local devices, mapping,
+    benchmark settings), checked against this machine's devices."""
+    from .devspec import check_available, parse_devices
+
+    devs = parse_devices(params["devices"])
+    check_available(devs)
+    settings = BenchmarkSettings(steps=int(params["steps"]), warmup=int(params["warmup"]),
+                                 rounds=int(params["rounds"]), timeout=float(params["timeout"]),
+                                 seed=int(params.get("benchmark_seed", 0)))
+    return Measurer(params["model"], params["input_shape"], devs, problem, params["mapping"],
+                    batch_size=int(params["batch_size"]), settings=settings, runner=params.get("runner", "ranks"),
+                    progress=progress)
