@@ -9,6 +9,7 @@ side is handed in (``truth``): the store layer never imports torch.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Callable
 
@@ -133,6 +134,7 @@ def _drive(store, run_id, problem, settings, truth, params, initial, details, pr
                             best_placement=found.best_placement, best_objective=found.best_value,
                             best=problem.simulate(found.best_placement), history=history,
                             evaluations=found.evaluations, wall_s=time.perf_counter() - start, stopped=stopped,
-                            extras={"measurements_made": ledger.asked, "rounds": found.rounds}, kept=kept)
+                            extras={"measurements_made": ledger.asked, "rounds": found.rounds,
+                                    "load_average_at_end": list(os.getloadavg())}, kept=kept)
     store.finish(run_id, result, status="stopped" if stopped else "done")
     return result

@@ -153,3 +153,31 @@ def test_killing_a_real_measured_search_and_resuming_it(tmp_path):
     with RunStore(home=home) as store:
         after = [json.dumps(b["placement"], sort_keys=True) for b in store.benchmarks(run_id=2)]
     assert len(after) == 3 == len(set(after))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "m.py:M", "--devices", "cpu:2", "--budget-measurements", "5"], "needs --from-run"),
+    (["--from-run", "1", "--devices", "cpu:2", "--budget-measurements", "5"], "needs --model"),
+    (["--from-run", "1", "--model", "m.py:M", "--devices", "cpu:2"], "needs --budget-measurements"),
+])
+def test_a_measured_search_says_what_it_needs(capsys, tmp_path, monkeypatch, argv, message):
+    pytest.importorskip("torch")
+    from placement_core.cli import main
+
+    monkeypatch.setenv("PLACEMENT_HOME", str(tmp_path))
+    assert main(["optimize", "--objective", "measured", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_optimize_resume_of_a_measured_run_needs_pytorch_in_the_dashboard(stored):
+    """resume_run (the dashboard's) refuses a measured search and says how to resume it."""
+    from placement_core.errors import InputError
+    from placement_core.runs import resume_run
+
+    store, from_run, problem = stored
+    with pytest.raises(Killed):
+        start_measured(store, from_run, settings("top-k"), FakeMeasurement(problem, die_after=1),
+                       params={"devices": "test"}, initial=candidates(store, from_run))
+    run_id = store.runs()[0].id
+    with pytest.raises(InputError, match=f"placement optimize --resume {run_id}"):
+        resume_run(store, run_id)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import csv
 import os
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -84,7 +83,6 @@ def run_e4(source: str, shape, devices: str, *, batch_size: int, calibration: st
         found: dict[str, dict] = {}
         for search in SEARCHES:
             label = f"e4 {search}"
-            t0 = time.time()
             truth = {}
 
             def make(p, pr):
@@ -106,8 +104,10 @@ def run_e4(source: str, shape, devices: str, *, batch_size: int, calibration: st
                 run_id, result = rec.id, None
             history = store.history(run_id)
             best = store.get(run_id)
+            end_load = best.extras.get("load_average_at_end")
             found[search] = {"run": run_id, "history": history[:, :2].tolist(), "best_measured_s": best.best_objective,
-                             "placement": best.best_placement, "minutes": (time.time() - t0) / 60, "load": load()}
+                             "placement": best.best_placement, "minutes": (best.wall_s or 0.0) / 60,
+                             "load": "{:.2f}, {:.2f}, {:.2f}".format(*end_load) if end_load else "-"}
         loads["searches"] = load()
         sim_best = ranked[0]
         say(f"confirmation: the simulator's best and each search's best, {confirm_rounds} interleaved rounds ...")
@@ -118,29 +118,34 @@ def run_e4(source: str, shape, devices: str, *, batch_size: int, calibration: st
                             settings=BenchmarkSettings(steps=steps, warmup=warmup, rounds=confirm_rounds, seed=0),
                             name=graph.name)
         loads["end"] = load()
-        sim_first = {}
-        for s in SEARCHES:  # the search's own measurement of the simulator's best, when it made one
+        sequences = {}  # per search, in measurement order: (is the simulator's best, measured median or None)
+        for s in SEARCHES:
+            seq = []
             for b in store.benchmarks(run_id=found[s]["run"]):
                 x = np.array([names.index(b["placement"][op.name]) for op in graph.ops], dtype=np.int32)
-                if np.array_equal(x, sim_best.placement) and b["measured_median_s"] is not None:
-                    sim_first[s] = b["measured_median_s"]
+                seq.append((bool(np.array_equal(x, sim_best.placement)), b["measured_median_s"]))
+            sequences[s] = seq
     confirm = [{"placement": lbl, "median_s": r.median_step_s, "iqr_s": r.to_dict()["iqr_s"],
                 "simulated_s": float(problem.simulate(x).result.batch_time), "status": r.status,
                 "same_as_simulators_best": bool(np.array_equal(x, sim_best.placement))}
                for (lbl, x), r in zip(picks, results)]
     data = {"network": graph.name, "source": source, "shape": list(shape), "batch": batch_size, "devices": devices,
             "archive_run": archive_id, "candidates": len(ranked), "budget": budget, "searches": found,
-            "confirm": confirm, "loads": loads, "sim_best_in_search": sim_first, "command": command}
+            "confirm": confirm, "loads": loads, "sequences": sequences, "command": command}
     _write(out, data)
     return data
 
 
-def first_at_least_as_good(history, reference: float) -> int | None:
-    """The number of measurements after which the best so far is at most ``reference``."""
-    for used, best in history:
-        if best <= reference:
-            return int(used)
-    return None
+def first_other_at_least_as_fast(sequence) -> tuple[float | None, int | None]:
+    """(the search's own measurement of the simulator's best, the number of measurements after which it had
+    measured another placement at least that fast), from its measurements in order."""
+    own = next((v for is_sim, v in sequence if is_sim and v is not None), None)
+    if own is None:
+        return None, None
+    for n, (is_sim, v) in enumerate(sequence, start=1):
+        if not is_sim and v is not None and v <= own:
+            return own, n
+    return own, None
 
 
 def _write(out: Path, data: dict) -> None:
@@ -152,6 +157,10 @@ def _write(out: Path, data: dict) -> None:
                 w.writerow([s, int(used), f"{best:.6g}"])
     _plot(out / "e4.png", data)
     (out / "report.md").write_text(report(data))
+    from ..jsonio import write_json
+    write_json(out / "results.json", {k: v for k, v in data.items() if k != "searches"} | {
+        "searches": {s: {k: v for k, v in f.items() if k != "placement"} | {"placement": np.asarray(f["placement"]).tolist()}
+                     for s, f in data["searches"].items()}})
 
 
 def _plot(path: Path, data: dict) -> None:
@@ -184,18 +193,18 @@ def report(data: dict) -> str:
              f"MAP-Elites run {data['archive_run']} against the calibrated simulator; {data['candidates']} distinct "
              f"candidate placements; {data['budget']} measurements per search. Load average (1, 5, 15 min): "
              + "; ".join(f"{k} {v}" for k, v in data["loads"].items()) + ".", "",
-             "| search | best of its measurements (ms) | measurements until it measured a placement at least as fast as "
-             "its own measurement of the simulator's best | re-measured in the confirmation (ms, median ± IQR) | "
-             "vs. the simulator's best re-measured | minutes | load after |",
-             "|---|---|---|---|---|---|---|"]
+             "| search | best of its measurements (ms) | its measurement of the simulator's best (ms) | "
+             "measurements until another placement measured at least as fast | re-measured in the confirmation "
+             "(ms, median ± IQR) | vs. the simulator's best re-measured | minutes | load after |",
+             "|---|---|---|---|---|---|---|---|"]
     for s in SEARCHES:
         f = data["searches"][s]
         c = conf[TITLES[s]]
-        own = data["sim_best_in_search"].get(s)
-        n = first_at_least_as_good(f["history"], own) if own is not None else None
+        own, n = first_other_at_least_as_fast(data["sequences"][s])
         vs = "-" if c["median_s"] is None or ref is None else f"{(c['median_s'] / ref - 1) * 100:+.1f} %"
         same = " (the simulator's best itself)" if c["same_as_simulators_best"] else ""
-        lines.append(f"| {TITLES[s]} | {f['best_measured_s'] * 1e3:.2f} | {n if n is not None else '-'} | "
+        lines.append(f"| {TITLES[s]} | {f['best_measured_s'] * 1e3:.2f} | "
+                     f"{'-' if own is None else f'{own * 1e3:.2f}'} | {n if n is not None else 'none'} | "
                      f"{_ms(c)}{same} | {vs} | {f['minutes']:.1f} | {f['load']} |")
     sim = conf["simulator's best"]
     lines += ["", f"Simulator's best, re-measured: {_ms(sim)} (simulated {sim['simulated_s'] * 1e3:.2f} ms).", ""]
