@@ -3,7 +3,6 @@
 
 import json
 
-import numpy as np
 import pytest
 
 from placement_core import Problem, load_devices, load_network

@@ -99,7 +99,7 @@ def cmd_measured(args) -> int:
             chosen = parse_mapping(args.map, names, local) if args.map else {}
             mapping = {names[i]: chosen.get(names[i], loc)
                        for i, loc in default_mapping(names, list(range(len(names))), local).items()}
-            warning = shared_warning({k: v for k, v in mapping.items()}, {d.name: d.torch for d in devs})
+            warning = shared_warning(mapping, {d.name: d.torch for d in devs})
             if warning:
                 say(f"warning: {warning}")
             if args.input_shape:

@@ -102,15 +102,14 @@ class Featurizer:
         cross = src_dev != dst_dev
         ch = np.where(cross, self.route[src_dev, dst_dev], self.n_ch)
         back = np.where(cross, self.route[dst_dev, src_dev], self.n_ch)
-        fwd_msgs = _largest_per_key(self.e_src * d + dst_dev, self.e_bytes, cross, n * d)
-        grad_msgs = _sum_per_key(self.e_dst * d + src_dev, self.e_grad, cross, n * d)
+        fwd_msgs = _largest_per_key(self.e_src * d + dst_dev, self.e_bytes, cross)
+        grad_msgs = _sum_per_key(self.e_dst * d + src_dev, self.e_grad, cross)
         ch_bytes = np.zeros((k, self.n_ch + 1))
         ch_time = np.zeros((k, self.n_ch + 1))
         messages = np.zeros(k)
         for key_bytes, chan in ((fwd_msgs, ch), (grad_msgs, back)):
             for kk in range(k):
-                sel = key_bytes[kk]
-                idx, nbytes = sel
+                idx, nbytes = key_bytes[kk]
                 if len(idx) == 0:
                     continue
                 c = chan[kk, idx]
@@ -136,9 +135,7 @@ class Featurizer:
             start = (bfin[:, self.e_dst[ce]] + grad_t[:, ce]).max(axis=1) if ce else 0.0
             bfin[:, i] = start + t_b[:, i]
         bwd_cp = bfin.max(axis=1)
-        overhead_t = messages * 0.0
-        if self.overhead.any():
-            overhead_t = (cross * (self.overhead[src_dev] + self.overhead[dst_dev])).sum(axis=1)
+        overhead_t = (cross * (self.overhead[src_dev] + self.overhead[dst_dev])).sum(axis=1)
         busiest = compute.max(axis=1)
         cp = fwd_cp + bwd_cp
         used = (onehot.sum(axis=1) > 0).sum(axis=1)
@@ -149,24 +146,26 @@ class Featurizer:
                                 np.maximum(cp, busiest), balance])
 
 
-def _largest_per_key(keys: np.ndarray, values: np.ndarray, mask: np.ndarray, size: int) -> list:
-    """Per placement: (edge indices of the largest value per key among masked edges, those values)."""
+def _largest_per_key(keys: np.ndarray, values: np.ndarray, mask: np.ndarray) -> list:
+    """Per placement (row of ``keys`` and ``mask``): (edge indices of the largest value per key among the
+    masked edges, those values)."""
     out = []
     order = np.argsort(-values, kind="stable")
     for kk in range(mask.shape[0]):
         e = order[mask[kk, order]]
-        _, first = np.unique(keys[kk, e] if keys.ndim == 2 else keys[e], return_index=True)
+        _, first = np.unique(keys[kk, e], return_index=True)
         idx = e[first]
         out.append((idx, values[idx]))
     return out
 
 
-def _sum_per_key(keys: np.ndarray, values: np.ndarray, mask: np.ndarray, size: int) -> list:
-    """Per placement: (one representative edge per key among masked edges, the sum of its key's values)."""
+def _sum_per_key(keys: np.ndarray, values: np.ndarray, mask: np.ndarray) -> list:
+    """Per placement: (one representative edge per key among the masked edges with a value, the sum of its
+    key's values)."""
     out = []
     for kk in range(mask.shape[0]):
         e = np.flatnonzero(mask[kk] & (values > 0))
-        kv = keys[kk, e] if keys.ndim == 2 else keys[e]
+        kv = keys[kk, e]
         uniq, first, inv = np.unique(kv, return_index=True, return_inverse=True)
         out.append((e[first], np.bincount(inv, weights=values[e], minlength=len(uniq))))
     return out

@@ -17,7 +17,7 @@ where it stopped.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -103,7 +103,6 @@ class SearchResult:
     history: list[tuple[int, float]]  # (true evaluations so far, best true value so far)
     evaluations: int
     rounds: int = 0
-    labels: dict = field(default_factory=dict)
 
 
 def run_search(problem: Problem, ledger: Ledger, settings: SearchSettings, *, initial=None,
