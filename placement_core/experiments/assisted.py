@@ -41,13 +41,13 @@ def _best_at(history: np.ndarray, evaluations: int) -> float:
 
 
 def assisted_rows(problems: str, seeds: int, budget: int, reference: int, batch: int, generations: int,
-                  initial: int, say=lambda m: None) -> list[dict]:
+                  initial: int, say=lambda m: None, first_seed: int = 0) -> list[dict]:
     from ..learn.search import Ledger, SearchSettings, run_search
     from ..optimize import run
 
     rows = []
     for net, dev, problem in _problems(problems):
-        for seed in range(seeds):
+        for seed in range(first_seed, first_seed + seeds):
             t0 = time.perf_counter()
             ga = run(problem, "ga", evaluations=reference, seed=seed)
             ga_s = time.perf_counter() - t0
@@ -67,7 +67,7 @@ def assisted_rows(problems: str, seeds: int, budget: int, reference: int, batch:
 
 
 def seeding_rows(problems: str, seeds: int, checkpoints=(1000, 5000, 20000), bayes: int = 100,
-                 say=lambda m: None) -> list[dict]:
+                 say=lambda m: None, first_seed: int = 0) -> list[dict]:
     from ..optimize import run
     from ..optimize.seeding import initial_placements
 
@@ -76,7 +76,7 @@ def seeding_rows(problems: str, seeds: int, checkpoints=(1000, 5000, 20000), bay
     rows = []
     for net, dev, problem in _problems(problems):
         for name, init in starts.items():
-            for seed in range(seeds):
+            for seed in range(first_seed, first_seed + seeds):
                 spent, initial = 0, None
                 if init:
                     s = initial_placements(problem, init, seed=seed)
@@ -118,7 +118,8 @@ def seeding_table(rows: list[dict], checkpoints=(1000, 5000, 20000)) -> str:
 def main(argv: list[str] | None = None, which: str = "assisted") -> int:
     p = argparse.ArgumentParser(prog=f"placement experiment {which}")
     p.add_argument("--problems", default=DEFAULT_PROBLEMS, help=f"NETWORK:DEVICES,... (default {DEFAULT_PROBLEMS})")
-    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--seeds", type=int, default=5, help="how many seeds (default 5)")
+    p.add_argument("--first-seed", type=int, default=0, help="the first seed (default 0)")
     p.add_argument("--json", action="store_true")
     if which == "assisted":
         p.add_argument("--budget", type=int, default=2000, help="true evaluations of the assisted GA (default 2000)")
@@ -135,11 +136,11 @@ def main(argv: list[str] | None = None, which: str = "assisted") -> int:
     say(f"load average at the start: {'{:.2f}, {:.2f}, {:.2f}'.format(*os.getloadavg())}")
     if which == "assisted":
         rows = assisted_rows(args.problems, args.seeds, args.budget, args.reference, args.batch, args.generations,
-                             args.initial, say)
+                             args.initial, say, first_seed=args.first_seed)
         table = assisted_table(rows, args.budget, args.reference)
     else:
         checkpoints = tuple(int(c) for c in args.checkpoints.split(","))
-        rows = seeding_rows(args.problems, args.seeds, checkpoints, bayes=args.bayes, say=say)
+        rows = seeding_rows(args.problems, args.seeds, checkpoints, bayes=args.bayes, say=say, first_seed=args.first_seed)
         table = seeding_table(rows, checkpoints)
     if args.json:
         print(json.dumps(rows, indent=1))
