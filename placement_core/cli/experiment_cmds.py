@@ -214,12 +214,63 @@ def _argv(args) -> list[str]:
     return out + (["--in-order"] if getattr(args, "in_order", False) else [])
 
 
-EXPERIMENTS = [register_e1, register_e2, register_e3, register_e5]
+def register_e4(sub) -> None:
+    """``placement experiment e4``: from the simulator's MAP-Elites archive to measured placements."""
+    p = sub.add_parser("e4", help="sim -> real: top-K re-benchmarking, the surrogate-assisted GA and a plain GA "
+                                  "on measurements, from the simulator's MAP-Elites archive",
+                       description="MAP-Elites against the calibrated simulator, then three measured searches with "
+                                   "the same budget, and a confirmation of each one's best (docs/e4.md).")
+    _model_options(p)
+    p.add_argument("--devices", default="cpu:2", help=DEVICES_HELP + " (default cpu:2)")
+    p.add_argument("--calibration", required=True, help="a placement calibrate folder (devices.json + timings.json)")
+    p.add_argument("--out", required=True, help="folder for runs.sqlite, report.md, history.csv, e4.png")
+    p.add_argument("--budget", type=positive_int, default=50, help="measurements per search (default 50)")
+    p.add_argument("--archive-budget", type=positive_int, default=20000,
+                   help="MAP-Elites evaluations against the simulator (default 20000)")
+    p.add_argument("--steps", type=positive_int, default=4, help="timed steps per round (default 4)")
+    p.add_argument("--warmup", type=positive_int, default=1, help="warm-up steps per round (default 1)")
+    p.add_argument("--rounds", type=positive_int, default=2, help="interleaved rounds per measurement (default 2)")
+    p.add_argument("--confirm-rounds", type=positive_int, default=6,
+                   help="interleaved rounds of the confirmation (default 6)")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of MAP-Elites and the searches (default 0)")
+    p.set_defaults(handler=cmd_e4)
+
+
+def cmd_e4(args) -> int:
+    _needs_torch()
+    from ..experiments.e4 import run_e4
+
+    check_output_dir(args.out, "--out")
+    shape, batch, _, _ = _shape_and_network(args)
+    command = "placement experiment e4 " + " ".join(shlex.quote(a) for a in sys.argv[3:]) if len(sys.argv) > 3 else ""
+    data = run_e4(args.model, shape, args.devices, batch_size=batch, calibration=args.calibration, out_dir=args.out,
+                  budget=args.budget, archive_budget=args.archive_budget, seed=args.seed, steps=args.steps,
+                  warmup=args.warmup, rounds=args.rounds, confirm_rounds=args.confirm_rounds, command=command,
+                  say=lambda m: print(m, file=sys.stderr, flush=True))
+    for c in data["confirm"]:
+        shown = "-" if c["median_s"] is None else f"{c['median_s'] * 1e3:.2f} ms"
+        print(f"{c['placement']}: {shown} (re-measured)")
+    print(f"wrote {args.out}/report.md, history.csv, e4.png")
+    return 0
+
+
+def register_assisted(sub) -> None:
+    passthrough(sub, "assisted", "the surrogate-assisted GA against the plain GA, the simulator as the truth",
+                "placement_core.experiments.assisted:main")
+
+
+def register_seeding(sub) -> None:
+    passthrough(sub, "seeding", "the GA after 1,000 / 5,000 / 20,000 evaluations with and without initial mappings",
+                "placement_core.experiments.assisted:main_seeding")
+
+
+EXPERIMENTS = [register_e1, register_e2, register_e3, register_e4, register_e5, register_assisted,
+               register_seeding]
 
 
 def register(sub) -> None:
     p = sub.add_parser("experiment", help="run one of the thesis' experiments (e1: link bandwidth, e2: step times, "
-                                          "e3: optimizers, e5: simulator accuracy)",
+                                          "e3: optimizers, e4: sim -> real, e5: simulator accuracy)",
                        description="Reproduce the thesis' experiments on this machine.")
     experiments = p.add_subparsers(dest="experiment", metavar="EXPERIMENT", parser_class=Parser)
     experiments.required = True
