@@ -103,7 +103,8 @@ with ui.guarded("the device tables"):
     st.caption("Routes: `SRC→DST` pairs separated by commas (`->` works too). Every ordered pair of devices "
                "needs exactly one route. An empty latency is 0.")
     chan_df = st.data_editor(
-        _frame(chan_rows, CHANNEL_COLUMNS, ("name", "routes")), key=f"chan_editor_{v}", num_rows="dynamic",
+        _frame(chan_rows, CHANNEL_COLUMNS, ("name", "routes", "transfer curve")), key=f"chan_editor_{v}",
+        num_rows="dynamic",
         hide_index=True, placeholder="",
         column_config={
             "name": st.column_config.TextColumn("name", required=True),
@@ -111,6 +112,9 @@ with ui.guarded("the device tables"):
                                                             help="theoretical; the roofline profile uses 25 % of it"),
             "latency µs": st.column_config.NumberColumn("latency µs", format="%.4g", help="empty = 0"),
             "routes": st.column_config.TextColumn("routes", width="large"),
+            "transfer curve": st.column_config.TextColumn(
+                "transfer curve", help="optional: measured BYTES: SECONDS points (placement calibrate, placement "
+                                       "experiment e1) that replace latency and bandwidth for this channel"),
         })
     draft = (dev_df.to_dict("records"), chan_df.to_dict("records"))
     s.dev_draft = draft

@@ -136,7 +136,9 @@ def links_figure(devices) -> go.Figure:
         x=cx, y=[0] * nc, mode="markers+text", text=[f"{c.name}<br>{c.bandwidth / 1e9:.3g} GB/s" for c in devices.channels],
         textposition="bottom center", marker=dict(size=20, symbol="diamond", color=[color(c) for c in range(nc)]),
         hovertext=[f"<b>{ch.name}</b><br>{ch.bandwidth / 1e9:.3g} GB/s · latency {ch.latency * 1e6:.3g} µs"
-                   f"<br>{len(ch.routes)} route(s) share it" for ch in devices.channels],
+                   + (f"<br>measured transfer curve ({len(ch.transfer_curve)} points) replaces both"
+                      if ch.transfer_curve else "")
+                   + f"<br>{len(ch.routes)} route(s) share it" for ch in devices.channels],
         hoverinfo="text", showlegend=False))
     fig.update_layout(**BASE_LAYOUT, height=330, title="Links: devices (top) and the channels they use (bottom)",
                       xaxis=dict(visible=False), yaxis=dict(visible=False, range=[-0.45, 1.35]))

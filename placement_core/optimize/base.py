@@ -207,6 +207,7 @@ class OptimizeResult:
     wall_s: float
     stopped: bool = False
     extras: dict = field(default_factory=dict)
+    kept: list = field(default_factory=list)  # (objective, placement): the best distinct ones evaluated, best first
 
     @property
     def archive(self):

@@ -14,6 +14,7 @@ from ..problem import Problem
 from . import variation
 from .base import OptimizeResult, Optimizer, Progress
 from .variation import Recipe
+from .kept import KEEP, KeptBest
 
 ProgressCallback = Callable[[Progress], None]
 
@@ -30,7 +31,8 @@ def check_budget(evaluations: int | None, seconds: float | None) -> None:
 def drive(optimizer: Optimizer, *, evaluations: int | None = None, seconds: float | None = None,
           evaluator: Evaluator | None = None, progress: ProgressCallback | None = None, stop=None,
           snapshot_every_s: float = 0.5, state: dict | None = None,
-          checkpoint: Callable[[dict], None] | None = None, checkpoint_every: int = 1) -> OptimizeResult:
+          checkpoint: Callable[[dict], None] | None = None, checkpoint_every: int = 1,
+          keep: int = KEEP) -> OptimizeResult:
     """Run ``optimizer`` until the budget is spent, it finishes, or ``stop`` is set.
 
     ``stop`` is anything with ``is_set()`` (a threading.Event) or a callable; it is checked before
@@ -50,6 +52,7 @@ def drive(optimizer: Optimizer, *, evaluations: int | None = None, seconds: floa
     elapsed_before = 0.0
     batches = 0
     resubmit: list[Recipe] = []
+    kept = KeptBest(keep)
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])
         used = int(state["evaluations"])
@@ -59,6 +62,7 @@ def drive(optimizer: Optimizer, *, evaluations: int | None = None, seconds: floa
         elapsed_before = float(state.get("elapsed_s", 0.0))
         batches = int(state.get("batches", 0))
         resubmit = [Recipe.from_dict(r, problem.n_ops) for r in state.get("pending", [])]
+        kept.load(state.get("kept"))  # checkpoints made before kept placements existed have none
     else:
         optimizer.configure(evaluator, evaluations)
     send = _sender(optimizer, evaluator)
@@ -109,6 +113,7 @@ def drive(optimizer: Optimizer, *, evaluations: int | None = None, seconds: floa
         xs, fs, rates = handle.result()
         fs = np.asarray(fs, dtype=float)
         optimizer.take_results(xs, fs, rates)
+        kept.offer(xs, fs)
         used += len(xs)
         i = int(np.argmin(fs))
         if fs[i] < best_f:
@@ -120,10 +125,10 @@ def drive(optimizer: Optimizer, *, evaluations: int | None = None, seconds: floa
         if checkpoint is not None and used - last_checkpoint >= checkpoint_every:
             last_checkpoint = used
             checkpoint(_loop_state(optimizer, used, best_f, best_x, history, time.perf_counter() - start, batches,
-                                   pending))
+                                   pending, kept))
     wall = time.perf_counter() - start
     if stopped and checkpoint is not None and used > last_checkpoint:
-        checkpoint(_loop_state(optimizer, used, best_f, best_x, history, wall, batches, pending))  # resume here
+        checkpoint(_loop_state(optimizer, used, best_f, best_x, history, wall, batches, pending, kept))  # resume here
     if best_x is None:
         raise InputError("the optimizer evaluated nothing", field="budget",
                          fix="Give a budget of at least one evaluation")
@@ -132,13 +137,13 @@ def drive(optimizer: Optimizer, *, evaluations: int | None = None, seconds: floa
     hist = np.array(history, dtype=float).reshape(-1, 3)
     return OptimizeResult(algorithm=optimizer.name, params=dict(optimizer.params), seed=optimizer.seed,
                           best_placement=best_x, best_objective=best_f, best=best, history=hist, evaluations=used,
-                          wall_s=wall, stopped=stopped, extras=optimizer.extras())
+                          wall_s=wall, stopped=stopped, extras=optimizer.extras(), kept=kept.ranked())
 
 
-def _loop_state(optimizer, used, best_f, best_x, history, elapsed, batches, pending=()) -> dict:
-    """What a resume needs: the optimizer (which has already asked for the pending batches) and those
-    batches themselves, to be evaluated again rather than asked for anew."""
-    return {"optimizer": optimizer.state_dict(), "evaluations": used, "best_objective": best_f,
+def _loop_state(optimizer, used, best_f, best_x, history, elapsed, batches, pending, kept) -> dict:
+    """What a resume needs: the optimizer (which has already asked for the pending batches), those
+    batches themselves, to be evaluated again rather than asked for anew, and the best placements kept."""
+    return {"kept": kept.state(), "optimizer": optimizer.state_dict(), "evaluations": used, "best_objective": best_f,
             "best_placement": None if best_x is None else best_x.tolist(), "history": [list(h) for h in history],
             "elapsed_s": elapsed, "batches": batches, "pending": [r.to_dict() for r, _ in pending]}
 

@@ -139,6 +139,11 @@ class RunStore(StoreFile):
             c.execute("DELETE FROM history WHERE run_id=?", (run_id,))
             c.executemany("INSERT OR REPLACE INTO history VALUES(?,?,?,?)",
                           [(run_id, int(e), _finite(b), _finite(cu)) for e, b, cu in result.history.tolist()])
+            c.execute("DELETE FROM kept WHERE run_id=?", (run_id,))
+            c.executemany("INSERT INTO kept VALUES(?,?,?,?)",
+                          [(run_id, rank, float(f), _dumps(np.asarray(x).tolist()))
+                           for rank, (f, x) in enumerate(getattr(result, "kept", []) or [], start=1)
+                           if np.isfinite(f)])
             if archive is not None:
                 c.execute("DELETE FROM archive WHERE run_id=?", (run_id,))
                 c.executemany("INSERT INTO archive VALUES(?,?,?,?,?)",
@@ -276,6 +281,22 @@ class RunStore(StoreFile):
                  "descriptors": tuple(json.loads(r["descriptors"])),
                  "placement": np.array(json.loads(r["placement"]), dtype=np.int32)}
                 for r in self._conn.execute("SELECT * FROM archive WHERE run_id=? ORDER BY objective", (run_id,))]
+
+    @_guarded("read")
+    def kept_rows(self, run_id: int) -> list[dict]:
+        """The best distinct placements a finished or stopped run evaluated, best first (a running or
+        interrupted run's are in its checkpoint: :meth:`kept_of`)."""
+        return [{"rank": r["rank"], "objective": r["objective"],
+                 "placement": np.array(json.loads(r["placement"]), dtype=np.int32)}
+                for r in self._conn.execute("SELECT * FROM kept WHERE run_id=? ORDER BY rank", (run_id,))]
+
+    def kept_of(self, run_id: int) -> list[tuple[float, np.ndarray]]:
+        """(objective, placement) of the best distinct placements a run evaluated, stored or checkpointed."""
+        rows = self.kept_rows(run_id)
+        if rows:
+            return [(r["objective"], r["placement"]) for r in rows]
+        state = self.load_checkpoint(run_id) or {}
+        return [(float(f), np.asarray(x, dtype=np.int32)) for f, _, x in state.get("kept") or []]
 
     @_guarded("read")
     def archive_sizes(self) -> dict[int, int]:
