@@ -178,6 +178,10 @@ def cmd_optimize(args) -> int:
                              "(see `placement optimize --help`)")
         from ..optimize import problem_for
         problem = problem_for(build_problem(args), args.algorithm)  # data parallel brings its splits
+        if args.init:  # and so does starting a search from it (--init data-parallel)
+            from ..optimize.seeding import parse_init
+            for kind, _ in parse_init(args.init):
+                problem = problem_for(problem, kind)
         evaluations = args.budget if args.budget or args.seconds else 20000
         params = parse_params(args.param)
         if args.init:
