@@ -158,6 +158,8 @@ def register_e5(sub) -> None:
     p.add_argument("--random", type=int, default=8, help="uniformly random placements (default 8)")
     p.add_argument("--zones", type=int, default=8, help="random contiguous-zone placements (default 8)")
     p.add_argument("--splits", type=int, default=5, help="contiguous two-way splits (default 5)")
+    p.add_argument("--sharded", type=int, default=4,
+                   help="placements that split ops over the devices: data parallel, then random (default 4)")
     p.add_argument("--steps", type=positive_int, default=4, help="timed steps per round (default 4)")
     p.add_argument("--warmup", type=positive_int, default=1, help="warm-up steps per round (default 1)")
     p.add_argument("--rounds", type=positive_int, default=4, help="interleaved rounds (default 4)")
@@ -176,13 +178,14 @@ def cmd_e5(args) -> int:
     _needs_torch()
     from ..experiments.e5 import E5Settings, dumps, run_e5, summary_line
 
-    for name in ("generations", "random", "zones", "splits"):
+    for name in ("generations", "random", "zones", "splits", "sharded"):
         if getattr(args, name) < 0:
             raise InputError(f"--{name} must not be negative", field=f"--{name}")
     check_output_dir(args.out, "--out")
     shape, batch, _, _ = _shape_and_network(args)
     settings = E5Settings(generations=args.generations, checkpoint_every=args.checkpoint_every, random=args.random,
-                          zones=args.zones, splits=args.splits, steps=args.steps, warmup=args.warmup,
+                          zones=args.zones, splits=args.splits, sharded=args.sharded, steps=args.steps,
+                          warmup=args.warmup,
                           rounds=args.rounds, seed=args.seed, statistic=args.statistic, shuffle=not args.in_order)
     command = "placement experiment e5 " + " ".join(shlex.quote(a) for a in _argv(args))
     progress = None if args.json else (lambda m: print(m, file=sys.stderr))
