@@ -65,7 +65,7 @@ def _shape_and_network(args):
 
 def _assignment(args, shape, network, groups, devs) -> tuple[dict[str, str], object]:
     """The placement as op -> device name over the model's own ops, and the traced model."""
-    from ..placement import parse_placement_spec
+    from ..analysis.pipeline import placement_option
     from ..coarsen import expand_assignment
     from ..torch.devspec import nominal_device_graph
     from ..torch.model_import import trace_model
@@ -76,7 +76,7 @@ def _assignment(args, shape, network, groups, devs) -> tuple[dict[str, str], obj
     graph = network if network is not None else traced.graph
     devgraph = nominal_device_graph(devs)
     ignored: list[str] = []
-    placement = parse_placement_spec(args.placement, graph, devgraph, ignored=ignored)
+    placement = placement_option(args.placement, graph, devgraph, ignored=ignored)
     if ignored:
         from ..placement import describe_ignored
         print(f"note: {describe_ignored(ignored)}", file=sys.stderr)
