@@ -9,7 +9,8 @@ import sys
 from ..errors import InputError
 from .common import positive_int
 
-MODEL_HELP = ("torchvision:NAME (built with weights=None, e.g. torchvision:resnet18) or FILE.py:NAME (a class, "
+MODEL_HELP = ("torchvision:NAME (built with weights=None, e.g. torchvision:resnet18), placement:gpt2 (GPT-2, defined "
+              "here; e.g. placement:gpt2(layers=4, d_model=256)) or FILE.py:NAME (a class, "
               "factory or module in that file); keyword arguments as NAME(key=value)")
 DEVICES_HELP = "cpu:N (N CPU ranks, each on its own cores), cuda:0,cuda:1, or a mix such as cpu,cuda:0"
 
