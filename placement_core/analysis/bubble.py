@@ -63,3 +63,32 @@ def bubble_breakdown(graph: Graph, devices: DeviceGraph, placement, schedule: st
     for key in list(parts):
         out[key.replace("_s", "_share")] = parts[key] / idle if idle > 0 else 0.0
     return out
+
+
+# -- the bubble drawn, step by step (the Pipeline page's animation) -----------------------------------
+
+def idle_intervals(blocks, n_devices: int, end: float) -> list[tuple[int, float, float]]:
+    """(row, start, end) of every gap between the work blocks of a device row, from 0 to ``end``: the bubble.
+    ``blocks`` are :func:`.pipeline.schedule_blocks` blocks; rows from ``n_devices`` on are links."""
+    out = []
+    for row in range(n_devices):
+        t = 0.0
+        for b in sorted((b for b in blocks if b.row == row and b.kind == "op"), key=lambda b: b.start):
+            if b.start > t:
+                out.append((row, t, b.start))
+            t = max(t, b.end)
+        if end > t:
+            out.append((row, t, end))
+    return out
+
+
+def until(blocks, t: float) -> list:
+    """The blocks as they stand at time ``t``: those begun, cut at ``t``."""
+    from dataclasses import replace
+    return [b if b.end <= t else replace(b, end=t) for b in blocks if b.start < t]
+
+
+def frame_times(end: float, frames: int) -> list[float]:
+    """``frames`` evenly spaced instants from the first step to ``end`` (the last frame is the whole step)."""
+    frames = max(1, int(frames))
+    return [end * (k + 1) / frames for k in range(frames)]

@@ -89,6 +89,7 @@ class ScheduleRun:
     evaluation: Evaluation
     stage_devices: list[int]
     virtual_stages: int = 1
+    chunk_of: dict[str, int] | None = None  # interleaved 1F1B: each op's chunk on its device (0 = first)
 
     @property
     def step_time(self) -> float:
@@ -117,7 +118,14 @@ def run_schedule(graph: Graph, devices: DeviceGraph, placement: np.ndarray, sche
     problem = spec.build(graph, devices, cost_model=None if named else profile)
     ev = problem.simulate(placement, trace=trace)
     order = [devices.index[s.device] for s in stages_of(placement, graph, devices)]
-    return ScheduleRun(schedule, m, ev, order, v)
+    chunk_of = None
+    if schedule == "interleaved-1f1b":
+        from ..simulate.pipeline_rules import chunks
+        c, place = problem.compiled, [int(x) for x in placement]
+        work = [float(c.fwd[i * c.n_dev + d] + c.bwd[i * c.n_dev + d]) for i, d in enumerate(place)]
+        local = chunks(place, work, v, c.n_dev)[1]
+        chunk_of = {op.name: local[i] for i, op in enumerate(problem.graph.ops)}
+    return ScheduleRun(schedule, m, ev, order, v, chunk_of)
 
 
 def sweep(graph: Graph, devices: DeviceGraph, placement: np.ndarray, schedules=("gpipe", "1f1b"),
@@ -198,18 +206,20 @@ class Block:
     row: int
     kind: str  # "op" (device work) | "transfer" | "overhead" (send and receive tasks, drawn over the work)
     unit: int  # micro-batch (or batch) index from 0; weight updates keep their first event's
-    phase: str  # "fwd" | "bwd" | "update"
+    phase: str  # "fwd" | "bwd" | "update" | "wgrad" (zb-h1's weight gradient)
     start: float
     end: float
     events: int  # ops (transfers; send and receive tasks in an "overhead" block) inside the block
     busy: float  # seconds of work (or transfer) inside the block, send and receive tasks included
     messages: int = 0  # send and receive tasks inside an "op" block
+    chunk: int = 0  # interleaved 1F1B: the block's chunk (virtual stage) on its device
 
 
-def schedule_blocks(trace, rows: list[str], *, tolerance: float = 1e-9) -> list[Block]:
+def schedule_blocks(trace, rows: list[str], *, tolerance: float = 1e-9, chunk_of: dict | None = None) -> list[Block]:
     """Merge a trace into blocks: on each row (device or channel), an event joins the block before it when it
     has the same micro-batch and phase (any micro-batch for weight updates) and starts no later than
-    ``tolerance`` × the trace's span after that block ends. Idle gaps therefore stay visible; events that
+    ``tolerance`` × the trace's span after that block ends (and, given ``chunk_of``, op name -> chunk, works on
+    the same chunk). Idle gaps therefore stay visible; events that
     take no time (an input op, a free transfer) and events on rows not in ``rows`` are left out. A device's send
     and receive tasks (its message overhead) are work of the message's micro-batch and phase inside those
     blocks (counted in ``messages``), and also come as blocks of their own, kind ``"overhead"`` (back-to-back
@@ -227,8 +237,9 @@ def schedule_blocks(trace, rows: list[str], *, tolerance: float = 1e-9) -> list[
     for r in sorted(per_row):
         cur = None
         for e in sorted(per_row[r], key=lambda e: (e.start, e.end)):
+            chunk = chunk_of.get(e.op, 0) if chunk_of and e.kind == "op" else (cur["chunk"] if cur else 0)
             same = cur is not None and cur["phase"] == e.phase and (
-                e.phase == "update" or cur["unit"] == e.batch) and e.start <= cur["end"] + eps
+                e.phase == "update" or (cur["unit"] == e.batch and cur["chunk"] == chunk)) and e.start <= cur["end"] + eps
             overhead = e.kind in OVERHEAD_KINDS
             if same:
                 cur["end"] = max(cur["end"], e.end)
@@ -239,7 +250,7 @@ def schedule_blocks(trace, rows: list[str], *, tolerance: float = 1e-9) -> list[
                 blocks.append(Block(**cur))
             cur = {"row": r, "kind": "transfer" if e.kind == "transfer" else "op", "unit": e.batch, "phase": e.phase,
                    "start": e.start, "end": e.end, "events": 0 if overhead else 1, "messages": int(overhead),
-                   "busy": e.end - e.start}
+                   "busy": e.end - e.start, "chunk": chunk}
         if cur is not None:
             blocks.append(Block(**cur))
     for r in sorted(per_row):
