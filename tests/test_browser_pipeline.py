@@ -8,11 +8,10 @@ pictures docs/dashboard.md and docs/pipeline.md show).
 from __future__ import annotations
 
 import os
-import shutil
 import time
 
 import pytest
-from browser_util import ARTIFACTS, ROOT, main, no_errors, number, open_page, settle, shot, type_number, wait_text
+from browser_util import ROOT, main, no_errors, number, open_page, settle, shot, type_number, wait_text
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -31,10 +30,25 @@ def _slider_value(pg, chart) -> str:
     return chart.locator("text.slider-label").first.text_content()
 
 
-def _keep(name: str) -> None:
-    if os.environ.get("PLACEMENT_DOC_SCREENSHOTS") == "1":
-        (ROOT / "docs" / "img").mkdir(exist_ok=True)
-        shutil.copy(ARTIFACTS / f"{name}.png", ROOT / "docs" / "img" / f"{name}.png")
+def _keep(pg, name: str, first, last) -> None:
+    """With PLACEMENT_DOC_SCREENSHOTS=1, the part of the page from ``first`` to ``last`` (locators) as
+    docs/img/NAME.png."""
+    if os.environ.get("PLACEMENT_DOC_SCREENSHOTS") != "1":
+        return
+    (ROOT / "docs" / "img").mkdir(exist_ok=True)
+    first.scroll_into_view_if_needed()
+    time.sleep(0.5)
+    a, b = first.bounding_box(), last.bounding_box()
+    top, bottom = min(a["y"], b["y"]), max(a["y"] + a["height"], b["y"] + b["height"])
+    pg.set_viewport_size({"width": 1440, "height": int(bottom - top) + 200})
+    first.scroll_into_view_if_needed()
+    time.sleep(1.0)  # Plotly re-lays out at the new size
+    a, b = first.bounding_box(), last.bounding_box()
+    top, bottom = min(a["y"], b["y"]), max(a["y"] + a["height"], b["y"] + b["height"])
+    left = min(a["x"], b["x"])
+    pg.screenshot(path=str(ROOT / "docs" / "img" / f"{name}.png"),
+                  clip={"x": left, "y": top, "width": max(a["width"], b["width"]), "height": bottom - top})
+    pg.set_viewport_size({"width": 1440, "height": 1000})
 
 
 def test_a_lecture_on_pipeline_schedules(page):
@@ -55,7 +69,8 @@ def test_a_lecture_on_pipeline_schedules(page):
     # on PCIe every chunk boundary is a transfer: the page splits the bubble to show it
     wait_text(pg, "Where the bubble comes from")
     shot(pg, "pipeline-schedules")
-    _keep("pipeline-schedules")
+    _keep(pg, "pipeline-schedules", main(pg).get_by_text("3 stage(s), 8 micro-batches of 16").first,
+          main(pg).locator("[data-testid='stDataFrame']").nth(1))
     # in the ideal pipeline (free transfers) interleaving cuts the bubble
     pg.get_by_text("Ideal pipeline", exact=True).click()
     settle(pg)
@@ -108,5 +123,5 @@ def test_a_lecture_on_pipeline_schedules(page):
     time.sleep(0.5)
     assert _slider_value(pg, chart) == f"time: {middle} ms"
     shot(pg, "pipeline-lecture")
-    _keep("pipeline-lecture")
+    _keep(pg, "pipeline-lecture", main(pg).get_by_text("Schedule", exact=True).last, chart)
     no_errors(pg)

@@ -14,7 +14,9 @@
  *                      priorities follow Megatron's order, computed here;
  *                      a device opens forwards in that order;
  *   SCHED_ZB           a fourth phase, W (weight gradient), split off the
- *                      backward; a W waits for its stage's B of a later unit.
+ *                      backward; a W also depends on a gate: its stage's
+ *                      B of a later unit (released when that unit's last
+ *                      B on the device is done, so no W waits in a queue).
  * Everything else (thesis, gpipe, 1f1b) takes the SCHED_STATIC path, where a
  * group is a device and the results are those of the three-phase kernel.
  */
@@ -154,6 +156,7 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
     ADD(int, n); ADD(int, n); ADD(int, n);                                /* chunks: of op, local index, ops */
     ADD(int, nd); ADD(int, nd); ADD(int, nd); ADD(int, nd + 1);           /* chunks, stage, next_f, slot base */
     ADD(double, nd); ADD(double, nd); ADD(int, nd);                       /* chunk split: work, seen, ops seen */
+    ADD(int, nd + 1); ADD(int, n);                                        /* each device's ops (W gates) */
     ADD(int, UN * NPH); ADD(int, UN); ADD(int, UE);                       /* deps, activation/recv refs */
     ADD(int, U); ADD(int, UG); ADD(int, UG); ADD(char, UG);               /* units, open tracking per group */
     ADD(Heap, nd); ADD(Heap, 1); ADD(Item, nd + nc + 2);
@@ -184,6 +187,7 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
     int *slot_base = TAKE(&ar, int, nd + 1);
     double *split_work = TAKE(&ar, double, nd), *seen_w = TAKE(&ar, double, nd);
     int *split_seen = TAKE(&ar, int, nd);
+    int *dev_ptr = TAKE(&ar, int, nd + 1), *dev_ops = TAKE(&ar, int, n);
 
     fd_ptr[0] = bd_ptr[0] = 0;
     for (i = 0; i < n; i++) {
@@ -219,6 +223,13 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
     for (i = 0; i < n; i++) {
         hw[i] = zb && k->has_w[i];
         if (hw[i]) { dW[i] = k->bwd_w[(size_t)i * nd + place[i]]; dB[i] = k->bwd[(size_t)i * nd + place[i]] - dW[i]; }
+    }
+
+    if (zb) {  /* each device's ops in index order, for releasing W gates */
+        dev_ptr[0] = 0;
+        for (d = 0; d < nd; d++) dev_ptr[d + 1] = dev_ptr[d] + ops_on[d];
+        for (d = 0; d < nd; d++) split_seen[d] = 0;
+        for (i = 0; i < n; i++) dev_ops[dev_ptr[place[i]] + split_seen[place[i]]++] = i;
     }
 
     /* ---- stages: used devices in order of their first op */
@@ -354,7 +365,7 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
             dp[n + i] = 1 + (k->ch_ptr[i + 1] - k->ch_ptr[i]);
             dp[2 * n + i] = k->upd_step ? U : 1;
         }
-        if (NPH > WGT) for (i = 0; i < n; i++) dp[3 * n + i] = 1;  /* W after its own B */
+        if (NPH > WGT) for (i = 0; i < n; i++) dp[3 * n + i] = 2;  /* W after its own B and its gate */
         unit_left[u] = n + (training ? n + n_w + (k->upd_step ? 0 : n_upd) : 0);
     }
     int step_left = (training && k->upd_step) ? n_upd : 0;
@@ -457,14 +468,10 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
                     int uu, ph, o;
                     decode(it.id, n, NPH, &uu, &ph, &o);
                     /* held back: a forward opening a unit on a full device, or (interleaved) out of Megatron's
-                     * order, unless the unit is the oldest; a W until its stage's B of a later unit is done */
+                     * order, unless the unit is the oldest */
                     int capped = 0;
                     if (ph == FWD && cap && !is_open[uu * G + grp_of[o]] && uu != oldest)
                         capped = (cap[d] > 0 && open_count[d] >= cap[d]) || (il && il_index(&ilo, 1, uu, o) != next_f[d]);
-                    else if (ph == WGT) {
-                        const int later = uu + stage_of[d] < U - 1 ? uu + stage_of[d] : U - 1;
-                        capped = done_on[later * G + d] < ops_on[d];
-                    }
                     double len0 = ph == FWD ? dF[o] : ph == BWD ? dB[o] : ph == UPD ? dU[o] : dW[o];
                     if (capped || (instant_only && len0 > 0.0)) {
                         stash[n_stash++] = it;
@@ -590,9 +597,20 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
                     }
                     if (hw[op]) SATISFY(TID(uu, WGT, op));
                     else if (k->has_update[op]) SATISFY(k->upd_step ? TID(0, UPD, op) : TID(uu, UPD, op));
-                    const int g = grp_of[op];
-                    if (++done_on[uu * G + g] == grp_size[g] && cap && is_open[uu * G + g]) {
+                    const int g = grp_of[op], last = ++done_on[uu * G + g] == grp_size[g];
+                    if (last && cap && is_open[uu * G + g]) {
                         is_open[uu * G + g] = 0; open_count[dv]--;
+                    }
+                    if (zb && last) {
+                        /* the W gate: stage r's Ws of unit u wait for its B of unit min(u + r, U - 1); this was
+                         * unit uu's last B here, so release the Ws of uu - r (of U - 1 - r .. U - 1 at the end) */
+                        const int r = stage_of[dv];
+                        int lo = uu - r, hi = uu - r;
+                        if (uu == U - 1) { lo = U - 1 - r; hi = U - 1; }
+                        if (lo < 0) lo = 0;
+                        for (u = lo; u <= hi; u++)
+                            for (j = dev_ptr[dv]; j < dev_ptr[dv + 1]; j++)
+                                if (hw[dev_ops[j]]) SATISFY(TID(u, WGT, dev_ops[j]));
                     }
                     unit_left[uu]--;
                 } else if (ph == WGT) {

@@ -129,7 +129,8 @@ def slot_exists(index: int, units: int, p: int, vd: int) -> bool:
 
 class Gates:
     """The reference simulator's per-run state for what holds a ready task back: a device's cap on open
-    (micro-batch, chunk) pairs, Megatron's forward order under interleaved 1F1B, and zb-h1's W gate.
+    (micro-batch, chunk) pairs and Megatron's forward order under interleaved 1F1B; and which W tasks
+    zb-h1's gate releases (a W is a dependant of its stage's B of a later micro-batch, not a waiting task).
 
     Without virtual stages a "group" is a device (1F1B's caps count micro-batches per device); with them
     it is a chunk. A pair opens when its first forward starts and closes when its last backward (B) there
@@ -166,12 +167,8 @@ class Gates:
 
     def blocked(self, u: int, phase: int, op: int, oldest: int) -> bool:
         """A forward may not open another pair on a full device, nor (interleaved) one out of Megatron's
-        order, unless it is the oldest unfinished micro-batch's (progress on any placement); a W waits for
-        its stage's B of the micro-batch ``stage`` later."""
+        order, unless it is the oldest unfinished micro-batch's (progress on any placement)."""
         d = self.place[op]
-        if phase == 3:
-            later = min(u + self.stage[d], self.units - 1)
-            return self.bwd_done.get((later, d), 0) < self.ops_in[d]
         if phase != 0 or (u, self.group[op]) in self.open or u == oldest:
             return False
         if self.caps is not None and 0 < self.caps[d] <= self.open_count[d]:
@@ -194,8 +191,10 @@ class Gates:
                     self.next_f[d], self.units, self.p, vd)):
                 self.next_f[d] += 1
 
-    def done(self, u: int, phase: int, op: int) -> None:
-        """A forward (forward-only runs) or a B finished: close its pair when it was the pair's last."""
+    def done(self, u: int, phase: int, op: int) -> list[int]:
+        """A forward (forward-only runs) or a B finished: close its pair when it was the pair's last. Returns
+        the micro-batches whose Ws on this device it releases (zb-h1: stage r's Ws of micro-batch u wait for
+        its B of micro-batch min(u + r, m - 1); this was micro-batch ``u``'s last B here)."""
         key = (u, self.group[op])
         counts = self.bwd_done if phase == 1 else self.fwd_done
         counts[key] = counts.get(key, 0) + 1
@@ -203,3 +202,8 @@ class Gates:
         if last and (phase == 1 or not self.training) and key in self.open:
             self.open.discard(key)
             self.open_count[self.place[op]] -= 1
+        if not (last and phase == 1 and self.stage is not None):
+            return []
+        r = self.stage[self.place[op]]
+        lo, hi = (self.units - 1 - r, self.units - 1) if u == self.units - 1 else (u - r, u - r)
+        return list(range(max(lo, 0), hi + 1))

@@ -55,6 +55,9 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
         cap = interleaved_caps(stage_index(place, nd), interleaved[3], U)
         prio = interleaved_priority(place, interleaved[1], interleaved[3], U, n_ph).ravel()
     gates = Gates(place, cap, U, training=training, interleaved=interleaved, zb=zb)
+    ops_of: list[list[int]] = [[] for _ in range(nd)]
+    for i in range(n):
+        ops_of[place[i]].append(i)
 
     fwd_dest, local_children, bwd_dest, grad_out, grad_in = messages(place, par, chi)
     ovh = [float(x) for x in c.msg_overhead]
@@ -72,7 +75,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
             dep[tid(u, BWD, i)] = 1 + len(chi[i])
             dep[tid(u, UPD, i)] = U if s.update_per_step else 1
             if n_ph > WGT:
-                dep[tid(u, WGT, i)] = 1
+                dep[tid(u, WGT, i)] = 2  # its own B, and its gate (pipeline_rules.Gates.done)
         unit_left[u] = n + (n + sum(has_w) + (0 if s.update_per_step else sum(has_upd)) if training else 0)
     step_updates_left = sum(has_upd) if (training and s.update_per_step) else 0
 
@@ -204,7 +207,10 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
                 satisfy(tid(u, WGT, op))
             elif has_upd[op]:
                 satisfy(tid(0, UPD, op) if s.update_per_step else tid(u, UPD, op))
-            gates.done(u, BWD, op)
+            for v in gates.done(u, BWD, op):
+                for i in ops_of[d]:
+                    if has_w[i]:
+                        satisfy(tid(v, WGT, i))
         elif phase == WGT:
             mem[d] -= grad_in[op]
             _release_inputs(u, op, d)
