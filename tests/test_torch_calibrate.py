@@ -155,3 +155,17 @@ def test_calibrating_a_gpu_measures_its_ops_and_its_link():
     assert cal.devices.names == ["cpu0", "gpu0"]
     assert all(cal.timings["ops"]["stem"][d]["fwd"] > 0 for d in cal.devices.names)
     assert all(c.bandwidth > 0 for c in cal.devices.channels)
+
+
+def test_three_ranks_measure_every_link():
+    """Every pair's ping-pong synchronises in a group of its own: with three ranks the links are measured (a
+    barrier of the whole world inside a pair's exchange used to hang there)."""
+    pytest.importorskip("torch")
+    from placement_core.fitting import CalibrationSettings
+    from placement_core.torch.calibrate import calibrate
+    result = calibrate(SOURCE, SHAPE, "cpu:3", batch_size=4, name="branchy",
+                       settings=CalibrationSettings(sizes=(1000, 100_000), steps=2, min_time=0.005, rounds=1,
+                                                    fit_placements=0))
+    links = result.timings["channels"]
+    assert sorted(links) == ["cpu0-cpu1", "cpu0-cpu2", "cpu1-cpu2"]
+    assert all(len(link["seconds"]) == 2 and all(s > 0 for s in link["seconds"]) for link in links.values())

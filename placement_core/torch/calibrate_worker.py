@@ -35,11 +35,17 @@ def worker_main(spec: dict, rank: int, events) -> None:
                     events.write({"event": "device", "name": devs[r].name, "round": rnd, **result})
                 if ranks:
                     dist.barrier()
+        # a barrier of the whole world inside a pair's ping-pong would pair up with the other ranks' barriers
+        # between pairs and hang with more than two ranks: every pair synchronises in a group of its own
+        # (made by every rank, in the same order)
+        pairs = {(a, b): dist.new_group([a, b]) for a in range(len(devs)) for b in range(a + 1, len(devs))} \
+            if ranks else {}
         for a in range(len(devs)):
             for b in range(a + 1, len(devs)):
                 if ranks:
                     if rank in (a, b):
-                        seconds = ping_pong(spec["sizes"], a, b, rank, torch.device(devs[rank].torch), backend)
+                        seconds = ping_pong(spec["sizes"], a, b, rank, torch.device(devs[rank].torch), backend,
+                                            pairs[(a, b)])
                         if rank == a:
                             events.write({"event": "channel", "src": devs[a].name, "dst": devs[b].name,
                                           "sizes": spec["sizes"], "seconds": seconds})
@@ -263,8 +269,9 @@ def device_model(device) -> str:
     return "CPU"
 
 
-def ping_pong(sizes, a: int, b: int, rank: int, device, backend: str) -> list[float]:
-    """One-way seconds per size between ranks a and b: round trips halved, median of repeats."""
+def ping_pong(sizes, a: int, b: int, rank: int, device, backend: str, group=None) -> list[float]:
+    """One-way seconds per size between ranks a and b (``group``: just the two): round trips halved, median
+    of repeats."""
     import torch
     import torch.distributed as dist
     stage = backend == "gloo" and device.type == "cuda"
@@ -275,7 +282,7 @@ def ping_pong(sizes, a: int, b: int, rank: int, device, backend: str) -> list[fl
         reps = max(5, min(40, int(3e8 / max(size, 1))))
         times = []
         for i in range(reps + 1):
-            dist.barrier()
+            dist.barrier(group=group)
             _sync(device)
             t0 = time.perf_counter()
             if rank == a:
