@@ -127,8 +127,11 @@ static inline double il_prio(const IlOrder *o, int t) {
 /* A message; prio is its producing task's, used by its channel queue and its send/receive tasks. */
 typedef struct { int u, dir, op, src, dst, entry; double bytes, prio; } Xfer;
 
-/* Returns 0 on success, -1 if the simulation stalled, -2 out of memory, -3 bad placement. */
-static int simulate(const KernelObject *k, const int *place, double *out) {
+/* Returns 0 on success, -1 if the simulation stalled, -2 out of memory, -3 bad placement.
+ * SCHED is a compile-time constant at every call (see simulate() below): each schedule kind gets its own
+ * copy of this function, and the static one keeps the three-phase kernel's speed. */
+static inline __attribute__((always_inline)) int simulate_kind(const KernelObject *k, const int *place,
+                                                               double *out, const int SCHED) {
     const int n = k->n, nd = k->nd, nc = k->nc, U = k->U, E = k->n_edges;
     const int training = !k->fwd_only;
     int i, j, d, u;
@@ -142,7 +145,7 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
     if (!ops_on || !ch_msgs) { free(ops_on); free(ch_msgs); return -2; }
     for (i = 0; i < n; i++) ops_on[place[i]]++;
 
-    const int NPH = k->n_ph, il = k->sched == SCHED_INTERLEAVED, zb = k->sched == SCHED_ZB;
+    const int il = SCHED == SCHED_INTERLEAVED, zb = SCHED == SCHED_ZB, NPH = zb ? 4 : 3;
     /* a group is what the caps count per unit: a device, or under interleaved 1F1B a chunk (at most n) */
     const int G = il ? n : nd;
     const size_t UN = (size_t)U * n, UE = (size_t)U * (E > 0 ? E : 1), UG = (size_t)U * G;
@@ -670,6 +673,14 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
 #undef SEND
 #undef DELIVER
 #undef RELEASE_INPUTS
+}
+
+static int simulate(const KernelObject *k, const int *place, double *out) {
+    switch (k->sched) {
+    case SCHED_INTERLEAVED: return simulate_kind(k, place, out, SCHED_INTERLEAVED);
+    case SCHED_ZB: return simulate_kind(k, place, out, SCHED_ZB);
+    default: return simulate_kind(k, place, out, SCHED_STATIC);
+    }
 }
 
 /* ------------------------------------------------------------ Python glue */
