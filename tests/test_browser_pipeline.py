@@ -32,22 +32,19 @@ def _slider_value(pg, chart) -> str:
 
 def _keep(pg, name: str, first, last) -> None:
     """With PLACEMENT_DOC_SCREENSHOTS=1, the part of the page from ``first`` to ``last`` (locators) as
-    docs/img/NAME.png."""
+    docs/img/NAME.png: the window made as tall as the page (the app scrolls inside it), then clipped."""
     if os.environ.get("PLACEMENT_DOC_SCREENSHOTS") != "1":
         return
     (ROOT / "docs" / "img").mkdir(exist_ok=True)
-    first.scroll_into_view_if_needed()
-    time.sleep(0.5)
+    height = pg.evaluate("() => document.querySelector('[data-testid=\"stMainBlockContainer\"]').scrollHeight")
+    pg.set_viewport_size({"width": 1440, "height": min(int(height) + 120, 9000)})
+    time.sleep(1.5)  # Plotly re-lays out at the new size
     a, b = first.bounding_box(), last.bounding_box()
-    top, bottom = min(a["y"], b["y"]), max(a["y"] + a["height"], b["y"] + b["height"])
-    pg.set_viewport_size({"width": 1440, "height": int(bottom - top) + 200})
-    first.scroll_into_view_if_needed()
-    time.sleep(1.0)  # Plotly re-lays out at the new size
-    a, b = first.bounding_box(), last.bounding_box()
-    top, bottom = min(a["y"], b["y"]), max(a["y"] + a["height"], b["y"] + b["height"])
-    left = min(a["x"], b["x"])
+    top, bottom = a["y"] - 10, b["y"] + b["height"] + 10
+    box = pg.locator("[data-testid='stMainBlockContainer']").bounding_box()
+    left, right = box["x"], box["x"] + box["width"]
     pg.screenshot(path=str(ROOT / "docs" / "img" / f"{name}.png"),
-                  clip={"x": left, "y": top, "width": max(a["width"], b["width"]), "height": bottom - top})
+                  clip={"x": left, "y": top, "width": right - left, "height": bottom - top})
     pg.set_viewport_size({"width": 1440, "height": 1000})
 
 
@@ -70,7 +67,7 @@ def test_a_lecture_on_pipeline_schedules(page):
     wait_text(pg, "Where the bubble comes from")
     shot(pg, "pipeline-schedules")
     _keep(pg, "pipeline-schedules", main(pg).get_by_text("3 stage(s), 8 micro-batches of 16").first,
-          main(pg).locator("[data-testid='stDataFrame']").nth(1))
+          main(pg).get_by_text("Where the bubble comes from").first)
     # in the ideal pipeline (free transfers) interleaving cuts the bubble
     pg.get_by_text("Ideal pipeline", exact=True).click()
     settle(pg)
