@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..errors import InputError
 from ..problem import Problem
 # Importing an algorithm's module registers it (@register); this order is the order users see.
-from . import genetic, map_elites, local, cem, baselines, mincut, heft  # noqa: F401,E401  isort: skip
+from . import genetic, map_elites, local, cem, baselines, mincut, heft, asynchronous  # noqa: F401,E401  isort: skip
 from .base import ALGORITHMS, OptimizeResult, Optimizer, Param, Progress, register
 from .driver import drive
 

@@ -47,7 +47,11 @@ class Simulator:
                 stage_caps=int(settings.stage_caps), priority=prio, device_cap=cap,
                 msg_overhead=np.ascontiguousarray(c.msg_overhead, dtype=float),
                 bwd_w=np.ascontiguousarray(c.bwd_w, dtype=float), has_w=np.ascontiguousarray(c.has_w, dtype=np.uint8),
-                schedule_kind=int(settings.kind), virtual_stages=int(settings.virtual_stages))
+                schedule_kind=int(settings.kind), virtual_stages=int(settings.virtual_stages),
+                **({} if c.curve_ptr is None else {
+                    "curve_ptr": np.ascontiguousarray(c.curve_ptr, dtype=np.int32),
+                    "curve_bytes": np.ascontiguousarray(c.curve_bytes, dtype=float),
+                    "curve_time": np.ascontiguousarray(c.curve_time, dtype=float)}))
         elif fast:
             warnings.warn("the compiled simulator is not built; using the slow Python reference "
                           "(reinstall with `.venv/bin/pip install -e .` and a C compiler)", RuntimeWarning, stacklevel=2)

@@ -81,7 +81,7 @@ static void *arena_take(Arena *ar, size_t bytes) {
 
 /* --------------------------------------------------------------- problem */
 
-#define NBUF 25
+#define NBUF 28
 
 typedef struct {
     PyObject_HEAD
@@ -94,6 +94,8 @@ typedef struct {
     const double *ovh;  /* per device: seconds of device time per message sent or received */
     const double *bwd_w;  /* [n * nd] the weight-gradient (W) part of bwd; used under SCHED_ZB only */
     const unsigned char *has_update, *has_w;
+    const int *cv_ptr;  /* per channel: its transfer curve's points [cv_ptr[j], cv_ptr[j+1]); NULL: none */
+    const double *cv_b, *cv_t;
     int U, K, fwd_only, admission, upd_step, stage_caps, has_ovh;
     int sched, vstages, n_ph;  /* schedule kind, chunks per single-run device, phases per (unit, op) */
 } KernelObject;
@@ -126,6 +128,16 @@ static inline double il_prio(const IlOrder *o, int t) {
 
 /* A message; prio is its producing task's, used by its channel queue and its send/receive tasks. */
 typedef struct { int u, dir, op, src, dst, entry; double bytes, prio; } Xfer;
+
+/* A channel's transfer curve at b bytes: flat below the first point, linear between points, the last
+   segment's slope beyond (devices.curve_time, in the same order of operations). */
+static double curve_len(const KernelObject *k, int j, double b) {
+    const int lo = k->cv_ptr[j], last = k->cv_ptr[j + 1] - 1;
+    int i = lo + 1;
+    if (b <= k->cv_b[lo]) return k->cv_t[lo];
+    while (i < last && b > k->cv_b[i]) i++;
+    return k->cv_t[i - 1] + (b - k->cv_b[i - 1]) * (k->cv_t[i] - k->cv_t[i - 1]) / (k->cv_b[i] - k->cv_b[i - 1]);
+}
 
 /* Returns 0 on success, -1 if the simulation stalled, -2 out of memory, -3 bad placement.
  * SCHED is a compile-time constant at every call (see simulate() below): each schedule kind gets its own
@@ -516,7 +528,8 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
         for (j = 0; j < nc; j++) {
             if (chan_running[j] || chan_q[j].n == 0) continue;
             const Xfer *x = &xf[chan_q[j].a[0].id];
-            double len = k->ch_lat[j] + x->bytes * k->ch_inv[j];
+            double len = k->cv_ptr && k->cv_ptr[j + 1] > k->cv_ptr[j] ? curve_len(k, j, x->bytes)
+                                                                      : k->ch_lat[j] + x->bytes * k->ch_inv[j];
             if (len < k->min_xfer[x->src]) len = k->min_xfer[x->src];
             if (instant_only && len > 0.0) continue;
             Item it = heap_pop(&chan_q[j]);
@@ -722,16 +735,18 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
                              "static_mem", "route", "ch_latency", "ch_inv_rate", "min_transfer", "input_ops",
                              "batches", "in_flight", "forward_only", "admission", "update_per_step", "stage_caps",
                              "priority", "device_cap", "msg_overhead", "bwd_w", "has_w", "schedule_kind",
-                             "virtual_stages", NULL};
+                             "virtual_stages", "curve_ptr", "curve_bytes", "curve_time", NULL};
     if (self->nviews) { PyErr_SetString(PyExc_RuntimeError, "Kernel is already initialised"); return -1; }
     self->sched = SCHED_STATIC;
     self->vstages = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiiOOOOOOOOOOOOOOOOOOOiiiiiiOOO|OOii", kwlist, &self->n, &self->nd, &self->nc,
+    o[24] = o[25] = o[26] = Py_None;  /* the transfer curves are optional */
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiiOOOOOOOOOOOOOOOOOOOiiiiiiOOO|OOiiOOO", kwlist, &self->n,
+                          &self->nd, &self->nc,
                           &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10], &o[11],
                           &o[12], &o[13], &o[14], &o[15], &o[16], &o[17], &o[18],
                           &self->U, &self->K, &self->fwd_only, &self->admission, &self->upd_step,
                           &self->stage_caps, &o[19], &o[20], &o[21], &o[22], &o[23], &self->sched,
-                          &self->vstages))
+                          &self->vstages, &o[24], &o[25], &o[26]))
         return -1;
     if (self->sched < SCHED_STATIC || self->sched > SCHED_ZB || self->vstages < 1) {
         PyErr_SetString(PyExc_ValueError, "invalid schedule_kind or virtual_stages");
@@ -773,6 +788,24 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
         return -1;
     }
     if (!self->ovh) { PyErr_SetString(PyExc_ValueError, "msg_overhead is required"); return -1; }
+    if (take_view(self, o[24], 'i', nc + 1, (const void **)&self->cv_ptr, "curve_ptr")) return -1;
+    if (self->cv_ptr) {  /* every channel: no points, or at least two inside the point arrays */
+        Py_ssize_t points = self->cv_ptr[nc];
+        for (int j = 0; j < nc; j++) {
+            int m = self->cv_ptr[j + 1] - self->cv_ptr[j];
+            if (self->cv_ptr[j] < 0 || m < 0 || m == 1 || self->cv_ptr[j + 1] > points || self->cv_ptr[0] != 0) {
+                PyErr_SetString(PyExc_ValueError, "curve_ptr: bad offsets");
+                return -1;
+            }
+        }
+        if (take_view(self, o[25], 'd', points, (const void **)&self->cv_b, "curve_bytes") ||
+            take_view(self, o[26], 'd', points, (const void **)&self->cv_t, "curve_time"))
+            return -1;
+        if (!self->cv_b || !self->cv_t) {
+            PyErr_SetString(PyExc_ValueError, "curve_ptr needs curve_bytes and curve_time");
+            return -1;
+        }
+    }
     self->has_ovh = 0;
     for (int d = 0; d < nd; d++) {
         if (!(self->ovh[d] >= 0.0)) { PyErr_SetString(PyExc_ValueError, "msg_overhead must be >= 0"); return -1; }

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..cost import CostArrays
+from ..cost import CostArrays, transfer_time
 from ..devices import DeviceGraph
 from ..errors import InputError
 from ..graph import Graph
@@ -100,6 +100,10 @@ class Compiled:
     # Only zb-h1 runs them as separate tasks; ops with a zero share have no W task (``has_w``).
     bwd_w: np.ndarray | None = None
     has_w: np.ndarray | None = None  # uint8 [ops]
+    # channels' transfer curves, packed as in CostArrays (None: every channel uses latency + bytes * inv_rate)
+    curve_ptr: np.ndarray | None = None
+    curve_bytes: np.ndarray | None = None
+    curve_time: np.ndarray | None = None
     op_names: tuple[str, ...] = ()
     dev_names: tuple[str, ...] = ()
     ch_names: tuple[str, ...] = ()
@@ -111,6 +115,10 @@ class Compiled:
             self.bwd_w = np.zeros(self.n_ops * self.n_dev)
         if self.has_w is None:
             self.has_w = np.zeros(self.n_ops, dtype=np.uint8)
+
+    def transfer_time(self, ch: int, nbytes: float, src: int) -> float:
+        """A message's time on a channel: its curve, or latency + bytes * inv_rate; at least min_transfer."""
+        return transfer_time(self, ch, nbytes, src)
 
 
 def compile_problem(graph: Graph, devices: DeviceGraph, costs: CostArrays) -> Compiled:
@@ -163,6 +171,7 @@ def compile_problem(graph: Graph, devices: DeviceGraph, costs: CostArrays) -> Co
         min_transfer=np.asarray(costs.min_transfer, dtype=float),
         input_ops=np.array(graph.sources, dtype=np.int32),
         msg_overhead=np.ascontiguousarray(overhead, dtype=float),
+        curve_ptr=costs.curve_ptr, curve_bytes=costs.curve_bytes, curve_time=costs.curve_time,
         op_names=tuple(o.name for o in graph.ops),
         dev_names=tuple(devices.names),
         ch_names=tuple(c.name for c in devices.channels),

@@ -35,17 +35,14 @@ def worker_main(spec: dict, rank: int, events) -> None:
                     events.write({"event": "device", "name": devs[r].name, "round": rnd, **result})
                 if ranks:
                     dist.barrier()
-        # a barrier of the whole world inside a pair's ping-pong would pair up with the other ranks' barriers
-        # between pairs and hang with more than two ranks: every pair synchronises in a group of its own
-        # (made by every rank, in the same order)
-        pairs = {(a, b): dist.new_group([a, b]) for a in range(len(devs)) for b in range(a + 1, len(devs))} \
-            if ranks else {}
         for a in range(len(devs)):
             for b in range(a + 1, len(devs)):
                 if ranks:
+                    # every rank creates every pair's group (a collective), only the pair uses it
+                    pair = dist.new_group([a, b]) if len(devs) > 2 else None
                     if rank in (a, b):
                         seconds = ping_pong(spec["sizes"], a, b, rank, torch.device(devs[rank].torch), backend,
-                                            pairs[(a, b)])
+                                            pair)
                         if rank == a:
                             events.write({"event": "channel", "src": devs[a].name, "dst": devs[b].name,
                                           "sizes": spec["sizes"], "seconds": seconds})
@@ -270,32 +267,14 @@ def device_model(device) -> str:
 
 
 def ping_pong(sizes, a: int, b: int, rank: int, device, backend: str, group=None) -> list[float]:
-    """One-way seconds per size between ranks a and b (``group``: just the two): round trips halved, median
-    of repeats."""
+    """One-way seconds per size between ranks a and b: round trips halved, median of repeats."""
     import torch
-    import torch.distributed as dist
-    stage = backend == "gloo" and device.type == "cuda"
-    out = []
-    for size in sizes:
-        n = max(1, int(size) // 4)
-        t = torch.randn(n, device="cpu" if stage else device)
-        reps = max(5, min(40, int(3e8 / max(size, 1))))
-        times = []
-        for i in range(reps + 1):
-            dist.barrier(group=group)
-            _sync(device)
-            t0 = time.perf_counter()
-            if rank == a:
-                dist.send(t, b)
-                dist.recv(t, b)
-            else:
-                dist.recv(t, a)
-                dist.send(t, a)
-            _sync(device)
-            if i:  # the first exchange sets the connection up
-                times.append((time.perf_counter() - t0) / 2)
-        out.append(statistics.median(times))
-    return out
+
+    from .transfer_probe import ping_pong_samples
+    stage = backend == "gloo" and device.type == "cuda"  # gloo moves CPU tensors only
+    device = torch.device("cpu") if stage else device
+    return [statistics.median(ping_pong_samples(int(size), max(5, min(40, int(3e8 / max(size, 1)))), rank, device,
+                                                peer=b if rank == a else a, group=group)) for size in sizes]
 
 
 def copy_times(sizes, src: str, dst: str) -> list[float]:

@@ -49,6 +49,8 @@ def main(argv: list[str]) -> int:
             from .isolated import worker_main
         elif spec["mode"] == "pipeline":
             from .pipeline_worker import worker_main
+        elif spec["mode"] == "transfers":
+            from .transfers import worker_main
         else:
             from .benchmark_worker import worker_main
         worker_main(spec, rank, events)
