@@ -38,18 +38,20 @@ def genes(p: Problem, entries: dict) -> np.ndarray:
 @pytest.mark.parametrize("n", [2, 3, 4])
 @pytest.mark.parametrize("fast", [True, False])
 def test_data_parallel_is_compute_over_n_plus_the_ring(n, fast):
-    """x -> fc split by batch over n devices, one channel per ordered pair: every shard computes (F + B) / n,
-    then each device sends 2 (n - 1) / n of fc's W weight bytes to the next, all at once: L + that / bandwidth."""
+    """x -> fc split by batch over n devices, one channel per ordered pair: shard j computes (F + B) b_j / B
+    (8 samples: 4/4, 3/3/2, 2/2/2/2), then each device sends 2 (n - 1) / n of fc's W weight bytes to the
+    next, all at once: L + that / bandwidth after the largest shard."""
     F, B, W, L, bw = 6.0, 12.0, 600.0, 0.5, 100.0
     devs = devices(n, bandwidth=bw, latency=L, shared=False)
     dp = Split("batch", tuple(range(n)))
     p = problem([layer("x", kind="input"), layer("fc", ["x"], F, B, params=W)], devs, [dp], fast=fast)
     ev = p.simulate(genes(p, {"x": dp, "fc": dp}))
     ring = L + 2 * (n - 1) / n * W / bw
-    assert ev.result.makespan == pytest.approx((F + B) / n + ring, rel=1e-12)
+    sizes = [BATCH // n + (j < BATCH % n) for j in range(n)]
+    assert ev.result.makespan == pytest.approx((F + B) * max(sizes) / BATCH + ring, rel=1e-12)
     assert ev.result.transfers == n  # one ring message per device, no activation crosses
     assert sorted(ev.result.channel_bytes[ev.result.channel_bytes > 0]) == pytest.approx([2 * (n - 1) / n * W] * n)
-    assert ev.result.busy == pytest.approx([(F + B) / n] * n)
+    assert ev.result.busy == pytest.approx([(F + B) * b / BATCH for b in sizes])
 
 
 def test_two_rings_overlap_the_backward_and_queue_on_the_links():
@@ -123,6 +125,24 @@ def test_a_table_changes_nothing_for_whole_ops():
         assert np.array_equal(a.peak_memory, b.peak_memory) and np.array_equal(a.channel_busy, b.channel_busy)
 
 
+@pytest.mark.parametrize("schedule", ["interleaved-1f1b", "zb-h1"])
+@pytest.mark.parametrize("fast", [True, False])
+def test_split_ops_are_refused_under_the_schedules_with_whole_device_stages(schedule, fast):
+    """Interleaved 1F1B cuts each device's ops into chunks and ZB-H1 gates W tasks per stage: both need every op
+    on one device. A split op is refused with its name and the schedule; whole ops still run."""
+    from placement_core.simulate.schedules import schedule_settings
+    dp = Split("batch", (0, 1))
+    ops = [layer("x", kind="input"), layer("fc1", ["x"], 1.0, 2.0, params=10.0),
+           layer("fc2", ["fc1"], 1.0, 2.0, params=10.0)]
+    sim = schedule_settings(schedule, 3, micro_batches=2)
+    p = Problem(Graph("g", ops, BATCH), devices(2), settings=sim, splits=(dp,), fast=fast)
+    with pytest.raises(InputError, match=f"op 'fc1' is split .*the {schedule} schedule"):
+        p.simulate(genes(p, {"x": 0, "fc1": dp, "fc2": 1}))
+    with pytest.raises(InputError, match=schedule):
+        p.evaluate_many(np.stack([genes(p, {"x": 0, "fc1": 0, "fc2": dp})]))
+    assert p.simulate(genes(p, {"x": 0, "fc1": 0, "fc2": 1})).result.makespan > 0
+
+
 # -- the kernel against the reference -----------------------------------------------------------------
 
 @st.composite
@@ -161,14 +181,14 @@ def sharded_instances(draw):
     for i in range(n):
         choices = list(range(nd)) + [nd + t for t in np.flatnonzero(ok[i])]
         placement.append(draw(st.sampled_from(choices)))
-    schedule = draw(st.sampled_from(["thesis", "thesis", "gpipe"]))
+    schedule = draw(st.sampled_from(["thesis", "thesis", "gpipe", "1f1b"]))
     if schedule == "thesis":
         batches = draw(st.integers(1, 2))
         sim = SimSettings(batches=batches, in_flight=draw(st.integers(1, batches)),
                           forward_only=draw(st.booleans()))
     else:
         from placement_core.simulate.schedules import schedule_settings
-        sim = schedule_settings("gpipe", n, micro_batches=draw(st.integers(1, 3)))
+        sim = schedule_settings(schedule, n, micro_batches=draw(st.integers(1, 3)))
     return graph, dg, np.array(placement, dtype=np.int32), sim, profile, tuple(table)
 
 

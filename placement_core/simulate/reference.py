@@ -20,9 +20,15 @@ from .pipeline_rules import Gates, chunks, interleaved_caps, interleaved_priorit
 from .schedules import stage_caps
 
 _TASK, _XFER = 0, 1
+ALLREDUCE = 4  # a message's direction when it is a ring all-reduce's (after FWD, BWD, UPD, WGT)
+_DIRECTIONS = PHASES + ("allreduce",)
 
 
-def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = False) -> SimResult:
+def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = False,
+             rings: list | None = None) -> SimResult:
+    """``rings``: all-reduce groups of an expanded sharded placement (:func:`.shards.expand`): (members,
+    messages (src, dst, bytes)). When the members' backwards of a unit (of the step, with one update per
+    step) are all done, the messages start; the members' updates wait for all of them."""
     n, nd, U = c.n_ops, c.n_dev, s.batches
     place = [int(x) for x in placement]
     # Per op: [(parent, activation bytes, gradient bytes)], [(child, bytes, gradient bytes)].
@@ -67,13 +73,18 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
     def tid(u: int, phase: int, op: int) -> int:
         return (u * n_ph + phase) * n + op
 
+    rings = [r for r in (rings or []) if training]
+    ring_of = {members[j]: r for r, (members, _) in enumerate(rings) for j in range(len(members))}
+    ring_units = 1 if s.update_per_step else U
+    ring_left = [[len(m) * (U if s.update_per_step else 1) for m, _ in rings] for _ in range(ring_units)]
+    ring_pending = [[0] * len(rings) for _ in range(ring_units)]
     dep = [0] * (U * n_ph * n)
     unit_left = [0] * U
     for u in range(U):
         for i in range(n):
             dep[tid(u, FWD, i)] = len(par[i])
             dep[tid(u, BWD, i)] = 1 + len(chi[i])
-            dep[tid(u, UPD, i)] = U if s.update_per_step else 1
+            dep[tid(u, UPD, i)] = 1 if i in ring_of else U if s.update_per_step else 1
             if n_ph > WGT:
                 dep[tid(u, WGT, i)] = 2  # its own B, and its gate (pipeline_rules.Gates.done)
         unit_left[u] = n + (n + sum(has_w) + (0 if s.update_per_step else sum(has_upd)) if training else 0)
@@ -147,10 +158,33 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
         heapq.heappush(dev_q[d], (xprio[x], seq, ovh_base + 2 * x + r))
         seq += 1
 
+    def ring_complete(ru: int, r: int) -> None:
+        for v in rings[r][0]:
+            if has_upd[v]:
+                satisfy(tid(ru, UPD, v))
+
+    def ring_member_done(u: int, op: int, p: float) -> None:
+        """A member's backward is done; the last one starts the ring's messages."""
+        r, ru = ring_of[op], 0 if s.update_per_step else u
+        ring_left[ru][r] -= 1
+        if ring_left[ru][r]:
+            return
+        members, msgs = rings[r]
+        ring_pending[ru][r] = len(msgs)
+        if not msgs:
+            ring_complete(ru, r)
+        for src, dst, nbytes in msgs:
+            send(ru, ALLREDUCE, members[0], src, dst, nbytes, p)
+
     def deliver(x: int) -> None:
         """Message x is on its destination: its consumers there may run."""
         u, direction, op, src, dst, nbytes = xfers[x]
-        if direction == FWD:
+        if direction == ALLREDUCE:
+            r = ring_of[op]
+            ring_pending[u][r] -= 1
+            if not ring_pending[u][r]:
+                ring_complete(u, r)
+        elif direction == FWD:
             for ch, _, _ in chi[op]:
                 if place[ch] == dst:
                     satisfy(tid(u, FWD, ch))
@@ -205,6 +239,8 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
                     send(u, BWD, op, d, dst, b, p)
             if has_w[op]:
                 satisfy(tid(u, WGT, op))
+            elif op in ring_of:
+                ring_member_done(u, op, p)
             elif has_upd[op]:
                 satisfy(tid(0, UPD, op) if s.update_per_step else tid(u, UPD, op))
             for v in gates.done(u, BWD, op):
@@ -242,10 +278,12 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
     def xfer_done(x: int, t: float) -> None:
         u, direction, op, src, dst, nbytes = xfers[x]
         chan_busy_now[int(c.route[src * nd + dst])] = False
-        mem[src] -= 0.0 if direction == FWD else nbytes
         # memory moves on arrival; with a receive task the consumers wait for it (``deliver``)
         receive = has_ovh and ovh[dst] > 0.0
-        if direction == FWD:
+        if direction == ALLREDUCE:  # the gradients are resident (static memory) on both ends
+            if not receive:
+                deliver(x)
+        elif direction == FWD:
             k = u * n + op
             act_refs[k] -= 1
             if act_refs[k] == 0:
@@ -257,6 +295,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
                 for ch in consumers:
                     satisfy(tid(u, FWD, ch))
         else:
+            mem[src] -= nbytes
             mem[dst] += nbytes
             if not receive:
                 for pp, _, _ in par[op]:
@@ -340,7 +379,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
                 start_task(d, task, length)
                 if trace_events is not None:
                     u, direction, op, src, dst, nbytes = xfers[x]
-                    trace_events.append(TraceEvent("recv" if r else "send", c.op_names[op], u, PHASES[direction],
+                    trace_events.append(TraceEvent("recv" if r else "send", c.op_names[op], u, _DIRECTIONS[direction],
                                                    c.dev_names[d], t, t + length, c.dev_names[src],
                                                    c.dev_names[dst], nbytes))
                 continue
@@ -367,7 +406,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
             seq += 1
             started += 1
             if trace_events is not None:
-                trace_events.append(TraceEvent("transfer", c.op_names[op], u, PHASES[direction],
+                trace_events.append(TraceEvent("transfer", c.op_names[op], u, _DIRECTIONS[direction],
                                                c.ch_names[ch], t, t + length, c.dev_names[src],
                                                c.dev_names[dst], nbytes))
         return started
