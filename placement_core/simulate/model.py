@@ -14,6 +14,8 @@ from ..graph import Graph
 FWD, BWD, UPD, WGT = 0, 1, 2, 3
 # Under zb-h1 a backward is split: "bwd" is the input gradient (B), "wgrad" the weight gradient (W).
 PHASES = ("fwd", "bwd", "update", "wgrad")
+ALLREDUCE = 4  # a message's direction when it is a ring all-reduce's (docs/sharding.md)
+DIRECTIONS = PHASES + ("allreduce",)  # a message's phase in a trace, by its direction
 
 # How a schedule picks the next task beyond its static priorities (docs/design.md §5):
 SCHED_STATIC = 0  # priorities and stage caps only (thesis, gpipe, 1f1b)

@@ -14,21 +14,18 @@ import heapq
 import numpy as np
 
 from .messages import messages
-from .model import (ADMIT_THESIS, BWD, FWD, PHASES, SCHED_INTERLEAVED, SCHED_ZB, UPD, WGT, Compiled, SimResult,
-                    SimSettings, TraceEvent)
+from .model import (ADMIT_THESIS, ALLREDUCE, BWD, DIRECTIONS, FWD, PHASES, SCHED_INTERLEAVED, SCHED_ZB, UPD, WGT,
+                    Compiled, SimResult, SimSettings, TraceEvent)
 from .pipeline_rules import Gates, chunks, interleaved_caps, interleaved_priority, stage_index
 from .schedules import stage_caps
+from .shards import RingState
 
 _TASK, _XFER = 0, 1
-ALLREDUCE = 4  # a message's direction when it is a ring all-reduce's (after FWD, BWD, UPD, WGT)
-_DIRECTIONS = PHASES + ("allreduce",)
 
 
 def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = False,
              rings: list | None = None) -> SimResult:
-    """``rings``: all-reduce groups of an expanded sharded placement (:func:`.shards.expand`): (members,
-    messages (src, dst, bytes)). When the members' backwards of a unit (of the step, with one update per
-    step) are all done, the messages start; the members' updates wait for all of them."""
+    """``rings``: the all-reduces of an expanded sharded placement (:class:`.shards.RingState`)."""
     n, nd, U = c.n_ops, c.n_dev, s.batches
     place = [int(x) for x in placement]
     # Per op: [(parent, activation bytes, gradient bytes)], [(child, bytes, gradient bytes)].
@@ -73,11 +70,8 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
     def tid(u: int, phase: int, op: int) -> int:
         return (u * n_ph + phase) * n + op
 
-    rings = [r for r in (rings or []) if training]
-    ring_of = {members[j]: r for r, (members, _) in enumerate(rings) for j in range(len(members))}
-    ring_units = 1 if s.update_per_step else U
-    ring_left = [[len(m) * (U if s.update_per_step else 1) for m, _ in rings] for _ in range(ring_units)]
-    ring_pending = [[0] * len(rings) for _ in range(ring_units)]
+    ring = RingState((rings or []) if training else [], U, s.update_per_step)
+    ring_of = ring.of
     dep = [0] * (U * n_ph * n)
     unit_left = [0] * U
     for u in range(U):
@@ -158,32 +152,16 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
         heapq.heappush(dev_q[d], (xprio[x], seq, ovh_base + 2 * x + r))
         seq += 1
 
-    def ring_complete(ru: int, r: int) -> None:
-        for v in rings[r][0]:
+    def ring_complete(ru: int, members) -> None:
+        for v in members:
             if has_upd[v]:
                 satisfy(tid(ru, UPD, v))
-
-    def ring_member_done(u: int, op: int, p: float) -> None:
-        """A member's backward is done; the last one starts the ring's messages."""
-        r, ru = ring_of[op], 0 if s.update_per_step else u
-        ring_left[ru][r] -= 1
-        if ring_left[ru][r]:
-            return
-        members, msgs = rings[r]
-        ring_pending[ru][r] = len(msgs)
-        if not msgs:
-            ring_complete(ru, r)
-        for src, dst, nbytes in msgs:
-            send(ru, ALLREDUCE, members[0], src, dst, nbytes, p)
 
     def deliver(x: int) -> None:
         """Message x is on its destination: its consumers there may run."""
         u, direction, op, src, dst, nbytes = xfers[x]
         if direction == ALLREDUCE:
-            r = ring_of[op]
-            ring_pending[u][r] -= 1
-            if not ring_pending[u][r]:
-                ring_complete(u, r)
+            ring_complete(u, ring.delivered(u, op))
         elif direction == FWD:
             for ch, _, _ in chi[op]:
                 if place[ch] == dst:
@@ -240,7 +218,10 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
             if has_w[op]:
                 satisfy(tid(u, WGT, op))
             elif op in ring_of:
-                ring_member_done(u, op, p)
+                ru, members, msgs = ring.member_done(u, op)
+                ring_complete(ru, members if not msgs else ())
+                for src, dst, nbytes in msgs:
+                    send(ru, ALLREDUCE, members[0], src, dst, nbytes, p)
             elif has_upd[op]:
                 satisfy(tid(0, UPD, op) if s.update_per_step else tid(u, UPD, op))
             for v in gates.done(u, BWD, op):
@@ -278,31 +259,22 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
     def xfer_done(x: int, t: float) -> None:
         u, direction, op, src, dst, nbytes = xfers[x]
         chan_busy_now[int(c.route[src * nd + dst])] = False
-        # memory moves on arrival; with a receive task the consumers wait for it (``deliver``)
-        receive = has_ovh and ovh[dst] > 0.0
-        if direction == ALLREDUCE:  # the gradients are resident (static memory) on both ends
-            if not receive:
-                deliver(x)
-        elif direction == FWD:
+        if direction == FWD:
             k = u * n + op
             act_refs[k] -= 1
             if act_refs[k] == 0:
                 mem[src] -= c.out_bytes[op]
-            consumers = [ch for ch, _, _ in chi[op] if place[ch] == dst]
-            recv[(u, op, dst)] = [len(consumers), nbytes]
+            recv[(u, op, dst)] = [sum(place[ch] == dst for ch, _, _ in chi[op]), nbytes]
             mem[dst] += nbytes
-            if not receive:
-                for ch in consumers:
-                    satisfy(tid(u, FWD, ch))
-        else:
+        elif direction == BWD:
             mem[src] -= nbytes
             mem[dst] += nbytes
-            if not receive:
-                for pp, _, _ in par[op]:
-                    if place[pp] == dst:
-                        satisfy(tid(u, BWD, pp))
-        if receive:
+        # memory moves on arrival (a ring's gradients stay resident on both ends); with a receive task the
+        # consumers wait for it
+        if has_ovh and ovh[dst] > 0.0:
             overhead_ready(x, 1, dst)
+        else:
+            deliver(x)
         note_memory(t, (src, dst))
 
     def idle(d: int) -> bool:
@@ -379,7 +351,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
                 start_task(d, task, length)
                 if trace_events is not None:
                     u, direction, op, src, dst, nbytes = xfers[x]
-                    trace_events.append(TraceEvent("recv" if r else "send", c.op_names[op], u, _DIRECTIONS[direction],
+                    trace_events.append(TraceEvent("recv" if r else "send", c.op_names[op], u, DIRECTIONS[direction],
                                                    c.dev_names[d], t, t + length, c.dev_names[src],
                                                    c.dev_names[dst], nbytes))
                 continue
@@ -406,7 +378,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
             seq += 1
             started += 1
             if trace_events is not None:
-                trace_events.append(TraceEvent("transfer", c.op_names[op], u, _DIRECTIONS[direction],
+                trace_events.append(TraceEvent("transfer", c.op_names[op], u, DIRECTIONS[direction],
                                                c.ch_names[ch], t, t + length, c.dev_names[src],
                                                c.dev_names[dst], nbytes))
         return started

@@ -219,6 +219,37 @@ def expanded_settings(s: SimSettings, ex: Expanded) -> SimSettings:
     return replace(s, priority=np.ascontiguousarray(prio[:, :, ex.op]))
 
 
+class RingState:
+    """The ring all-reduces of an expanded placement while the reference runs it (the kernel keeps the same
+    counters). A ring's messages start when its members' backwards of a unit are all done (of every unit
+    of the step, with one update per step); the members' updates wait for every message."""
+
+    def __init__(self, rings: list, units: int, per_step: bool):
+        self.rings = rings
+        self.of = {v: r for r, (members, _) in enumerate(rings) for v in members}
+        self.per_step = per_step
+        slots = 1 if per_step else units
+        self.left = [[len(m) * (units if per_step else 1) for m, _ in rings] for _ in range(slots)]
+        self.pending = [[0] * len(rings) for _ in range(slots)]
+
+    def member_done(self, u: int, v: int) -> tuple[int, list, list]:
+        """(ring unit, members, messages to send): members only when this was the last and nothing is to be
+        sent (the ring is done); messages when this was the last; neither otherwise."""
+        r, ru = self.of[v], 0 if self.per_step else u
+        self.left[ru][r] -= 1
+        if self.left[ru][r]:
+            return ru, [], []
+        members, msgs = self.rings[r]
+        self.pending[ru][r] = len(msgs)
+        return ru, list(members), list(msgs)
+
+    def delivered(self, ru: int, v: int) -> list:
+        """One of the ring's messages arrived; the members whose updates may run now (after the last)."""
+        r = self.of[v]
+        self.pending[ru][r] -= 1
+        return [] if self.pending[ru][r] else list(self.rings[r][0])
+
+
 def label_shards(trace: list, c: Compiled, sh: ShardArrays, genes) -> list:
     """The trace with each split op's events numbered by shard: an op by the device it ran on, a message by
     the device that sent it (a ring message, by its place in the ring)."""
