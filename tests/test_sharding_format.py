@@ -181,3 +181,21 @@ def test_exprimo_worked_numbers(name, layer, unsharded_ms, sharded_ms, peaks, de
     assert round(ev.result.makespan * 1e3, 3) == sharded_ms
     assert [int(round(b)) for b in ev.result.peak_memory[1:3]] == list(peaks)
     assert ev.result.transfers == 4  # input to the other shard, its slice back; the gradients likewise
+
+
+@pytest.mark.parametrize("network, assignment, sharded_ms, split", [
+    ("alex_v2.json", "alex_v2_sharded.json", 38.278, "fc6"),
+    ("resnet50.json", "resnet50_sharded.json", 418.868, "res3a_branch1"),
+])
+def test_exprimo_sharded_assignment_files_simulate_from_the_command_line(network, assignment, sharded_ms, split,
+                                                                        capsys):
+    """Exprimo's own assignment files, unchanged (alex_v2_sharded.json also carries 215 ResNet keys, which
+    Exprimo ignores): placement simulate loads them, splits the listed layer by channel and gets Exprimo's makespan."""
+    from placement_core.cli import main
+    code = main(["simulate", "--network", str(FIX / network), "--devices", str(FIX / "malvik.json"),
+                 "--profile", "exprimo-2020", "--placement", str(FIX / assignment), "--json"])
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert round(data["makespan_s"] * 1e3, 3) == sharded_ms
+    assert data["split_ops"] == {split: {"devices": ["gpu0", "gpu1"], "split": "channel"}}
+    assert data["transfers"] == 4

@@ -155,9 +155,10 @@ static double curve_len(const KernelObject *k, int j, double b) {
 
 /* Returns 0 on success, -1 if the simulation stalled, -2 out of memory, -3 bad placement.
  * SCHED is a compile-time constant at every call (see simulate() below): each schedule kind gets its own
- * copy of this function, and the static one keeps the three-phase kernel's speed. */
+ * copy of this function, and the static one keeps the three-phase kernel's speed. So is RINGS (1 only for
+ * an expanded placement with split ops). */
 static inline __attribute__((always_inline)) int simulate_kind(const KernelObject *k, const int *place,
-                                                               double *out, const int SCHED) {
+                                                               double *out, const int SCHED, const int RINGS) {
     const int n = k->n, nd = k->nd, nc = k->nc, U = k->U, E = k->n_edges;
     const int training = !k->fwd_only;
     int i, j, d, u;
@@ -315,7 +316,8 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
             for (j = bd_ptr[i]; j < bd_ptr[i + 1]; j++)
                 if (bd_bytes[j] > 0.0) ch_msgs[k->route[place[i] * nd + bd_dev[j]]]++;
     }
-    const int R = k->ring_of ? k->n_rings : 0, RU = k->upd_step ? 1 : U;  /* rings, ring units */
+    /* rings, ring units; RINGS is a compile-time constant too, so whole-op placements carry no ring code */
+    const int R = RINGS && k->ring_of ? k->n_rings : 0, RU = k->upd_step ? 1 : U;
     for (j = 0; R && j < k->ring_msg_ptr[R]; j++) ch_msgs[k->route[k->ring_src[j] * nd + k->ring_dst[j]]]++;
     long long total_msgs = 0;
     for (j = 0; j < nc; j++) total_msgs += (long long)ch_msgs[j] * U;
@@ -745,9 +747,9 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
 
 static int simulate_any(const KernelObject *k, const int *place, double *out) {
     switch (k->sched) {
-    case SCHED_INTERLEAVED: return simulate_kind(k, place, out, SCHED_INTERLEAVED);
-    case SCHED_ZB: return simulate_kind(k, place, out, SCHED_ZB);
-    default: return simulate_kind(k, place, out, SCHED_STATIC);
+    case SCHED_INTERLEAVED: return simulate_kind(k, place, out, SCHED_INTERLEAVED, 0);
+    case SCHED_ZB: return simulate_kind(k, place, out, SCHED_ZB, 0);
+    default: return simulate_kind(k, place, out, SCHED_STATIC, 0);
     }
 }
 
@@ -784,7 +786,7 @@ static int simulate_sharded(const KernelObject *k, const int *place, double *out
     v.ring_msg_ptr = x.ring_msg_ptr; v.ring_src = x.ring_src; v.ring_dst = x.ring_dst; v.ring_bytes = x.ring_bytes;
     v.n_rings = x.n_rings;
     v.sh.T = 0;
-    status = simulate_kind(&v, x.place, out, SCHED_STATIC);
+    status = simulate_kind(&v, x.place, out, SCHED_STATIC, 1);
     free(prio);
     expanded_free(&x);
     return status;
