@@ -68,3 +68,21 @@ def test_the_in_process_runner_refuses_splits():
     with pytest.raises(InputError, match="ranks runner"):
         benchmark(MODEL, SHAPE, [{op: (batch() if op == "fc" else "cpu0") for op in OPS}], "cpu:2",
                   runner="inprocess", batch_size=BATCH, settings=BenchmarkSettings(steps=1, warmup=1))
+
+
+def test_placement_benchmark_runs_a_sharded_placement_file_on_cpu_ranks(tmp_path, capsys):
+    """The command a user types: a placement/1 file with a channel and a batch split, two gloo ranks."""
+    import json
+
+    from placement_core.cli import main
+    entries = dict({op: "cpu0" for op in OPS}, conv1={"devices": ["cpu0", "cpu1"], "split": "channel"},
+                   fc=batch())
+    path = tmp_path / "sharded.json"
+    path.write_text(json.dumps({"format": "placement/1", "assignment": entries}))
+    assert main(["benchmark", "--model", MODEL, "--input-shape", ",".join(map(str, SHAPE)), "--batch-size",
+                 str(BATCH), "--devices", "cpu:2", "--placement", str(path), "--steps", "2", "--warmup", "1",
+                 "--rounds", "1", "--no-store", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    row = out[0] if isinstance(out, list) else out
+    assert row["status"] == "ok", row
+    assert row["median_step_s"] > 0
