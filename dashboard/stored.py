@@ -99,7 +99,7 @@ def setting_differences(problem) -> list[str]:
 
     Compares recipes as values: nothing is compiled."""
     theirs = problem.spec
-    mine = state.spec_for(problem.graph, state.sim_from_spec(theirs, base=state.ss().sim)).to_dict()
+    mine = state.spec_for(problem.graph, state.sim_from_spec(theirs, base=state.ss().sim), problem.devices).to_dict()
     theirs = theirs.to_dict()
     measured = ("timings", "timings_batch")
     return [f"{k} = {theirs[k]!r}" for k in theirs if theirs[k] != mine.get(k) and k not in measured] + \
