@@ -116,3 +116,21 @@ def test_the_sharding_experiment_refuses_an_unknown_network(tmp_path, capsys):
     assert main(["experiment", "sharding", "--networks", "nosuchnet", "--out", str(tmp_path / "o")]) != 0
     assert "nosuchnet" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_e5_candidates_include_data_parallel_and_random_splits():
+    """E5's scatter (placement experiment e5 --sharded N): data parallel over every rank first, then random
+    placements of whole and split ops, all valid on the problem with E5's split table."""
+    from placement_core.experiments.e5 import E5Settings, sharded_placements, sharded_table
+    ops = [layer("x", kind="input"), layer("fc1", ["x"], 1.0, 2.0, params=200.0),
+           layer("relu", ["fc1"], 0.5, 0.5, kind="activation"), layer("fc2", ["relu"], 1.0, 1.0, params=100.0)]
+    p = Problem(Graph("g", ops, BATCH), devices(3), settings=SimSettings())
+    cands = sharded_placements(p, E5Settings(sharded=4), np.random.default_rng(0))
+    wide = p.with_splits(sharded_table(p))
+    assert [c.kind for c in cands] == ["sharded"] * 4 and cands[0].label == "data parallel"
+    every = wide.n_devices + wide.splits.index(Split("batch", (0, 1, 2)))
+    assert cands[0].placement.tolist() == [every] * 4  # every op here has a batch dimension
+    assert any((c.placement >= wide.n_devices).any() and (c.placement < wide.n_devices).any() for c in cands[1:])
+    for c in cands:
+        assert wide.simulate(c.placement).result.makespan > 0  # checked genes, simulated
+    assert sharded_placements(p, E5Settings(sharded=0), np.random.default_rng(0)) == []

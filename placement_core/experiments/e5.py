@@ -147,11 +147,14 @@ def sharded_placements(problem: Problem, settings: E5Settings, rng: np.random.Ge
     from ..optimize.genes import Genes
     from ..sharding import Split
     wide = problem.with_splits(sharded_table(problem))
-    every = wide.n_devices + wide.splits.index(Split("batch", tuple(range(wide.n_devices))))
-    dp = np.where(wide.allowed[:, every - wide.n_devices], every, 0).astype(np.int32)
-    out = [Candidate("data parallel", "sharded", dp)]
+    out = []
+    everyone = Split("batch", tuple(range(wide.n_devices)))
+    if everyone in wide.splits:  # devices of one kind (CPU ranks): data parallel over all of them
+        every = wide.n_devices + wide.splits.index(everyone)
+        dp = np.where(wide.allowed[:, every - wide.n_devices], every, 0).astype(np.int32)
+        out.append(Candidate("data parallel", "sharded", dp))
     genes = Genes(wide)
-    for k in range(settings.sharded - 1):
+    for k in range(settings.sharded - len(out)):
         out.append(Candidate(f"random with splits #{k}", "sharded", genes.draw(rng, np.arange(wide.n_ops))))
     return out
 
