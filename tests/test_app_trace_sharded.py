@@ -40,3 +40,32 @@ def test_a_sharded_placement_file_shows_its_shards_and_its_rings():
     assert "batch 1 · all-reduce" in [t.get("name") for t in gantt(at)["data"]]
     downloads = {b.proto.label: b for b in at.get("download_button")}
     assert "Download the trace (Chrome trace JSON)" in downloads
+
+
+def test_the_benchmark_page_runs_a_sharded_current_placement_on_every_device_of_its_splits(monkeypatch):
+    """The current placement splits fc over gpu0 and gpu1: the page maps both to local devices, simulates it with
+    the session's split table and hands the runner the split entry with local names."""
+    from dashboard import benchview
+    from test_app_benchmark import fake_result, run_jobs
+    calls = []
+
+    def fake(source, shape, placements, devices, runner, batch_size, settings, progress):
+        calls.append(placements)
+        return [fake_result(0.05) for _ in placements]
+
+    monkeypatch.setattr(benchview, "run_benchmark", fake)
+    at = start()
+    goto(at, "trace")
+    g = load_network("resnet50")
+    entries = {op.name: "gpu0" for op in g.ops} | {"fc": {"devices": ["gpu0", "gpu1"], "split": "channel"}}
+    at.file_uploader(key="trace_upload").upload("ch.json", json.dumps({"format": "placement/1", "assignment": entries})
+                                                .encode(), "application/json").run()
+    goto(at, "benchmark")
+    assert_clean(at)
+    assert [s.label for s in at.selectbox if s.key.startswith("bench_map_")] == ["gpu0", "gpu1"]
+    at.multiselect(key="bench_chosen").set_value(["current: ch.json"]).run()
+    run_jobs(at)
+    assert_clean(at)
+    [[assignment]] = calls
+    assert assignment["fc"] == {"devices": ["cpu0", "cpu1"], "split": "channel"}  # gpu0 -> cpu0, gpu1 -> cpu1
+    assert assignment["conv1"] == "cpu0"
