@@ -114,8 +114,8 @@ def cmd_benchmark_top(args) -> int:
     batch = args.batch_size or graph.batch_size
     local = [d.name for d in devs]
     from ..sharding import gene_entry, used_devices
-    table = problem.splits
-    used = used_devices([r.placement for r in ranked], len(names), table)
+    splits = problem.splits
+    used = used_devices([r.placement for r in ranked], len(names), splits)
     chosen = parse_mapping(args.map, names, local) if args.map else {}
     mapping = {names[i]: chosen.get(names[i], loc) for i, loc in default_mapping(names, used, local).items()}
     warning = shared_warning(mapping, {d.name: d.torch for d in devs}, args.runner)
@@ -123,13 +123,13 @@ def cmd_benchmark_top(args) -> int:
         print(f"note: {note}", file=sys.stderr)
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
-    def local(entry):  # a graph device, or a split's devices, as local devices
+    def on_local(entry):  # a graph device, or a split's devices, as local devices
         if isinstance(entry, dict):
             return {**entry, "devices": [mapping[d] for d in entry["devices"]]}
         return mapping[entry]
-    assignments = [{op.name: local(gene_entry(int(i), names, table)) for op, i in zip(graph.ops, r.placement)}
+    assignments = [{op.name: on_local(gene_entry(int(i), names, splits)) for op, i in zip(graph.ops, r.placement)}
                    for r in ranked]
-    if groups is not None and table:
+    if groups is not None and splits:
         raise InputError("a coarsened network's groups cannot be split", field="--network",
                          fix="Benchmark a run made on the model's own network")
     if groups is not None:
@@ -160,7 +160,7 @@ def cmd_benchmark_top(args) -> int:
     rows = [{"simulated_rank": n, "label": r.label, "simulated_objective_s": r.objective, "simulated_s": sim,
              "feasible": r.feasible, "measured_median_s": res.median_step_s, "iqr_s": res.to_dict()["iqr_s"],
              "measured_rank": measured_rank.get(n - 1), "status": res.status, "message": res.message,
-             "benchmark_id": bid, "placement": {op.name: gene_entry(int(i), names, table)
+             "benchmark_id": bid, "placement": {op.name: gene_entry(int(i), names, splits)
                                                 for op, i in zip(graph.ops, r.placement)}}
             for n, (r, res, sim, bid) in enumerate(zip(ranked, results, simulated, ids), start=1)]
     tau_out = None if np.isnan(tau) else tau
