@@ -75,14 +75,17 @@ def timed_run(problem, algorithm, budget, make_evaluator) -> dict:
     evaluator = make_evaluator()
     start_s = time.perf_counter() - t
     try:
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         r = run(problem, algorithm, evaluations=budget, seed=0, evaluator=evaluator)
-        wall = time.perf_counter() - t
+        wall, cpu = time.perf_counter() - t, time.process_time() - cpu
     finally:
         evaluator.close()
     return {"algorithm": algorithm, "evals_per_s": r.evaluations / wall, "wall_s": wall, "start_s": start_s,
             "best_objective_s": r.best_objective, "evaluations": r.evaluations,
-            "batch": r.params.get("batch"), "in_flight": r.params.get("in_flight")}
+            "batch": r.params.get("batch"), "in_flight": r.params.get("in_flight"),
+            # the driver's own CPU per evaluation in this very run (on a parallel backend: everything but the
+            # simulations, which run elsewhere): the c_driver of docs/scaling.md's model
+            "driver_cpu_s_per_eval": cpu / max(r.evaluations, 1)}
 
 
 def driver_cost(problem, algorithm, budget) -> float:
@@ -112,8 +115,8 @@ def scheduler_cost(client, tasks: int = 2000) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--graphs", default="resnet50,synthetic10k")
-    ap.add_argument("--budget-resnet", type=int, default=100_000)
-    ap.add_argument("--budget-10k", type=int, default=1_000)
+    ap.add_argument("--budget-resnet", type=int, default=300_000)
+    ap.add_argument("--budget-10k", type=int, default=3_000)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     from distributed import Client, LocalCluster
@@ -159,7 +162,8 @@ def main() -> None:
             for key, r in entry[sync].items():
                 sizes = f", batch {r['batch']} x {r['in_flight']} in flight" if r["in_flight"] else ""
                 print(f"    {key:15s} {r['algorithm']:17s} {r['evals_per_s']:9,.0f} evals/s  x{r['speedup']:.2f}  "
-                      f"(start {r['start_s']:.2f} s, best {r['best_objective_s']:.6g} s{sizes})")
+                      f"(start {r['start_s']:.2f} s, best {r['best_objective_s']:.6g} s{sizes}, "
+                      f"driver CPU {r['driver_cpu_s_per_eval'] * 1e6:.1f} us/eval)")
 
 
 if __name__ == "__main__":
