@@ -59,6 +59,22 @@ def test_task_size_is_twenty_times_the_overhead_or_the_floor():
     assert Pacing(2, eval_s=1e-4, task_overhead_s=1e-3).task_size() == 200  # 20 ms of work at 0.1 ms each
     assert Pacing(2, eval_s=1e-4, task_overhead_s=1e-3, floor_s=0.05).task_size() == 500  # Dask's 50 ms floor
     assert Pacing(2, eval_s=0.01, task_overhead_s=1e-5).task_size() == 1  # a slow evaluation is a task alone
+    # the driver's cost per batch counts with the round trip: a 10,000-op graph (4 ms an evaluation, 1.1 ms a
+    # batch in the driver) gets 20 x 1.175 ms = 23.5 ms of work, 6 placements, not one
+    assert Pacing(2, eval_s=4e-3, task_overhead_s=7.5e-5, batch_cost_s=1.1e-3).task_size() == 6
+    # the pool's 5 ms floor wins over 20 x (90 + 19) us for ResNet-50: 5 ms / 46 us = 108.7 -> 109
+    assert Pacing(2, eval_s=4.6e-5, task_overhead_s=9e-5, floor_s=0.005, batch_cost_s=1.9e-5).task_size() == 109
+
+
+def test_the_pool_sizes_tasks_from_its_floor_and_the_genome():
+    from placement_core.parallel import ProcessPoolEvaluator
+    from placement_core.parallel.pacing import DRIVER_S_PER_OP
+    from placement_core.parallel.pool import POOL_FLOOR_S
+    problem = Problem(load_network("resnet50"), load_devices("malvik-4gpu"))
+    with ProcessPoolEvaluator(problem, 2) as ev:
+        assert ev.pacing.floor_s == POOL_FLOOR_S
+        assert ev.pacing.batch_cost_s == DRIVER_S_PER_OP * 176
+        assert ev.pacing.task_s >= POOL_FLOOR_S
 
 
 def test_a_waited_for_batch_is_split_only_when_splitting_is_faster():

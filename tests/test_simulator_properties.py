@@ -24,7 +24,7 @@ from placement_core.simulate.schedules import schedule_settings
 def curves(draw):
     """A measured transfer curve: 2 to 5 points over 0..1500 bytes (messages reach 1000), times rising."""
     k = draw(st.integers(2, 5))
-    sizes = sorted(draw(st.lists(st.floats(0.0, 1500.0), min_size=k, max_size=k, unique=True)))
+    sizes = sorted(float(b) for b in draw(st.lists(st.integers(0, 1500), min_size=k, max_size=k, unique=True)))
     steps = draw(st.lists(st.floats(0.0, 2.0), min_size=k - 1, max_size=k - 1))
     steps[-1] = max(steps[-1], 1e-3)  # the last segment rises (its slope is the bandwidth beyond)
     times = np.cumsum([draw(st.floats(0.0, 0.5))] + steps).tolist()

@@ -17,8 +17,8 @@ import numpy as np
 from ..errors import InputError
 from ..problem import Problem
 from .cluster import DASK_FLOOR_S, ClusterSession
-from .pacing import Pacing, median_round_trip, probe_eval_seconds
-from .pool import WorkerError, WorkerPool
+from .pacing import DRIVER_S_PER_OP, Pacing, median_round_trip, probe_eval_seconds
+from .pool import POOL_FLOOR_S, WorkerError, WorkerPool
 
 
 class Pending(Protocol):
@@ -142,7 +142,11 @@ class _Shipping(SerialEvaluator):
         return _Later(self._receive_made, self._send_recipe(recipe))
 
     def _measure(self, floor_s: float) -> Pacing:
-        return Pacing(self.workers, probe_eval_seconds(self.problem), median_round_trip(self._ping), floor_s)
+        # the round trip first: it waits for the workers to be up, so their start (compiling the problem on
+        # every core) does not slow the probe of the simulator's time down
+        round_trip = median_round_trip(self._ping)
+        return Pacing(self.workers, probe_eval_seconds(self.problem), round_trip, floor_s,
+                      DRIVER_S_PER_OP * self.problem.n_ops)
 
 
 class ProcessPoolEvaluator(_Shipping):
@@ -163,7 +167,7 @@ class ProcessPoolEvaluator(_Shipping):
         self._receive = self.pool.result
         self._send_recipe = self.pool.submit_recipe
         self._receive_made = self.pool.result
-        self._pacing = self._measure(0.0)
+        self._pacing = self._measure(POOL_FLOOR_S)
 
     def close(self) -> None:
         self.pool.close()

@@ -3,8 +3,10 @@
 A backend pays a fixed cost per task (a pipe round trip: tens of microseconds; a Dask task:
 milliseconds) and the simulator a variable one per placement (tens of microseconds for
 ResNet-50, milliseconds for a 10,000-op graph). A task is worth shipping when its work is at
-least ``OVERHEAD_RATIO`` times the backend's cost per task (overhead at most 5 %), and never less
-than the backend's floor (50 ms for Dask, whose scheduler also spends time on every task).
+least ``OVERHEAD_RATIO`` times what a task costs beyond its work (the backend's round trip and the
+driver's own handling of a batch: overhead at most 5 %), and never less
+than the backend's floor (50 ms for Dask, whose scheduler also spends time on every task; 5 ms for
+the local pool, where the driver's own cost per batch is what is left to amortize).
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 
 OVERHEAD_RATIO = 20.0
+# The driver's own cost per batch whatever its size (the batch's parents out, its children merged into the
+# population or archive) grows with the genome: about 1.1 ms a batch on a 10,000-op graph (benchmarks/
+# optimizer.py's driver CPU with batches of one), 20 us on ResNet-50's 176 ops.
+DRIVER_S_PER_OP = 1.1e-7
 
 
 @dataclass(frozen=True)
@@ -26,11 +32,12 @@ class Pacing:
     eval_s: float  # seconds of simulation per placement (median of a probe)
     task_overhead_s: float  # seconds a task costs beyond its work (round trip, framing)
     floor_s: float = 0.0  # least work per task whatever the overhead
+    batch_cost_s: float = 0.0  # the driver's cost per batch (DRIVER_S_PER_OP per op of the genome)
 
     @property
     def task_s(self) -> float:
         """Seconds of work a task should carry."""
-        return max(self.floor_s, OVERHEAD_RATIO * self.task_overhead_s)
+        return max(self.floor_s, OVERHEAD_RATIO * (self.task_overhead_s + self.batch_cost_s))
 
     def task_size(self) -> int:
         """Placements per task."""
@@ -50,7 +57,7 @@ class Pacing:
 
     def to_dict(self) -> dict:
         return {"workers": self.workers, "eval_s": self.eval_s, "task_overhead_s": self.task_overhead_s,
-                "task_s": self.task_s, "task_size": self.task_size()}
+                "batch_cost_s": self.batch_cost_s, "task_s": self.task_s, "task_size": self.task_size()}
 
 
 def probe_eval_seconds(problem, budget_s: float = 0.005, most: int = 64, seed: int = 0) -> float:

@@ -25,6 +25,9 @@ import numpy as np
 from . import wire
 
 MAX_ATTEMPTS = 2  # workers a task may kill before the run gives up on it
+# least work per task: the driver's own cost per batch (asking, telling, a recipe) is tens to hundreds of
+# microseconds whatever its size, and batches of one 4 ms placement left the workers waiting on it
+POOL_FLOOR_S = 0.005
 PING = -1  # task id of an empty round trip, answered without touching the problem
 SHUTDOWN = -2
 
