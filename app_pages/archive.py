@@ -148,7 +148,7 @@ def compare_section(run, ranked, rank_of, pick_key) -> None:
         c2.markdown(f"**A**: {ui.esc(described.get(a, a))}  \n**B**: {ui.esc(described.get(b, b))}")
         c2.markdown(f"**{diff['ops_moved']} of {diff['ops']} ops** run on a different device.")
         c2.plotly_chart(charts.placement_strip_figure([candidates[a], candidates[b]], ["A", "B"],
-                                                      problem.devices.names), key="cmp_strip",
+                                                      problem.devices.names, problem.splits), key="cmp_strip",
                         config={"displaylogo": False})
 
 

@@ -96,7 +96,8 @@ with ui.guarded("the graph"):
 with ui.guarded("the op table"):
     st.markdown("##### Ops")
     st.caption("In topological order; click a column header to sort.")
-    st.dataframe(op_table(g, placement, state.devices().names), hide_index=True, key="net_ops",
+    st.dataframe(op_table(g, placement, state.devices().names, state.problem().splits), hide_index=True,
+                 key="net_ops",
                  column_config={
                      "#": st.column_config.NumberColumn(width="small"),
                      "forward GFLOP": st.column_config.NumberColumn(format="%.3f"),

@@ -8,7 +8,7 @@ from dashboard import charts, state, ui
 from dashboard.live_runs import REGISTRY, RunSpec
 from placement_core import InputError
 from placement_core.analysis import fmt_bytes, fmt_seconds
-from placement_core.optimize import ALGORITHMS
+from placement_core.optimize import ALGORITHMS, problem_for
 
 ui.header("Optimize", "Search for placements with the simulator as the judge: thousands of placements per "
           "second, no GPU needed. Runs continue in the background while you look at other pages.")
@@ -65,7 +65,8 @@ with ui.guarded("the run form"):
                            devices_label=s.devices_label, sim=problem_sim,
                            initial=state.current_placement()[None, :].copy() if seeded else None)
             # each run gets its own Problem: the compiled simulator is not shared between threads
-            REGISTRY.start(s.session_key, spec, state.spec_for(g, problem_sim).build(g, d))
+            # with the session's split table (Split ops), and the splits data-parallel and hybrid-parallel add
+            REGISTRY.start(s.session_key, spec, problem_for(state.spec_for(g, problem_sim, d).build(g, d), a))
         st.rerun()
 
 runs = REGISTRY.runs(s.session_key)

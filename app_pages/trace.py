@@ -236,7 +236,8 @@ with ui.guarded("the download"):
     channel_names = [c.name for c in problem.devices.channels]
     title = f"{s.network_label} on {s.devices_label}: {s.placement_label}"
     graph_for_flows = problem.graph  # read in the script run, like the names: the download runs later
-    placement_json = json.dumps(placement_to_dict(state.current_placement(), state.graph(), state.devices()), indent=1)
+    placement_json = json.dumps(placement_to_dict(state.current_placement(), state.graph(), state.devices(),
+                                                  state.problem().splits), indent=1)
 
     def _chrome(res=res) -> str:
         return json.dumps(chrome_trace(res, devices_names, channel_names, title=title, graph=graph_for_flows))

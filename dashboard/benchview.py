@@ -324,7 +324,9 @@ def render() -> None:
                          "best of a run: its K best distinct placements by simulated objective, to see whether "
                          "the measured ranking agrees (Kendall τ).")
     plan, ranking = _what_to_measure(mode)
-    used = sorted({int(x) for _, p, _ in plan for x in np.unique(p)})
+    from placement_core.sharding import used_devices
+    # the devices the plan runs on (a split op's every device)
+    used = used_devices([p for _, p, _ in plan], len(d), state.problem().splits) if plan else []
     st.caption("Each device of the device graph runs on a local device:")
     mapping = {}
     defaults = default_mapping(d.names, used, local) if used else {}
@@ -417,11 +419,15 @@ def _submit(plan, ranking, mapping, source, shape, batch, spec, runner, steps, w
     g, d = state.graph(), state.devices()
     sample = parse_sample_shape(shape)
     # measured op times (a calibration of this network) are scaled linearly to the benchmark's batch
+    from placement_core.sharding import gene_entry
+    table = state.problem().splits  # the session's split table: a split op runs on the ranks runner
     sim_problem = Problem(g.with_batch_size(batch), d, settings=SimSettings(), penalty=s.sim["penalty"],
-                          **state.cost_kw(g, s.sim))
+                          splits=table, **state.cost_kw(g, s.sim))
     labels = [label for label, _, _ in plan]
     sims = [float(sim_problem.simulate(p).result.batch_time) for _, p, _ in plan]
-    assignments = [{op.name: mapping[int(p[i])] for i, op in enumerate(g.ops)} for _, p, _ in plan]
+    local_names = [mapping.get(j, name) for j, name in enumerate(d.names)]
+    assignments = [{op.name: gene_entry(int(p[i]), local_names, table) for i, op in enumerate(g.ops)}
+                   for _, p, _ in plan]
     submit(s.session_key, BenchJob(labels, sims, assignments, source, (1,) + sample, spec, runner, batch,
                                    BenchmarkSettings(steps=steps, warmup=warmup), network_name=g.name,
                                    network_hash=network_hash(sim_problem.graph),

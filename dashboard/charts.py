@@ -24,7 +24,7 @@ KIND_COLORS = {"input": "#9E9E9E", "conv": "#4C78A8", "deconv": "#2F5B88", "line
                "activation": "#EECA3B", "elementwise": "#72B7B2", "concat": "#E45756", "reshape": "#BAB0AC",
                "dropout": "#9D755D", "softmax": "#FF9DA6", "embedding": "#8E6C8A", "upsample": "#3B8B5A",
                "other": "#7F7F7F"}
-PHASE_NAMES = {"fwd": "forward", "bwd": "backward", "update": "weight update"}
+PHASE_NAMES = {"fwd": "forward", "bwd": "backward", "update": "weight update", "allreduce": "all-reduce"}
 BASE_LAYOUT = dict(template="plotly_white", margin=dict(l=10, r=10, t=40, b=10),
                    font=dict(size=13), hoverlabel=dict(align="left"))
 
@@ -46,7 +46,8 @@ OVERHEAD_NAME = "send / receive (message overhead)"
 def shade(batch: int, phase: str) -> str:
     """Forward in the batch's colour, backward lighter, weight update greyer."""
     base = color(batch)
-    return {"fwd": base, "bwd": _mix(base, "#ffffff", 0.5), "update": _mix(base, "#808080", 0.6)}.get(phase, base)
+    return {"fwd": base, "bwd": _mix(base, "#ffffff", 0.5), "update": _mix(base, "#808080", 0.6),
+            "allreduce": _mix(base, "#000000", 0.45)}.get(phase, base)  # a split op's weight gradients, summed
 
 
 # -- Network ----------------------------------------------------------------------------------------
@@ -374,17 +375,28 @@ def device_load_figure(summary: dict, capacity: dict) -> go.Figure:
     return fig
 
 
-def placement_strip_figure(placements: list, labels: list[str], device_names: list[str]) -> go.Figure:
-    """Each placement as a row of ops (topological order) coloured by device."""
+def placement_strip_figure(placements: list, labels: list[str], device_names: list[str], splits=()) -> go.Figure:
+    """Each placement as a row of ops (topological order) coloured by device; an op split over several devices
+    (``splits``) in its first device's colour, marked, its split in the hover."""
+    from placement_core.sharding import gene_devices, gene_label
     nd = len(device_names)
-    z = np.array([np.asarray(p) for p in placements], dtype=float)
+    genes = np.array([np.asarray(p) for p in placements], dtype=int)
+    z = np.array([[gene_devices(int(v), nd, splits)[0] for v in row] for row in genes], dtype=float)
     scale = []
     for d in range(nd):
         scale += [[d / nd, color(d)], [(d + 1) / nd, color(d)]]
     fig = go.Figure(go.Heatmap(
         z=z, y=labels, colorscale=scale, zmin=-0.5, zmax=nd - 0.5, xgap=0, ygap=4, showscale=False,
-        customdata=np.array([[device_names[int(v)] for v in row] for row in z]),
+        customdata=np.array([[html.escape(gene_label(int(v), device_names, splits), quote=False) for v in row]
+                             for row in genes]),
         hovertemplate="op #%{x}: %{customdata}<extra>%{y}</extra>"))
+    rows, cols = np.nonzero(genes >= nd)
+    if len(rows):  # split ops: a mark over the cell (the colour is the first device's)
+        fig.add_trace(go.Scatter(x=cols, y=[labels[r] for r in rows], mode="markers", name="split op",
+                                 marker=dict(symbol="line-ns-open", size=10, color="#111111", line=dict(width=2)),
+                                 hovertext=[html.escape(gene_label(int(genes[r, c]), device_names, splits),
+                                                        quote=False) for r, c in zip(rows, cols)],
+                                 hovertemplate="op #%{x}: %{hovertext}<extra>%{y}</extra>"))
     for d, name in enumerate(device_names):  # a legend of device colours
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
                                  marker=dict(symbol="square", size=12, color=color(d))))

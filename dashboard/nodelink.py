@@ -10,7 +10,9 @@ leaving the page and coming back shows the view as it was.
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import math
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +36,22 @@ def _edge_colour(c: str, opacity: float) -> dict:
 CROSS = {"color": _edge_colour("#d62728", 0.95), "dashes": [8, 5]}  # a tensor between devices: a transfer
 PLAIN = {"color": _edge_colour("#8a8fa3", 0.55), "dashes": False}
 SEVERAL = "#9e9e9e"  # a module whose ops sit on several devices
+SPLIT_LEGEND = "split op: one slice per device"
+
+
+def pie(colours: list[str]) -> str:
+    """A disc cut into equal slices, one per device of a split op, as an SVG data URI (vis.js's image shape;
+    the colours are ours, so nothing from a file reaches the SVG)."""
+    k = len(colours)
+    parts = []
+    for j, c in enumerate(colours):
+        a0, a1 = 2 * math.pi * j / k - math.pi / 2, 2 * math.pi * (j + 1) / k - math.pi / 2
+        x0, y0, x1, y1 = 50 + 48 * math.cos(a0), 50 + 48 * math.sin(a0), 50 + 48 * math.cos(a1), 50 + 48 * math.sin(a1)
+        large = 1 if a1 - a0 > math.pi else 0
+        parts.append(f'<path d="M50,50 L{x0:.2f},{y0:.2f} A48,48 0 {large} 1 {x1:.2f},{y1:.2f} Z" fill="{c}" '
+                     'stroke="#ffffff" stroke-width="2"/>')
+    svg = '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 100 100">' + "".join(parts) + "</svg>"
+    return "data:image/svg+xml;base64," + base64.b64encode(svg.encode()).decode()
 
 # One environment for every render: the template and the inlined vis.js are parsed once per process.
 _ENV = Environment(loader=FileSystemLoader([str(Path(__file__).parent), str(Path(pyvis.__file__).parent / "templates")]),
@@ -70,10 +88,12 @@ def _storage_key(kind: str, identity: str) -> str:
     return f"placement-{kind}-" + hashlib.sha256(identity.encode()).hexdigest()[:16]
 
 
-def network_html(graph, layout, colour_by: str, placement, device_names, costs, unit: str, identity: str) -> str:
+def network_html(graph, layout, colour_by: str, placement, device_names, costs, unit: str, identity: str,
+                 splits=()) -> str:
     """The network's page. ``colour_by``: "kind" or "device"; ``identity`` names the network for the view's
-    remembered state (selection, expanded modules)."""
-    view = network_view(graph, layout, placement, device_names, costs, unit)
+    remembered state (selection, expanded modules). Coloured by device, an op split over several devices
+    (``splits``) is a disc with a slice in each device's colour."""
+    view = network_view(graph, layout, placement, device_names, costs, unit, splits=splits)
     by_device = colour_by == "device" and placement is not None
     dev_colour = {name: color(d) for d, name in enumerate(device_names or [])}
 
@@ -88,15 +108,21 @@ def network_html(graph, layout, colour_by: str, placement, device_names, costs, 
                      color=colour(m["kind"], m["device"]), title=f"module {m['name']} ({len(m['members'])} ops)",
                      role="module", name=m["name"], card=m["card"], borderWidth=2)
     for i, n in enumerate(view["nodes"]):
+        extra = {}
+        if by_device and len(n["devices"]) > 1:
+            extra = {"shape": "image", "image": pie([dev_colour[d] for d in n["devices"]]),
+                     "shapeProperties": {"useBorderWithImage": False}}
         net.add_node(i, label=n["name"], x=n["x"], y=n["y"], size=n["size"], color=colour(n["kind"], n["device"]),
                      title=n["name"], role="op", name=n["name"], card=n["card"],
-                     module=None if n["module"] is None else f"m{n['module']}")
+                     module=None if n["module"] is None else f"m{n['module']}", **extra)
     for e in view["edges"]:
         net.add_edge(e["from"], e["to"], width=e["width"], bytes=e["bytes"], cross=e["cross"],
                      **(CROSS if e["cross"] else PLAIN))
     if by_device:
-        used = sorted({n["device"] for n in view["nodes"]}, key=list(device_names).index)
+        used = sorted({d for n in view["nodes"] for d in n["devices"]}, key=list(device_names).index)
         legend = [[d, dev_colour[d]] for d in used] + ([["several devices", SEVERAL]] if view["modules"] else [])
+        if any(len(n["devices"]) > 1 for n in view["nodes"]):
+            legend.append([SPLIT_LEGEND, SEVERAL])
     else:
         kinds = sorted({n["kind"] for n in view["nodes"]},
                        key=lambda k: (list(KIND_COLORS).index(k) if k in KIND_COLORS else 99, k))
@@ -134,8 +160,9 @@ def devices_html(devices, result, placement, graph, identity: str) -> str:
 
 
 @st.cache_resource(max_entries=12, show_spinner="Drawing the graph…")
-def _network_page(key: tuple, _graph, _layout, colour_by, _placement, _names, _costs, unit, identity) -> str:
-    return network_html(_graph, _layout, colour_by, _placement, _names, _costs, unit, identity)
+def _network_page(key: tuple, _graph, _layout, colour_by, _placement, _names, _costs, unit, identity,
+                  _splits=()) -> str:
+    return network_html(_graph, _layout, colour_by, _placement, _names, _costs, unit, identity, _splits)
 
 
 def current_network_html(colour_by: str) -> str:
@@ -143,10 +170,10 @@ def current_network_html(colour_by: str) -> str:
     g, placement, problem = state.graph(), state.current_placement(), state.problem()
     pipelined = problem.settings.micro_batches > 1
     key = (state.graph_key(), state.devices_key(), state.cost_key(), state.sim_tuple(),
-           np.asarray(placement).tobytes(), colour_by)
+           np.asarray(placement).tobytes(), colour_by, problem.splits)
     costs = problem.costs if len(problem.graph) == len(g) else None
     return _network_page(key, g, state.layout(), colour_by, placement, state.devices().names, costs,
-                         "per micro-batch" if pipelined else "per batch", state.graph_key())
+                         "per micro-batch" if pipelined else "per batch", state.graph_key(), problem.splits)
 
 
 @st.cache_resource(max_entries=12, show_spinner=False)

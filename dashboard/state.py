@@ -27,7 +27,13 @@ DEFAULT_DEVICES = "malvik-4gpu"
 _DEFAULT = ProblemSpec()
 # The settings widgets' values (see spec_for): the spec's defaults, 4 micro-batches offered for GPipe and 1F1B.
 DEFAULT_SIM = {"batches": _DEFAULT.batches, "in_flight": _DEFAULT.in_flight, "penalty": _DEFAULT.penalty,
-               "profile": _DEFAULT.profile, "schedule": _DEFAULT.schedule, "micro_batches": 4, "timings": ""}
+               "profile": _DEFAULT.profile, "schedule": _DEFAULT.schedule, "micro_batches": 4, "timings": "",
+               "sharding": "", "max_shards": 0, "splits_extra": ()}
+# "sharding": the dimensions searches may split ops along ("", "channel", "batch", "channel,batch"), over windows of
+# up to "max_shards" devices (0: every device of a kind); "splits_extra": splits a loaded placement or an
+# adopted run brought (docs/sharding.md). The problem's split table is the search's, then these.
+SHARDING = {"": "no (every op on one device)", "batch": "by batch", "channel": "by output channel",
+            "channel,batch": "by batch or output channel"}
 # "timings": the name of a saved calibration (placement calibrate) whose measured op times replace the
 # cost formulas, when one exists for the current network at its batch size; "" = the formulas.
 # Batches and in flight apply to the thesis scheme; micro-batches to GPipe and 1F1B (one batch, then a flush).
@@ -72,7 +78,19 @@ def _network_at_batch(key: str, batch_size: int, _graph: Graph) -> Graph:
 @st.cache_resource(max_entries=16, show_spinner="Compiling the problem…")
 def _problem(graph_key: str, devices_key: str, sim: tuple, timings_key: str, _graph: Graph,
              _devices: DeviceGraph) -> Problem:
-    return spec_for(_graph, dict(sim)).build(_graph, _devices)
+    return spec_for(_graph, dict(sim), _devices).build(_graph, _devices)
+
+
+def split_table(sim: dict, devices: DeviceGraph) -> tuple:
+    """The split table the settings stand for: the search's windows (``sharding``), then ``splits_extra``."""
+    from placement_core.sharding import merge_splits, search_splits
+    dims = [d for d in (sim.get("sharding") or "").split(",") if d]
+    table = ()
+    if dims:
+        k = int(sim.get("max_shards") or 0) or max(sum(1 for d in devices.devices if d.kind == kind)
+                                                   for kind in {d.kind for d in devices.devices})
+        table = search_splits(devices, dims, max(2, min(k, 64)))
+    return merge_splits(table, tuple(sim.get("splits_extra") or ()))[0]
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
@@ -116,7 +134,7 @@ def timings_note(graph: Graph, sim: dict) -> str | None:
     return None
 
 
-def spec_for(graph: Graph, sim: dict) -> ProblemSpec:
+def spec_for(graph: Graph, sim: dict, devices: DeviceGraph | None = None) -> ProblemSpec:
     """The problem recipe the dashboard's simulator settings stand for: the one place ``sim`` becomes a spec.
 
     GPipe and 1F1B simulate one batch split into ``micro_batches`` (the step ends with a flush, so batches do
@@ -128,7 +146,8 @@ def spec_for(graph: Graph, sim: dict) -> ProblemSpec:
     return ProblemSpec(schedule=sim["schedule"], micro_batches=int(sim["micro_batches"]) if pipelined else 1,
                        batches=1 if pipelined else int(sim["batches"]),
                        in_flight=1 if pipelined else int(sim["in_flight"]), profile=kw["profile"],
-                       timings=kw.get("timings"), timings_batch=kw.get("timings_batch", 0), penalty=sim["penalty"])
+                       timings=kw.get("timings"), timings_batch=kw.get("timings_batch", 0), penalty=sim["penalty"],
+                       splits=split_table(sim, devices) if devices is not None else ())
 
 
 def sim_from_spec(spec: ProblemSpec, base: dict | None = None) -> dict:
@@ -136,6 +155,7 @@ def sim_from_spec(spec: ProblemSpec, base: dict | None = None) -> dict:
     calibration's name); what they cannot express is listed by ``stored.setting_differences``."""
     sim = {**DEFAULT_SIM, **(base or {})}
     sim.update(penalty=spec.penalty, profile=spec.profile if spec.profile in PROFILES else "default")
+    sim.update(sharding="", max_shards=0, splits_extra=tuple(spec.splits))  # the run's table, as it was
     if spec.schedule == "thesis":
         sim.update(schedule="thesis", batches=int(spec.batches), in_flight=int(spec.in_flight))
     else:
@@ -248,6 +268,8 @@ def set_devices(g: DeviceGraph, key: str, label: str) -> None:
     s = ss()
     old_names = list(s.devices.names) if "devices" in s else None
     s.devices, s.devices_key, s.devices_label = g, key, label
+    if "sim" in s and s.sim.get("splits_extra") and old_names != list(g.names):
+        s.sim = {**s.sim, "splits_extra": ()}  # splits name devices by index: they belong to the old graph
     if "placement" in s and (old_names != list(g.names) or not placement_fits()):
         set_default_placement(note="the devices changed")
 
@@ -280,7 +302,11 @@ def set_placement(placement, label: str) -> None:
 def placement_fits() -> bool:
     s = ss()
     p = s.get("placement")
-    return (p is not None and len(p) == len(s.graph) and (len(p) == 0 or int(p.max()) < len(s.devices)))
+    if p is None or len(p) != len(s.graph):
+        return False
+    if len(p) == 0 or int(p.max()) < len(s.devices):
+        return True
+    return int(p.max()) < len(s.devices) + len(split_table(s.get("sim") or DEFAULT_SIM, s.devices))
 
 
 def current_placement() -> np.ndarray:

@@ -99,7 +99,7 @@ def setting_differences(problem) -> list[str]:
 
     Compares recipes as values: nothing is compiled."""
     theirs = problem.spec
-    mine = state.spec_for(problem.graph, state.sim_from_spec(theirs, base=state.ss().sim)).to_dict()
+    mine = state.spec_for(problem.graph, state.sim_from_spec(theirs, base=state.ss().sim), problem.devices).to_dict()
     theirs = theirs.to_dict()
     measured = ("timings", "timings_batch")
     return [f"{k} = {theirs[k]!r}" for k in theirs if theirs[k] != mine.get(k) and k not in measured] + \
@@ -204,6 +204,8 @@ def run_settings(rec: RunRecord, network_hash: str | None = None, devices_hash: 
     if spec.get("timings"):
         out["measured at batch"] = field("timings_batch")
     out["memory penalty"] = field("penalty", lambda p: state.PENALTIES.get(p, str(p)))
+    if spec.get("splits"):  # docs/sharding.md: only runs that could split ops have a table
+        out["split table"] = f"{len(spec['splits'])} split(s) ({content_hash(spec['splits'])[:12]})"
     return out
 
 

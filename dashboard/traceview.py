@@ -108,16 +108,22 @@ def placement_picker() -> None:
         state.set_placement(random_placement(g, d, int(seed)), f"random (seed {seed})")
         st.rerun()
     up = c3.file_uploader("Placement file", type=["json"], key="trace_upload",
-                          help="placement/1 JSON ({op: device name}) or an Exprimo {layer: device index} file.")
+                          help="placement/1 JSON ({op: device name}, or an op split over devices) or an Exprimo "
+                               "{layer: device index or list} file.")
     if up is not None and s.get("trace_upload_id") != up.file_id:
         s.trace_upload_id = up.file_id
         ignored: list[str] = []
+        table = list(state.split_table(s.sim, d))
         try:
-            p = placement_from_dict(parse_json(up.getvalue(), up.name), g, d, source=up.name, ignored=ignored)
+            p = placement_from_dict(parse_json(up.getvalue(), up.name), g, d, source=up.name, ignored=ignored,
+                                    splits=table)
         except InputError as e:
             s.trace_upload_error = str(e)
         else:
             s.pop("trace_upload_error", None)
+            extra = tuple(table[len(state.split_table(s.sim, d)):])
+            if extra:  # the file splits ops over device sets the table lacks: they join it
+                state.set_sim({**s.sim, "splits_extra": tuple(s.sim.get("splits_extra", ())) + extra})
             state.set_placement(p, up.name)
             if ignored:
                 from placement_core.placement import describe_ignored

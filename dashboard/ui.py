@@ -128,9 +128,12 @@ def _runs_in_progress(session_key: str, poll: bool) -> None:
 def sim_summary(sim: dict) -> str:
     """The schedule part of the simulator settings in words: "thesis scheme, 4 batch(es), 2 in flight"."""
     schedule = sim.get("schedule", "thesis")
+    split = f", ops split {state.SHARDING[sim['sharding']]}" if sim.get("sharding") in state.SHARDING and \
+        sim.get("sharding") else ""
     if schedule == "thesis":
-        return f"thesis scheme, {sim['batches']} batch(es), {sim['in_flight']} in flight"
-    return f"{state.SCHEDULE_NAMES.get(schedule, schedule)} schedule, {sim['micro_batches']} micro-batches per batch"
+        return f"thesis scheme, {sim['batches']} batch(es), {sim['in_flight']} in flight{split}"
+    return (f"{state.SCHEDULE_NAMES.get(schedule, schedule)} schedule, {sim['micro_batches']} micro-batches per "
+            f"batch{split}")
 
 
 def local_sim(prefix: str) -> dict:
@@ -197,9 +200,24 @@ def sim_controls(prefix: str, compact: bool = False, local: bool = False) -> Non
         "At most this many batches are processed at once; a new one starts when every device holding an "
         "input op is idle (the thesis' scheme).")
     timings = sim.get("timings", "")
+    sharding, max_shards = sim.get("sharding", ""), int(sim.get("max_shards", 0))
     if compact:
         penalty, profile = sim["penalty"], sim["profile"]
     else:
+        cols = st.columns(2)
+        sharding = cols[0].selectbox(
+            "Split ops", list(state.SHARDING), index=list(state.SHARDING).index(sharding if sharding in
+                                                                                   state.SHARDING else ""),
+            format_func=lambda k: state.SHARDING[k], key=f"{prefix}_sharding", on_change=_sim_changed,
+            args=(prefix, local),
+            help="Let the optimizers split an op over several devices (docs/sharding.md): by batch (each device "
+                 "a slice of the samples, weights replicated and their gradients all-reduced) or by output "
+                 "channel (each device a slice of the weights, consumers gather the slices), over windows of "
+                 "consecutive devices of one kind.")
+        max_shards = int(cols[1].number_input(
+            "Max devices per split op", 0, 64, max_shards, key=f"{prefix}_max_shards", disabled=not sharding,
+            on_change=_sim_changed, args=(prefix, local),
+            help="The largest window of devices one op is split over; 0: every device of its kind."))
         cols = st.columns(3)
         penalty = cols[0].selectbox(
             "Memory penalty", list(state.PENALTIES), index=list(state.PENALTIES).index(sim["penalty"]),
@@ -232,7 +250,8 @@ def sim_controls(prefix: str, compact: bool = False, local: bool = False) -> Non
     elif in_flight > batches:
         st.caption(f"{in_flight} in flight with {batches} batch(es) behaves like {batches} in flight.")
     new = {"batches": int(batches), "in_flight": int(in_flight), "penalty": penalty, "profile": profile,
-           "schedule": schedule, "micro_batches": micro_batches, "timings": timings}
+           "schedule": schedule, "micro_batches": micro_batches, "timings": timings, "sharding": sharding,
+           "max_shards": int(max_shards), "splits_extra": sim.get("splits_extra", ())}
     if new != sim:
         _store_sim(prefix, local, new)
 
@@ -244,7 +263,7 @@ def _sim_changed(prefix: str, local: bool = False) -> None:
     s = state.ss()
     sim = local_sim(prefix) if local else s.sim
     new = {name: s.get(f"{prefix}_{name}", sim[name]) for name in state.DEFAULT_SIM}
-    for name in ("batches", "in_flight", "micro_batches"):
+    for name in ("batches", "in_flight", "micro_batches", "max_shards"):
         new[name] = int(new[name])
     if state.graph().batch_size % new["micro_batches"]:
         new["micro_batches"] = sim["micro_batches"]

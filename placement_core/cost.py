@@ -86,6 +86,7 @@ class RooflineProfile:
     timings: TimingTable = field(default_factory=dict)
     timings_batch: int = 0  # the batch the timings were measured at (0: the graph's own)
     name: str = "default"
+    gather_copies: float = 2.0  # a sharded output's gather (concatenation) reads and writes it once
 
     def arrays(self, graph: Graph, devices: DeviceGraph) -> CostArrays:
         peak = np.array([d.peak_flops for d in devices.devices]) * self.comp_efficiency
@@ -121,6 +122,7 @@ class Exprimo2020Profile:
     timings: TimingTable = field(default_factory=dict)
     timings_batch: int = 0
     name: str = "exprimo-2020"
+    gather_copies: float = 0.0  # Exprimo's Concatenate ops of shards cost nothing
 
     def arrays(self, graph: Graph, devices: DeviceGraph) -> CostArrays:
         n, d = len(graph), len(devices)

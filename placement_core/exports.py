@@ -18,6 +18,7 @@ from typing import Iterable
 import numpy as np
 
 from .devices import DeviceGraph
+from .sharding import gene_label
 from .errors import InputError
 from .graph import Graph
 
@@ -86,7 +87,7 @@ def rows_to_parquet(rows: list[dict], path: str | Path | io.BytesIO) -> None:
     pq.write_table(pa.table(columns), path if isinstance(path, io.BytesIO) else str(path))
 
 
-def archive_rows(elites, graph: Graph, devices: DeviceGraph, descriptor_names: list[str]) -> list[dict]:
+def archive_rows(elites, graph: Graph, devices: DeviceGraph, descriptor_names: list[str], splits=()) -> list[dict]:
     """Flat rows for an archive: niche bins, descriptor values, objective, devices used, assignment."""
     rows = []
     names = devices.names
@@ -94,7 +95,7 @@ def archive_rows(elites, graph: Graph, devices: DeviceGraph, descriptor_names: l
         row = {f"{n}_bin": int(b) for n, b in zip(descriptor_names, e["niche"])}
         row.update({n: float(v) for n, v in zip(descriptor_names, e["descriptors"])})
         row["objective_s"] = float(e["objective"])
-        row["assignment"] = " ".join(names[int(i)] for i in e["placement"])
+        row["assignment"] = " ".join(gene_label(int(i), names, splits) for i in e["placement"])
         rows.append(row)
     return rows
 
@@ -129,7 +130,7 @@ def export_run(store, run_id: int, what: str, fmt: str | None = None) -> Export:
         raise InputError(f"run {r.id} has no placement yet", field="run", fix="Wait for its first checkpoint")
     problem = store.problem(r.id) if what in ("placement", "torch", "snippet", "trace", "archive") else None
     if what == "placement":
-        text = json.dumps(placement_to_dict(r.best_placement, problem.graph, problem.devices), indent=1)
+        text = json.dumps(placement_to_dict(r.best_placement, problem.graph, problem.devices, problem.splits), indent=1)
     elif what == "torch":
         text = json.dumps(torch_device_map(r.best_placement, problem.graph, problem.devices), indent=1)
     elif what == "snippet":
@@ -147,7 +148,7 @@ def export_run(store, run_id: int, what: str, fmt: str | None = None) -> Export:
                              fix="Archives come from map-elites runs")
         dims = [d["name"] for d in r.extras.get("archive_dimensions", [])] or \
             [f"dim{i}" for i in range(len(elites[0]["niche"]))]
-        rows = archive_rows(elites, problem.graph, problem.devices, dims)
+        rows = archive_rows(elites, problem.graph, problem.devices, dims, problem.splits)
         if fmt == "parquet":
             buf = io.BytesIO()
             rows_to_parquet(rows, buf)

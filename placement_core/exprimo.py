@@ -91,10 +91,13 @@ def _flatten(layers: dict, prefix: str, block_parents: list[str], flat: dict, en
         if ltype not in SUPPORTED:
             raise InputError(f"unknown layer type {ltype!r}", source=source, field=f"{path}.type",
                              fix="Supported: " + ", ".join(SUPPORTED))
-        if isinstance(spec.get("device"), list):
-            raise InputError("a list-valued device (a layer sharded across devices by output channel) "
-                             "is not supported yet", source=source, field=f"{path}.device",
-                             fix="Assign the layer to a single device index")
+        if "splits" in spec:
+            # Not per-shard sizes: Exprimo hands the integer to Paleo, which floor-divides the layer's output
+            # channels by it again (a list fails there), so the next layer's input no longer fits.
+            raise InputError("'splits' is not imported: in Exprimo it floor-divides the layer's output channels "
+                             "(it does not size shards), which breaks the next layer's shapes", source=source,
+                             field=f"{path}.splits", fix="Remove it; a device list in the placement splits a "
+                                                         "Convolution evenly, as Exprimo does")
         raw_parents = require_list(spec.get("parents", []), source=source, field=f"{path}.parents",
                                    what="a list of parent layer names")
         for j, p in enumerate(raw_parents):

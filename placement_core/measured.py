@@ -16,6 +16,7 @@ from typing import Callable
 import numpy as np
 
 from .errors import InputError
+from .sharding import gene_entry
 from .learn.search import Ledger, SearchSettings, run_search
 from .learn.surrogate import SurrogateSpec
 from .optimize.base import OptimizeResult
@@ -48,7 +49,8 @@ class StoredLedger(Ledger):
             result = (self.details(key) if self.details else None) or {"status": "ok" if np.isfinite(v) else "error"}
             self.store.add_benchmark(
                 network_name=self.problem.graph.name, devices_spec=self.devices_spec, runner=self.runner,
-                placement={op.name: names[int(i)] for op, i in zip(self.problem.graph.ops, x)},
+                placement={op.name: gene_entry(int(i), names, self.problem.splits)
+                           for op, i in zip(self.problem.graph.ops, x)},
                 simulated_s=float(self.problem.simulate(x).result.batch_time),
                 measured_median_s=float(v) if np.isfinite(v) else None, result=result, run_id=self.run_id,
                 label=label, network_hash=self.network_hash, batch_size=self.batch_size)

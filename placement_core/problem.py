@@ -18,7 +18,9 @@ from .errors import InputError
 from .graph import Graph
 from .jsonio import to_jsonable
 from .placement import check_placement
+from .sharding import Split
 from .simulate import SimResult, SimSettings, Simulator, compile_problem
+from .simulate.shards import compile_shards
 from .simulate.schedules import SCHEDULES, micro_batch_graph, schedule_settings
 
 PENALTIES = ("thesis", "placeto", "infeasible")
@@ -69,6 +71,8 @@ class ProblemSpec:
     timings_batch: int = 0
     penalty: str = "thesis"
     virtual_stages: int = 1
+    # The split table: gene d + t of a placement is splits[t] (placement_core.sharding); empty: whole ops only.
+    splits: tuple[Split, ...] = ()
 
     def build(self, graph: Graph, devices: DeviceGraph, *, whole_batch: bool = True, fast: bool = True,
               cost_model=None) -> "Problem":
@@ -88,7 +92,8 @@ class ProblemSpec:
         profile = cost_model or get_profile(self.profile, comp_efficiency=self.comp_efficiency,
                                             comm_efficiency=self.comm_efficiency, timings=self.timings or None,
                                             timings_batch=self.timings_batch or None)
-        return Problem(unit, devices, profile=profile, settings=settings, penalty=self.penalty, fast=fast)
+        return Problem(unit, devices, profile=profile, settings=settings, penalty=self.penalty, fast=fast,
+                       splits=self.splits)
 
     def resolved(self) -> "ProblemSpec":
         """The same recipe with the profile's default efficiencies written out (for comparing specs)."""
@@ -106,11 +111,14 @@ class ProblemSpec:
     def to_dict(self) -> dict:
         """The JSON form (the run store's ``problem`` column)."""
         r = self.resolved()
-        return {"profile": r.profile, "comp_efficiency": r.comp_efficiency, "comm_efficiency": r.comm_efficiency,
-                "timings": to_jsonable(dict(r.timings)) if r.timings else None, "timings_batch": r.timings_batch,
-                "penalty": r.penalty, "schedule": r.schedule, "micro_batches": r.micro_batches,
-                "batches": r.batches, "in_flight": r.in_flight, "forward_only": r.forward_only,
-                "virtual_stages": r.virtual_stages}
+        out = {"profile": r.profile, "comp_efficiency": r.comp_efficiency, "comm_efficiency": r.comm_efficiency,
+               "timings": to_jsonable(dict(r.timings)) if r.timings else None, "timings_batch": r.timings_batch,
+               "penalty": r.penalty, "schedule": r.schedule, "micro_batches": r.micro_batches,
+               "batches": r.batches, "in_flight": r.in_flight, "forward_only": r.forward_only,
+               "virtual_stages": r.virtual_stages}
+        if r.splits:  # only when there are splits: unsharded specs keep the JSON they always had
+            out["splits"] = [sp.to_dict() for sp in r.splits]
+        return out
 
     @classmethod
     def from_dict(cls, data: Any, source: str | None = None) -> "ProblemSpec":
@@ -141,8 +149,12 @@ class ProblemSpec:
         virtual = data.get("virtual_stages", 1)
         if isinstance(virtual, bool) or not isinstance(virtual, int) or virtual < 1:
             raise InputError("virtual_stages must be a positive integer", source=source, field="virtual_stages")
+        raw = data.get("splits") or []
+        if not isinstance(raw, list):
+            raise InputError("splits must be a list", source=source, field="splits")
+        splits = tuple(Split.from_dict(sp, source, f"splits[{j}]") for j, sp in enumerate(raw))
         return cls(**{k: data[k] for k in _REQUIRED}, timings=timings or None, timings_batch=batch,
-                   virtual_stages=virtual)
+                   virtual_stages=virtual, splits=splits)
 
     @classmethod
     def of(cls, problem: "Problem") -> "ProblemSpec":
@@ -152,7 +164,7 @@ class ProblemSpec:
                    in_flight=s.in_flight if s.schedule == "thesis" else 1, forward_only=s.forward_only, profile=prof.name,
                    comp_efficiency=prof.comp_efficiency, comm_efficiency=prof.comm_efficiency,
                    timings=timings, timings_batch=getattr(prof, "timings_batch", 0) if timings else 0,
-                   penalty=problem.penalty, virtual_stages=s.virtual_stages)
+                   penalty=problem.penalty, virtual_stages=s.virtual_stages, splits=problem.splits)
 
 
 _REQUIRED = {"profile": (str,), "comp_efficiency": (int, float), "comm_efficiency": (int, float),
@@ -164,7 +176,7 @@ class Problem:
     def __init__(self, graph: Graph, devices: DeviceGraph, *, profile: str | object = "default",
                  settings: SimSettings | None = None, penalty: str = "thesis",
                  comp_efficiency: float | None = None, comm_efficiency: float | None = None,
-                 timings=None, timings_batch: int | None = None, fast: bool = True):
+                 timings=None, timings_batch: int | None = None, fast: bool = True, splits: tuple[Split, ...] = ()):
         if penalty not in PENALTIES:
             raise InputError(f"unknown memory penalty {penalty!r}", field="penalty",
                              fix="Use one of: " + ", ".join(PENALTIES))
@@ -178,18 +190,21 @@ class Problem:
         self.penalty = penalty
         self.costs = profile.arrays(graph, devices)
         self.compiled = compile_problem(graph, devices, self.costs)
-        self.simulator = Simulator(self.compiled, self.settings, fast=fast)
+        self.splits = tuple(splits)
+        self.fast = fast
+        self.shards = compile_shards(graph, devices, profile, self.costs, self.splits) if self.splits else None
+        self.simulator = Simulator(self.compiled, self.settings, fast=fast, shards=self.shards)
         self.capacity = np.array([d.memory_bytes for d in devices.devices], dtype=float)
 
     # Pickled as its inputs and rebuilt on arrival: worker processes and Dask workers get the
     # network once and compile their own kernel (the C object itself cannot be pickled).
     def __getstate__(self) -> dict:
         return {"graph": self.graph, "devices": self.devices, "profile": self.profile, "settings": self.settings,
-                "penalty": self.penalty}
+                "penalty": self.penalty, "splits": self.splits}
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["graph"], state["devices"], profile=state["profile"], settings=state["settings"],
-                      penalty=state["penalty"])
+                      penalty=state["penalty"], splits=state.get("splits", ()))
 
     def __repr__(self) -> str:
         return (f"Problem({self.graph.name!r} on {self.devices.name!r}, profile={self.profile.name!r}, "
@@ -208,8 +223,27 @@ class Problem:
     def n_devices(self) -> int:
         return len(self.devices)
 
+    @property
+    def n_genes(self) -> int:
+        """Gene values a placement may hold: the devices, then the splits."""
+        return len(self.devices) + len(self.splits)
+
+    @property
+    def allowed(self) -> np.ndarray | None:
+        """``[ops, splits]``: may op i take split t (None without splits)."""
+        return None if self.shards is None else self.shards.allowed
+
     def with_settings(self, settings: SimSettings) -> "Problem":
-        return Problem(self.graph, self.devices, profile=self.profile, settings=settings, penalty=self.penalty)
+        return Problem(self.graph, self.devices, profile=self.profile, settings=settings, penalty=self.penalty,
+                       splits=self.splits)
+
+    def with_splits(self, splits) -> "Problem":
+        """The same problem with another split table (a placement file brought splits it lacked)."""
+        splits = tuple(splits)
+        if splits == self.splits:
+            return self
+        return Problem(self.graph, self.devices, profile=self.profile, settings=self.settings, penalty=self.penalty,
+                       fast=self.fast, splits=splits)
 
     def objective(self, result: SimResult) -> float:
         overflow = np.maximum(result.peak_memory - self.capacity, 0.0)
@@ -224,7 +258,11 @@ class Problem:
 
     def evaluate(self, placement) -> float:
         """Objective of one placement (seconds per batch plus memory penalty)."""
-        return self.objective(self.simulator.run(check_placement(placement, self.graph, self.devices)))
+        return self.objective(self.simulator.run(self.check(placement)))
+
+    def check(self, placement) -> np.ndarray:
+        """One placement as the simulator takes it, or an error naming what is wrong (the op, for a split)."""
+        return check_placement(placement, self.graph, self.devices, self.splits, self.allowed)
 
     def checked(self, placements) -> np.ndarray:
         """A batch of placements as the simulator takes it, ``(k, n_ops)`` int32, or a clear error
@@ -232,16 +270,21 @@ class Problem:
         arr = np.ascontiguousarray(placements, dtype=np.int32)
         if arr.ndim != 2 or arr.shape[1] != self.n_ops:
             raise InputError(f"expected placements of shape (k, {self.n_ops}), got {arr.shape}", field="placement")
-        if arr.size and (arr.min() < 0 or arr.max() >= self.n_devices):
+        if arr.size and (arr.min() < 0 or arr.max() >= self.n_genes):
             raise InputError("a placement uses a device index out of range", field="placement",
-                             fix=f"Use indices 0..{self.n_devices - 1}")
+                             fix=f"Use indices 0..{self.n_genes - 1}")
+        if self.splits and arr.size and arr.max() >= self.n_devices:
+            rows, cols = np.nonzero(arr >= self.n_devices)
+            bad = ~self.allowed[cols, arr[rows, cols] - self.n_devices]
+            if bad.any():
+                self.check(arr[rows[bad][0]])  # raises with the op and the reason
         return arr
 
     def evaluate_many(self, placements) -> np.ndarray:
         return np.array([self.objective(r) for r in self.simulator.run_many(self.checked(placements))])
 
     def simulate(self, placement, trace: bool = False) -> Evaluation:
-        placement = check_placement(placement, self.graph, self.devices)
+        placement = self.check(placement)
         result = self.simulator.run(placement, trace=trace)
         overflow = np.maximum(result.peak_memory - self.capacity, 0.0)
         return Evaluation(self.objective(result), result, overflow)

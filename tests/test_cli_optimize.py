@@ -16,16 +16,20 @@ def run(capsys, *argv):
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 def test_every_algorithm_from_the_cli(capsys, algorithm):
+    sharding = ["--sharding", "channel,batch"] if algorithm == "heft-sharded" else []  # it chooses among splits
     code, out, err = run(capsys, "optimize", "--network", "alexnet", "--devices", "malvik", "--algorithm", algorithm,
-                         "--budget", "300", "--seed", "2", "--json")
+                         "--budget", "300", "--seed", "2", "--json", *sharding)
     assert code == 0, err
     r = json.loads(out)
     assert r["algorithm"] == algorithm
     assert set(r) >= {"best_objective_s", "best_assignment", "evaluations", "wall_s"}
     assert 0 < r["evaluations"] <= 300
-    assert len(r["best_assignment"]) == 23 and set(r["best_assignment"].values()) <= {"cpu0", "gpu0", "gpu1"}
+    used = {d for v in r["best_assignment"].values() for d in (v["devices"] if isinstance(v, dict) else [v])}
+    assert len(r["best_assignment"]) == 23 and used <= {"cpu0", "gpu0", "gpu1"}
+    if algorithm == "data-parallel":  # every op that has a batch split by it over both GPUs
+        assert {"devices": ["gpu0", "gpu1"], "split": "batch"} in r["best_assignment"].values()
     assert r["history"][-1][0] == r["evaluations"] and r["history"][-1][1] == r["best_objective_s"]
-    if algorithm.startswith("heft"):
+    if algorithm.startswith("heft") and algorithm != "heft-sharded":  # heft-sharded keeps no plan of its own
         assert r["planned_makespan_s"] > 0
 
 

@@ -18,10 +18,12 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "formats.md"
 
 @pytest.fixture(scope="module")
 def examples():
-    """The doc's JSON blocks in order: network, devices, placement, Exprimo network, devices, placement."""
+    """The doc's JSON blocks in order: network, devices, placement, Exprimo network, devices, placement
+    (the sharded placement example comes last here, whatever its place in the doc)."""
     blocks = re.findall(r"^```json\n(.*?)^```", DOC.read_text(encoding="utf-8"), re.S | re.M)
-    assert len(blocks) == 6
-    return [json.loads(b) for b in blocks]
+    assert len(blocks) == 7
+    found = [json.loads(b) for b in blocks]
+    return found[:3] + found[4:] + [found[3]]
 
 
 def test_our_network_example(examples):
@@ -84,3 +86,17 @@ def test_the_exprimo_examples(examples):
     p = placement_from_dict(examples[5], g, d, ignored=ignored)
     assert ignored == ["mixed"]
     assert np.array_equal(p, [0, 1, 1, 1, 1, 1, 1, 1])
+
+
+def test_the_sharded_placement_example(examples):
+    from placement_core.sharding import Split
+    d = devices_from_data(examples[1])
+    g = network_from_data(examples[0])
+    table = []
+    assert placement_from_dict(examples[6], g, d, splits=table).tolist() == [0, 2, 3]
+    assert table == [Split("channel", (0, 1), (4, 12)), Split("batch", (0, 1))]
+    bad = json.loads(json.dumps(examples[6]))
+    bad["assignment"]["fc"]["sizes"] = [3, 2]
+    with pytest.raises(InputError, match=re.escape("assignment.fc.sizes: op 'fc': sizes [3, 2] add up to 5, but the op "
+                                                   "has 32 samples in its batch")):
+        placement_from_dict(bad, g, d, splits=[])

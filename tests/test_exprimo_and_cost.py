@@ -114,7 +114,7 @@ def test_strided_convolution_backward_counts_the_stride_holes():
     (lambda n: n["layers"]["conv1"].update(parents=["nothing"]), "names parent 'nothing'"),
     (lambda n: n["layers"]["conv1"].update(filter=[3, 3, 5, 4]), "expects 5 input channels"),
     (lambda n: n["layers"]["conv1"].update(padding="FULL"), "padding must be SAME, VALID"),
-    (lambda n: n["layers"]["conv1"].update(device=[1, 2]), "sharded"),
+    (lambda n: n["layers"]["conv1"].update(splits=2), "floor-divides the layer's output channels"),
     (lambda n: n["layers"]["data"].update(parents=["softmax"]), "cycle"),
     (lambda n: n["layers"]["mix"].update(endpoint="zzz"), "endpoint 'zzz'"),
     (lambda n: n["layers"]["pool1"].update(ksize=[1, 20, 20, 1]), "output would be empty"),

@@ -22,7 +22,8 @@ LAYERS: list[tuple[str, list[str]]] = [
               "placement_core.analysis.units"]),
     ("model", ["placement_core.graph", "placement_core.devices", "placement_core.netformat",
                "placement_core.exprimo", "placement_core.exprimo_layers", "placement_core.placement", "placement_core.catalog",
-               "placement_core.cost", "placement_core.timings", "placement_core.coarsen"]),
+               "placement_core.cost", "placement_core.timings", "placement_core.coarsen",
+               "placement_core.sharding", "placement_core.shardcost"]),
     ("simulate", ["placement_core.simulate."]),
     ("problem", ["placement_core.problem"]),
     # The package's front door re-exports the everyday names of the layers below it.

@@ -50,8 +50,26 @@ def _times(costs, i: int, device_names, unit: str) -> list[list[str]]:
     return rows
 
 
-def op_card(graph: Graph, i: int, placement=None, device_names=None, costs=None, unit: str = "per batch"
-            ) -> list[list[str]]:
+def gene_text(gene: int, device_names, splits=(), op=None, graph: Graph | None = None) -> str:
+    """``gpu0``, or a split: ``batch over gpu0, gpu1 (64 + 64)`` (the sizes when the op is known)."""
+    nd = len(device_names)
+    if gene < nd:
+        return str(device_names[gene])
+    s = splits[gene - nd]
+    text = f"{s.dim} over " + ", ".join(str(device_names[d]) for d in s.devices)
+    if op is not None and graph is not None:
+        from ..sharding import shard_sizes
+        text += " (" + " + ".join(str(v) for v in shard_sizes(op, graph, s)) + ")"
+    return text
+
+
+def gene_device_names(gene: int, device_names, splits=()) -> list[str]:
+    nd = len(device_names)
+    return [str(device_names[gene])] if gene < nd else [str(device_names[d]) for d in splits[gene - nd].devices]
+
+
+def op_card(graph: Graph, i: int, placement=None, device_names=None, costs=None, unit: str = "per batch",
+            splits=()) -> list[list[str]]:
     """What a click on op ``i`` shows: [label, value] rows, plain text."""
     op = graph.ops[i]
     rows = [["op", op.name], ["kind", op.kind],
@@ -59,13 +77,16 @@ def op_card(graph: Graph, i: int, placement=None, device_names=None, costs=None,
             ["output", fmt_bytes(op.output_bytes) + (f" ({' × '.join(map(str, op.shape))})" if op.shape else "")],
             ["parameters", fmt_bytes(op.param_bytes)]]
     if placement is not None and device_names is not None:
-        rows.append(["device", str(device_names[int(placement[i])])])
+        g = int(placement[i])
+        rows.append(["device" if g < len(device_names) else "split",
+                     gene_text(g, device_names, splits, op, graph)])
     if costs is not None and device_names is not None:
         rows += _times(costs, i, device_names, unit)
     return rows
 
 
-def _module_card(graph: Graph, name: str, members: list[int], placement, device_names) -> list[list[str]]:
+def _module_card(graph: Graph, name: str, members: list[int], placement, device_names, splits=()
+                 ) -> list[list[str]]:
     ops = [graph.ops[i] for i in members]
     rows = [["module", name], ["ops", f"{len(members)}: {ops[0].name} … {ops[-1].name}"],
             ["forward", fmt_flops(sum(o.fwd_flops for o in ops))],
@@ -73,16 +94,17 @@ def _module_card(graph: Graph, name: str, members: list[int], placement, device_
             ["outputs", fmt_bytes(sum(o.output_bytes for o in ops))],
             ["parameters", fmt_bytes(sum(o.param_bytes for o in ops))]]
     if placement is not None and device_names is not None:
-        count = Counter(str(device_names[int(placement[i])]) for i in members)
+        count = Counter(d for i in members for d in gene_device_names(int(placement[i]), device_names, splits))
         rows.append(["devices", ", ".join(f"{d} × {k}" for d, k in count.most_common())])
     return rows
 
 
 def network_view(graph: Graph, layout: LayeredLayout, placement=None, device_names=None, costs=None,
-                 unit: str = "per batch", collapse_above: int = COLLAPSE_ABOVE) -> dict:
+                 unit: str = "per batch", collapse_above: int = COLLAPSE_ABOVE, splits=()) -> dict:
     """Nodes, edges and (for a large network) modules of the node-link view.
 
-    ``nodes[i]`` is op ``i``: ``name``, ``kind``, ``device`` (with a placement), ``x``, ``y`` (canvas units),
+    ``nodes[i]`` is op ``i``: ``name``, ``kind``, ``device`` (with a placement: its device, a split op's
+    first), ``devices`` (every device it runs on: several for an op split over ``splits``), ``x``, ``y`` (canvas units),
     ``size`` (radius, area ∝ forward + backward FLOPs), ``module`` (index into ``modules`` or None) and ``card``.
     ``edges``: ``from``, ``to`` (op indices), ``bytes``, ``width``, ``cross`` (producer and consumer on
     different devices), ``span`` (layers crossed). ``modules``: ``name``, ``members`` (op indices), ``x``, ``y``
@@ -94,25 +116,36 @@ def network_view(graph: Graph, layout: LayeredLayout, placement=None, device_nam
     compute = np.array([o.fwd_flops + o.bwd_flops for o in graph.ops], dtype=float)
     sizes = scale_sizes(compute, *NODE_SIZE)
     x, y = layout.x * LAYER_DX, layout.y * ROW_DY
-    devices = None
+    devices = on = None
     if placement is not None and device_names is not None:
-        devices = [str(device_names[int(placement[i])]) for i in range(n)]
+        on = [gene_device_names(int(placement[i]), device_names, splits) for i in range(n)]
+        devices = [d[0] for d in on]
     nodes = [{"name": op.name, "kind": op.kind, "device": devices[i] if devices else None,
-              "x": float(x[i]), "y": float(y[i]), "size": float(sizes[i]), "module": None,
-              "card": op_card(graph, i, placement, device_names, costs, unit)} for i, op in enumerate(graph.ops)]
+              "devices": on[i] if on else [], "x": float(x[i]), "y": float(y[i]), "size": float(sizes[i]),
+              "module": None, "card": op_card(graph, i, placement, device_names, costs, unit, splits)}
+             for i, op in enumerate(graph.ops)]
     raw = graph.edges()
     top = max((b for _, _, b in raw), default=0.0)
     widths = edge_width([b for _, _, b in raw], top)
     edges = [{"from": a, "to": b, "bytes": float(nb), "width": float(w),
-              "cross": bool(devices is not None and devices[a] != devices[b]),
+              "cross": bool(on is not None and _crosses(int(placement[a]), int(placement[b]), len(device_names),
+                                                        splits)),
               "span": int(round(layout.x[b] - layout.x[a]))} for (a, b, nb), w in zip(raw, widths)]
     modules = []
     if n > collapse_above:
-        modules = _modules(graph, compute, x, y, nodes, devices, placement, device_names)
+        modules = _modules(graph, compute, x, y, nodes, on, placement, device_names, splits)
     return {"nodes": nodes, "edges": edges, "modules": modules, "max_bytes": float(top)}
 
 
-def _modules(graph, compute, x, y, nodes, devices, placement, device_names) -> list[dict]:
+def _crosses(a: int, b: int, nd: int, splits) -> bool:
+    """Does a tensor move between devices on an edge from gene a to gene b? Not between ops on one device, nor
+    between shards of one batch split (each reads its own samples); a channel split's consumers gather."""
+    if a != b:
+        return True
+    return a >= nd and splits[a - nd].dim == "channel"
+
+
+def _modules(graph, compute, x, y, nodes, on, placement, device_names, splits=()) -> list[dict]:
     _, groups = coarsen(graph, module_count(len(graph)))
     groups = {name: sorted(graph.index[m] for m in members) for name, members in groups.items()
               if len(members) > 1}  # an op left on its own (the network's inputs) is shown as itself
@@ -123,11 +156,11 @@ def _modules(graph, compute, x, y, nodes, devices, placement, device_names) -> l
         for i in idx:
             nodes[i]["module"] = k
         costliest = max(idx, key=lambda i: (compute[i], -i))
-        on = {devices[i] for i in idx} if devices else set()
+        used = {d for i in idx for d in on[i]} if on else set()
         out.append({"name": name, "members": idx, "x": float(np.mean(x[idx])), "y": float(np.mean(y[idx])),
                     "size": float(sizes[k]), "kind": graph.ops[costliest].kind,
-                    "device": next(iter(on)) if len(on) == 1 else None,
-                    "card": _module_card(graph, name, idx, placement, device_names)})
+                    "device": next(iter(used)) if len(used) == 1 else None,
+                    "card": _module_card(graph, name, idx, placement, device_names, splits)})
     return out
 
 

@@ -12,7 +12,7 @@ def network_summary(graph: Graph) -> dict:
     return t
 
 
-def op_table(graph: Graph, placement=None, device_names=None) -> list[dict]:
+def op_table(graph: Graph, placement=None, device_names=None, splits=()) -> list[dict]:
     """One row per op in topological order (sizes in MB, compute in GFLOP; a device column with a placement)."""
     rows = []
     for i, op in enumerate(graph.ops):
@@ -21,6 +21,7 @@ def op_table(graph: Graph, placement=None, device_names=None) -> list[dict]:
                "output MB": op.output_bytes / 1e6, "parameters MB": op.param_bytes / 1e6,
                "shape": " × ".join(str(s) for s in op.shape)}
         if placement is not None and device_names is not None:
-            row["device"] = device_names[int(placement[i])]
+            from ..sharding import gene_label
+            row["device"] = gene_label(int(placement[i]), device_names, splits)
         rows.append(row)
     return rows

@@ -43,12 +43,13 @@ def even_stages(graph: Graph, devices: DeviceGraph, p: int, *, virtual_stages: i
 
 
 def placement_option(spec: str, graph: Graph, devices: DeviceGraph, ignored: list[str] | None = None,
-                     **cost_kw) -> np.ndarray:
+                     splits: list | None = None, **cost_kw) -> np.ndarray:
     """``--placement``: ``stages:P`` (P balanced stages, :func:`even_stages`), ``stages:PxV`` (P V chunks
-    round-robin, for interleaved 1F1B), or anything :func:`placement.parse_placement_spec` reads."""
+    round-robin, for interleaved 1F1B), or anything :func:`placement.parse_placement_spec` reads (``splits``
+    collects a file's split ops, docs/sharding.md)."""
     from ..placement import parse_placement_spec
     if not spec.startswith("stages:"):
-        return parse_placement_spec(spec, graph, devices, ignored=ignored)
+        return parse_placement_spec(spec, graph, devices, ignored=ignored, splits=splits)
     text = spec.split(":", 1)[1]
     parts = text.split("x")
     if not (1 <= len(parts) <= 2 and all(x.isascii() and x.isdigit() and len(x) <= 4 for x in parts)):

@@ -61,7 +61,8 @@ def what_if_problem(problem: Problem, *, bandwidth: Mapping[str, float] | None =
     devices = problem.devices
     costs = ScaledCosts(problem.profile, _multipliers(devices.names, speed, "device"),
                         _multipliers([c.name for c in devices.channels], bandwidth, "channel"))
-    return Problem(problem.graph, devices, profile=costs, settings=problem.settings, penalty=problem.penalty)
+    return Problem(problem.graph, devices, profile=costs, settings=problem.settings, penalty=problem.penalty,
+                   splits=problem.splits)
 
 
 def what_if(problem: Problem, placement, *, bandwidth=None, speed=None) -> dict:

@@ -85,8 +85,13 @@ def placement_summary(problem: Problem, placement, evaluation: Evaluation | None
     ev = evaluation or problem.simulate(placement)
     p = np.asarray(placement)
     r = ev.result
-    counts = np.bincount(p, minlength=problem.n_devices)
+    counts = np.bincount(p[p < problem.n_devices], minlength=problem.n_devices)
+    if problem.splits:  # a split op counts on each of its devices
+        from ..sharding import gene_devices
+        for g in p[p >= problem.n_devices].tolist():
+            counts[list(gene_devices(int(g), problem.n_devices, problem.splits))] += 1
     return {
+        "ops_split": int((p >= problem.n_devices).sum()),
         "objective_s": float(ev.objective),
         "batch_time_s": float(r.batch_time),
         "makespan_s": float(r.makespan),
@@ -118,6 +123,8 @@ def compare_placements(problem: Problem, a, b) -> tuple[list[dict], dict]:
     add("bytes moved", "B", sa["bytes_moved"], sb["bytes_moved"])
     add("cross-device edges", "", sa["cross_device_edges"], sb["cross_device_edges"])
     add("devices used", "", sa["devices_used"], sb["devices_used"])
+    if problem.splits:
+        add("ops split over several devices", "", sa["ops_split"], sb["ops_split"])
     for name in problem.devices.names:
         add(f"ops on {name}", "", sa["ops_per_device"][name], sb["ops_per_device"][name])
     for name in problem.devices.names:

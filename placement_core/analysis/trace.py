@@ -16,7 +16,7 @@ from ..simulate import SimResult, TraceEvent
 from ..simulate.model import OVERHEAD_KINDS  # a device's time on a message it sends or receives
 from .units import fmt_bytes, fmt_seconds
 
-PHASE_ORDER = {"fwd": 0, "bwd": 1, "update": 2}
+PHASE_ORDER = {"fwd": 0, "bwd": 1, "allreduce": 2, "update": 3}
 KIND_ORDER = {"op": 0, "send": 1, "recv": 2, "transfer": 3}
 
 
@@ -49,15 +49,16 @@ def event_label(e: TraceEvent) -> str:
     op, res = escape(str(e.op), quote=False), escape(str(e.resource), quote=False)
     span = f"{fmt_seconds(e.start)} → {fmt_seconds(e.end)} ({fmt_seconds(e.end - e.start)})"
     batch = f"batch {e.batch + 1}"
+    part = f" shard {e.shard + 1}/{e.shards}" if e.shard >= 0 else ""  # an op split over devices
     if e.kind == "op":
-        return f"<b>{op}</b> · {e.phase} · {batch}<br>{res}: {span}"
-    what = "output" if e.phase == "fwd" else "gradients"
+        return f"<b>{op}</b>{part} · {e.phase} · {batch}<br>{res}: {span}"
+    what = {"fwd": "output", "allreduce": "weight gradients, ring all-reduce"}.get(e.phase, "gradients")
     src, dst = escape(str(e.src), quote=False), escape(str(e.dst), quote=False)
     if e.kind in OVERHEAD_KINDS:
         head = f"send to {dst}" if e.kind == "send" else f"receive from {src}"
         return (f"<b>{head}</b> (op {op}, {fmt_bytes(e.bytes)}) · {what} · {batch}"
                 f"<br>{res}: message overhead, {span}")
-    return (f"<b>{op}</b> {what} · {batch}<br>{src} → {dst} on {res}"
+    return (f"<b>{op}</b>{part} {what} · {batch}<br>{src} → {dst} on {res}"
             f"<br>{fmt_bytes(e.bytes)} in {fmt_seconds(e.end - e.start)}, {span}")
 
 
@@ -83,6 +84,14 @@ def gantt_segments(trace: list[TraceEvent], rows: list[str], hover: bool = True)
     return out
 
 
+def gather_pair(name: str) -> tuple[str, str] | None:
+    """(producer, consumer) of a gather's trace name ``gather P → C``, else None."""
+    if not name.startswith("gather ") or " → " not in name:
+        return None
+    producer, _, consumer = name[7:].partition(" → ")
+    return producer, consumer
+
+
 def critical_path(trace: list[TraceEvent], graph: Graph, eps: float = 1e-12) -> list[int]:
     """Indices of the trace events on the critical path, in time order.
 
@@ -96,23 +105,28 @@ def critical_path(trace: list[TraceEvent], graph: Graph, eps: float = 1e-12) -> 
     """
     if not trace:
         return []
-    ops: dict[tuple[str, int, str], int] = {}
-    sent: dict[tuple[str, int, str, str], int] = {}  # (op, batch, phase, dst) -> transfer event
-    sends: dict[tuple[str, int, str, str], int] = {}  # ... -> the sender's send task
-    recvs: dict[tuple[str, int, str, str], int] = {}  # ... -> the receiver's receive task
+    # keys map to lists: an op split over devices has an event per shard (docs/sharding.md)
+    ops: dict[tuple[str, int, str], list[int]] = {}
+    sent: dict[tuple[str, int, str, str], list[int]] = {}  # (op, batch, phase, dst) -> transfer events
+    sends: dict[tuple[str, int, str, str], list[int]] = {}  # ... -> the senders' send tasks
+    recvs: dict[tuple[str, int, str, str], list[int]] = {}  # ... -> the receiver's receive tasks
+    gathers: dict[tuple[str, str, int, str, str], list[int]] = {}  # (producer, consumer, batch, phase, device)
     by_resource: dict[str, list[int]] = {}
     bwd_of: dict[str, list[int]] = {}
     for i, e in enumerate(trace):
         if e.kind == "op":
-            ops[(e.op, e.batch, e.phase)] = i
+            ops.setdefault((e.op, e.batch, e.phase), []).append(i)
             if e.phase == "bwd":
                 bwd_of.setdefault(e.op, []).append(i)
+            pair = gather_pair(e.op)
+            if pair is not None:
+                gathers.setdefault((*pair, e.batch, e.phase, e.resource), []).append(i)
         elif e.kind == "send":
-            sends[(e.op, e.batch, e.phase, e.dst)] = i
+            sends.setdefault((e.op, e.batch, e.phase, e.dst), []).append(i)
         elif e.kind == "recv":
-            recvs[(e.op, e.batch, e.phase, e.dst)] = i
+            recvs.setdefault((e.op, e.batch, e.phase, e.dst), []).append(i)
         else:
-            sent[(e.op, e.batch, e.phase, e.dst)] = i
+            sent.setdefault((e.op, e.batch, e.phase, e.dst), []).append(i)
         by_resource.setdefault(e.resource, []).append(i)
     previous: dict[int, int] = {}
     for members in by_resource.values():
@@ -120,43 +134,57 @@ def critical_path(trace: list[TraceEvent], graph: Graph, eps: float = 1e-12) -> 
         for a, b in zip(members, members[1:]):
             previous[b] = a
 
-    def via(op_name: str, batch: int, phase: str, device: str) -> list[int]:
-        """The event that delivered op_name's (phase) result of this batch to ``device``."""
-        j = ops.get((op_name, batch, phase))
-        if j is None:
-            return []
-        if trace[j].resource == device:
-            return [j]
+    def via(op_name: str, batch: int, phase: str, device: str, reader: str | None = None) -> list[int]:
+        """The events that delivered op_name's (phase) result of this batch to ``device`` (for ``reader``:
+        through the gather that collects a split op's slices there, if there is one)."""
+        if reader is not None:
+            g = gathers.get((op_name, reader, batch, phase, device)) if phase == "fwd" else \
+                gathers.get((reader, op_name, batch, phase, device))
+            if g:
+                return g
+        out = []
+        for j in ops.get((op_name, batch, phase), []):
+            if trace[j].resource == device:
+                out.append(j)
         key = (op_name, batch, phase, device)
-        t = recvs.get(key, sent.get(key))
-        return [t] if t is not None else [j]
+        out += recvs.get(key) or sent.get(key) or []
+        return out or ops.get((op_name, batch, phase), [])
 
     def predecessors(i: int) -> list[int]:
         e = trace[i]
         cands: list[int] = []
         key = (e.op, e.batch, e.phase, e.dst)
-        if e.kind == "transfer":
-            j = sends.get(key, ops.get((e.op, e.batch, e.phase)))
-            cands += [] if j is None else [j]
+        if e.kind == "transfer" and e.phase == "allreduce":  # a ring starts after the last shard's backward
+            cands += sends.get(key) or ops.get((e.op, e.batch, "bwd"), [])
+        elif e.kind == "transfer":
+            cands += sends.get(key) or [j for j in ops.get((e.op, e.batch, e.phase), []) if trace[j].resource == e.src] \
+                or ops.get((e.op, e.batch, e.phase), [])
         elif e.kind == "send":
-            j = ops.get((e.op, e.batch, e.phase))
-            cands += [] if j is None else [j]
+            cands += [j for j in ops.get((e.op, e.batch, e.phase), []) if trace[j].resource == e.resource]
         elif e.kind == "recv":
-            j = sent.get(key)
-            cands += [] if j is None else [j]
+            cands += sent.get(key, [])
+        elif gather_pair(e.op) is not None:
+            producer, consumer = gather_pair(e.op)
+            if e.phase == "fwd":
+                cands += via(producer, e.batch, "fwd", e.resource)
+            else:
+                cands += [j for j in ops.get((e.op, e.batch, "fwd"), []) if trace[j].resource == e.resource]
+                cands += via(consumer, e.batch, "bwd", e.resource)
         elif e.op in graph.index:
             k = graph.index[e.op]
+            mine = [j for j in ops.get((e.op, e.batch, "fwd"), []) if trace[j].resource == e.resource]
             if e.phase == "fwd":
                 for p in graph.parents[k]:
-                    cands += via(graph.ops[p].name, e.batch, "fwd", e.resource)
+                    cands += via(graph.ops[p].name, e.batch, "fwd", e.resource, e.op)
             elif e.phase == "bwd":
-                j = ops.get((e.op, e.batch, "fwd"))
-                cands += [] if j is None else [j]
+                cands += mine
                 for c in graph.children[k]:
-                    cands += via(graph.ops[c].name, e.batch, "bwd", e.resource)
+                    cands += via(graph.ops[c].name, e.batch, "bwd", e.resource, e.op)
             else:
-                j = ops.get((e.op, e.batch, "bwd"))
-                cands += [j] if j is not None else bwd_of.get(e.op, [])
+                j = [b for b in ops.get((e.op, e.batch, "bwd"), []) if trace[b].resource == e.resource]
+                ring = [t for (o, b, ph, _), ts in sent.items() if o == e.op and ph == "allreduce" and b == e.batch
+                        for t in ts]
+                cands += (j or bwd_of.get(e.op, [])) + ring
         if i in previous:
             cands.append(previous[i])
         return cands

@@ -113,7 +113,9 @@ def cmd_benchmark_top(args) -> int:
                          field="--input-shape", fix="Give --input-shape, e.g. 1,3,224,224")
     batch = args.batch_size or graph.batch_size
     local = [d.name for d in devs]
-    used = sorted({int(i) for r in ranked for i in np.unique(r.placement)})
+    from ..sharding import gene_entry, used_devices
+    splits = problem.splits
+    used = used_devices([r.placement for r in ranked], len(names), splits)
     chosen = parse_mapping(args.map, names, local) if args.map else {}
     mapping = {names[i]: chosen.get(names[i], loc) for i, loc in default_mapping(names, used, local).items()}
     warning = shared_warning(mapping, {d.name: d.torch for d in devs}, args.runner)
@@ -121,7 +123,15 @@ def cmd_benchmark_top(args) -> int:
         print(f"note: {note}", file=sys.stderr)
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
-    assignments = [{op.name: mapping[names[int(i)]] for op, i in zip(graph.ops, r.placement)} for r in ranked]
+    def on_local(entry):  # a graph device, or a split's devices, as local devices
+        if isinstance(entry, dict):
+            return {**entry, "devices": [mapping[d] for d in entry["devices"]]}
+        return mapping[entry]
+    assignments = [{op.name: on_local(gene_entry(int(i), names, splits)) for op, i in zip(graph.ops, r.placement)}
+                   for r in ranked]
+    if groups is not None and splits:
+        raise InputError("a coarsened network's groups cannot be split", field="--network",
+                         fix="Benchmark a run made on the model's own network")
     if groups is not None:
         assignments = [expand_assignment(a, groups) for a in assignments]
     settings = BenchmarkSettings(steps=args.steps, warmup=args.warmup, rounds=args.rounds,
@@ -150,7 +160,8 @@ def cmd_benchmark_top(args) -> int:
     rows = [{"simulated_rank": n, "label": r.label, "simulated_objective_s": r.objective, "simulated_s": sim,
              "feasible": r.feasible, "measured_median_s": res.median_step_s, "iqr_s": res.to_dict()["iqr_s"],
              "measured_rank": measured_rank.get(n - 1), "status": res.status, "message": res.message,
-             "benchmark_id": bid, "placement": {op.name: names[int(i)] for op, i in zip(graph.ops, r.placement)}}
+             "benchmark_id": bid, "placement": {op.name: gene_entry(int(i), names, splits)
+                                                for op, i in zip(graph.ops, r.placement)}}
             for n, (r, res, sim, bid) in enumerate(zip(ranked, results, simulated, ids), start=1)]
     tau_out = None if np.isnan(tau) else tau
     code = 0 if len(ok) == len(results) else 1

@@ -123,6 +123,30 @@ def add_problem_options(p: argparse.ArgumentParser, required: bool = True) -> No
     p.add_argument("--forward-only", action="store_true", help="inference: no backward pass or weight update")
     p.add_argument("--penalty", default="thesis", choices=["thesis", "placeto", "infeasible"],
                    help="memory-overflow penalty in the objective (default thesis: +1 ms per MB)")
+    p.add_argument("--sharding", metavar="DIMS",
+                   help="let placements split ops over devices: channel, batch or channel,batch (genes beyond the "
+                        "devices are splits over windows of consecutive devices of one kind; docs/sharding.md)")
+    p.add_argument("--max-shards", type=positive_int, default=None,
+                   help="most devices one split op uses (with --sharding; default: every device of the kind)")
+
+
+def sharding_splits(args, devices) -> tuple:
+    """The split table ``--sharding DIMS --max-shards K`` stand for (empty without --sharding)."""
+    from ..sharding import DIMS, MAX_SHARDS, search_splits
+    dims_text = getattr(args, "sharding", None)
+    if dims_text is None:
+        if getattr(args, "max_shards", None) is not None:
+            raise InputError("--max-shards needs --sharding", field="--max-shards",
+                             fix="Add --sharding channel,batch (or one of them)")
+        return ()
+    dims = [d.strip() for d in dims_text.split(",") if d.strip()]
+    if not dims or len(set(dims)) != len(dims) or any(d not in DIMS for d in dims):
+        raise InputError(f"--sharding takes channel, batch or channel,batch, got {dims_text!r}", field="--sharding")
+    k = args.max_shards
+    if k is None:
+        k = min(MAX_SHARDS, max(sum(1 for d in devices.devices if d.kind == kind) for kind in
+                                {d.kind for d in devices.devices}))
+    return search_splits(devices, dims, max(k, 2) if args.max_shards is None else k)
 
 
 def spec_from_args(args, graph) -> ProblemSpec:
@@ -156,7 +180,8 @@ def build_problem(args) -> Problem:
     from ..catalog import load_devices, load_network
     graph = load_network(args.network, batch_size=args.batch_size)
     devices = load_devices(args.devices)
-    return spec_from_args(args, graph).build(graph, devices)
+    spec = spec_from_args(args, graph)
+    return spec.replace(splits=sharding_splits(args, devices)).build(graph, devices)
 
 
 def load_cli_timings(spec: str, network_spec: str, graph):

@@ -116,8 +116,10 @@ def cmd_simulate(args) -> int:
     trace_path = check_output_file(args.trace, "--trace", "trace.json") if args.trace is not None else None
     problem = build_problem(args)
     ignored: list[str] = []
-    placement = placement_option(args.placement, problem.graph, problem.devices, ignored=ignored,
+    splits = list(problem.splits)
+    placement = placement_option(args.placement, problem.graph, problem.devices, ignored=ignored, splits=splits,
                                  profile=problem.profile)
+    problem = problem.with_splits(splits)  # a placement file's splits join the table
     ev = problem.simulate(placement)  # the fast kernel: the numbers, and how large a trace would be
     if trace_path is not None:
         from ..simulate.chrome import chrome_trace
@@ -130,6 +132,10 @@ def cmd_simulate(args) -> int:
                                       graph=problem.graph), indent=None)
     report = simulation_report(problem, args.placement, ev)
     report["ignored_placement_keys"] = len(ignored)  # Exprimo files: keys that are not ops (Block names, stale)
+    from ..sharding import gene_entry
+    names = problem.devices.names
+    report["split_ops"] = {op.name: gene_entry(int(g), names, problem.splits)
+                                                  for op, g in zip(problem.graph.ops, placement) if g >= len(names)}
     if args.json:
         print_json(report)
         return 0
@@ -146,6 +152,12 @@ def cmd_simulate(args) -> int:
           f"bubble {report['bubble_fraction']:.1%} (mean idle share of the devices used)")
     if ignored:
         print(f"note: {printable(describe_ignored(ignored))}")
+    if report["split_ops"]:
+        from ..sharding import gene_label
+        shown = [f"{printable(op.name)} ({printable(gene_label(int(g), names, problem.splits))})"
+                 for op, g in zip(problem.graph.ops, placement) if g >= len(names)]
+        print(f"{len(shown)} op(s) split over several devices: " + ", ".join(shown[:6])
+              + (f" and {len(shown) - 6} more" if len(shown) > 6 else ""))
     print()
     rows = [[printable(name), d["kind"], fmt_seconds(d["busy_s"]), f"{d['utilisation']:.0%}",
              fmt_bytes(d["peak_memory_bytes"]), fmt_bytes(d["memory_bytes"]),

@@ -158,6 +158,8 @@ def register_e5(sub) -> None:
     p.add_argument("--random", type=int, default=8, help="uniformly random placements (default 8)")
     p.add_argument("--zones", type=int, default=8, help="random contiguous-zone placements (default 8)")
     p.add_argument("--splits", type=int, default=5, help="contiguous two-way splits (default 5)")
+    p.add_argument("--sharded", type=int, default=4,
+                   help="placements that split ops over the devices: data parallel, then random (default 4)")
     p.add_argument("--steps", type=positive_int, default=4, help="timed steps per round (default 4)")
     p.add_argument("--warmup", type=positive_int, default=1, help="warm-up steps per round (default 1)")
     p.add_argument("--rounds", type=positive_int, default=4, help="interleaved rounds (default 4)")
@@ -176,13 +178,14 @@ def cmd_e5(args) -> int:
     _needs_torch()
     from ..experiments.e5 import E5Settings, dumps, run_e5, summary_line
 
-    for name in ("generations", "random", "zones", "splits"):
+    for name in ("generations", "random", "zones", "splits", "sharded"):
         if getattr(args, name) < 0:
             raise InputError(f"--{name} must not be negative", field=f"--{name}")
     check_output_dir(args.out, "--out")
     shape, batch, _, _ = _shape_and_network(args)
     settings = E5Settings(generations=args.generations, checkpoint_every=args.checkpoint_every, random=args.random,
-                          zones=args.zones, splits=args.splits, steps=args.steps, warmup=args.warmup,
+                          zones=args.zones, splits=args.splits, sharded=args.sharded, steps=args.steps,
+                          warmup=args.warmup,
                           rounds=args.rounds, seed=args.seed, statistic=args.statistic, shuffle=not args.in_order)
     command = "placement experiment e5 " + " ".join(shlex.quote(a) for a in _argv(args))
     progress = None if args.json else (lambda m: print(m, file=sys.stderr))
@@ -264,8 +267,55 @@ def register_seeding(sub) -> None:
                 "placement_core.experiments.assisted:main_seeding")
 
 
+def register_sharding(sub) -> None:
+    """``placement experiment sharding``: sharded placements against one GPU, placements and data parallelism."""
+    from ..experiments.parallelism import NETWORKS
+    p = sub.add_parser("sharding", help="one GPU, the best placement, data parallel, hybrid and the best sharded "
+                                        "placement, simulated (docs/sharding.md)",
+                       description="For each network: its batch time on one GPU, with the best placement of whole "
+                                   "ops a search finds, data parallel, the best hybrid, and the best placement a "
+                                   "search finds that may split ops (seeded with data parallel, hybrid and "
+                                   "heft-sharded, and unseeded). Writes results.csv, the best sharded placements "
+                                   "and a markdown report.")
+    p.add_argument("--networks", default=",".join(NETWORKS), help=f"comma-separated (default {','.join(NETWORKS)})")
+    p.add_argument("--devices", default="nvlink-8gpu", help="device graph (default nvlink-8gpu)")
+    p.add_argument("--batch-size", type=positive_int, default=128, help="batch size (default 128)")
+    p.add_argument("--budget", type=positive_int, default=20000, help="evaluations per search (default 20000)")
+    p.add_argument("--algorithm", default="ga", help="the search (default ga; any of placement optimize's)")
+    p.add_argument("--max-shards", type=positive_int, default=8, help="most devices per split (default 8)")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of every search (default 0)")
+    p.add_argument("--out", default="docs/sharding-results", help="folder for results.csv and the placements "
+                                                               "(default docs/sharding-results)")
+    p.add_argument("--markdown", default="docs/sharding-results.md", help="the report (default "
+                                                                           "docs/sharding-results.md)")
+    p.set_defaults(handler=cmd_sharding)
+
+
+def cmd_sharding(args) -> int:
+    from ..catalog import load_devices, load_network
+    from ..experiments.parallelism import run_sharding, table
+    from ..optimize import algorithm_class
+
+    networks = [n.strip() for n in args.networks.split(",") if n.strip()]
+    if not networks:
+        raise InputError("no network named", field="--networks", fix="e.g. --networks vgg16,resnet50")
+    for n in networks:
+        load_network(n)  # an unknown name fails here, before any search
+    load_devices(args.devices)
+    algorithm_class(args.algorithm)
+    check_output_dir(args.out, "--out")
+    command = "placement experiment sharding " + " ".join(shlex.quote(a) for a in sys.argv[3:])
+    rows = run_sharding(networks, out_dir=args.out, markdown=args.markdown, command=command.strip(),
+                        devices=args.devices, batch_size=args.batch_size, evaluations=args.budget,
+                        seed=args.seed, algorithm=args.algorithm, max_shards=args.max_shards,
+                        say=lambda m: print(m, file=sys.stderr, flush=True))
+    print(table(rows))
+    print(f"wrote {args.out}/results.csv, the best sharded placements and {args.markdown}")
+    return 0
+
+
 EXPERIMENTS = [register_e1, register_e2, register_e3, register_e4, register_e5, register_assisted,
-               register_seeding]
+               register_seeding, register_sharding]
 
 
 def register(sub) -> None:

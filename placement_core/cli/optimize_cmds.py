@@ -130,8 +130,9 @@ def result_to_dict(result, problem) -> dict:
         "evaluations": result.evaluations,
         "wall_s": result.wall_s,
         "stopped": result.stopped,
-        "best_assignment": placement_to_dict(result.best_placement, problem.graph, problem.devices)["assignment"],
-        "placement": placement_to_dict(result.best_placement, problem.graph, problem.devices),
+        "best_assignment": placement_to_dict(result.best_placement, problem.graph, problem.devices,
+                                             problem.splits)["assignment"],
+        "placement": placement_to_dict(result.best_placement, problem.graph, problem.devices, problem.splits),
         "history": [[int(e), b, c] for e, b, c in result.history.tolist()],
     }
     extras = result.extras
@@ -144,9 +145,9 @@ def result_to_dict(result, problem) -> dict:
     if extras.get("archive") is not None:
         archive = extras["archive"]
         out["archive"] = archive.to_dict()
-        names = problem.devices.names
         for elite in out["archive"]["elites"]:
-            elite["assignment"] = {op.name: names[d] for op, d in zip(problem.graph.ops, elite.pop("placement"))}
+            elite["assignment"] = placement_to_dict(elite.pop("placement"), problem.graph, problem.devices,
+                                                    problem.splits)["assignment"]
     return out
 
 
@@ -175,7 +176,12 @@ def cmd_optimize(args) -> int:
             from .common import UsageError
             raise UsageError(f"the following arguments are required: {', '.join(missing)} "
                              "(see `placement optimize --help`)")
-        problem = build_problem(args)
+        from ..optimize import problem_for
+        problem = problem_for(build_problem(args), args.algorithm)  # data parallel brings its splits
+        if args.init:  # and so does starting a search from it (--init data-parallel)
+            from ..optimize.seeding import parse_init
+            for kind, _ in parse_init(args.init):
+                problem = problem_for(problem, kind)
         evaluations = args.budget if args.budget or args.seconds else 20000
         params = parse_params(args.param)
         if args.init:
@@ -221,9 +227,13 @@ def cmd_optimize(args) -> int:
         arch = result.extras["archive"]
         print(f"archive: {len(arch)} niches filled ({arch.coverage:.1%} of {'x'.join(map(str, arch.shape))})")
     used = {}
+    split = 0
     for dev in data["best_assignment"].values():
-        used[dev] = used.get(dev, 0) + 1
-    print("ops per device: " + ", ".join(f"{printable(d)} {n}" for d, n in sorted(used.items())))
+        split += isinstance(dev, dict)
+        for name in (dev["devices"] if isinstance(dev, dict) else [dev]):
+            used[name] = used.get(name, 0) + 1
+    print("ops per device: " + ", ".join(f"{printable(d)} {n}" for d, n in sorted(used.items()))
+          + (f" ({split} op(s) split over several devices)" if split else ""))
     if args.out:
         print(f"result written to {printable(args.out)}")
     if run_id is not None:

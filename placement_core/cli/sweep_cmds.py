@@ -71,8 +71,8 @@ def cmd_sweep(args) -> int:
     if store is not None:
         for i, job in enumerate(jobs):  # recorded before they start: an interrupted sweep leaves resumable runs
             from ..optimize import make_optimizer
-            opt = make_optimizer(problem, job.algorithm, seed=job.seed, params=job.params, evaluations=evaluations)
-            run_ids[i] = store.create_run(problem, job.algorithm, opt.params, job.seed, evaluations=evaluations,
+            opt = make_optimizer(job.problem, job.algorithm, seed=job.seed, params=job.params, evaluations=evaluations)
+            run_ids[i] = store.create_run(job.problem, job.algorithm, opt.params, job.seed, evaluations=evaluations,
                                           seconds=args.seconds, label=args.label)
     done = [0]
 

@@ -77,11 +77,16 @@ def _assignment(args, shape, network, groups, devs) -> tuple[dict[str, str], obj
     graph = network if network is not None else traced.graph
     devgraph = nominal_device_graph(devs)
     ignored: list[str] = []
-    placement = placement_option(args.placement, graph, devgraph, ignored=ignored)
+    splits: list = []
+    placement = placement_option(args.placement, graph, devgraph, ignored=ignored, splits=splits)
     if ignored:
         from ..placement import describe_ignored
         print(f"note: {describe_ignored(ignored)}", file=sys.stderr)
-    assignment = {op.name: devgraph.names[int(i)] for op, i in zip(graph.ops, placement)}
+    from ..placement import placement_to_dict
+    assignment = placement_to_dict(placement, graph, devgraph, splits)["assignment"]  # a split op: its entry
     if groups is not None:
+        if splits:
+            raise InputError("a placement of a coarsened network's groups cannot split them", field="--placement",
+                             fix="Benchmark the model's own network (without --groups) to split its layers")
         assignment = expand_assignment(assignment, groups)
     return assignment, traced

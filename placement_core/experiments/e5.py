@@ -5,7 +5,9 @@
    algorithm run against the calibrated simulator every few generations (the
    thesis' method), uniformly random ones, random contiguous zones (between
    the two in how much they communicate), contiguous two-way splits at several
-   cut points, and every single-device placement.
+   cut points, every single-device placement, and placements that split ops over
+   the devices (docs/sharding.md): data parallelism, and random placements of
+   whole and split ops.
 3. Benchmark each for real (:mod:`placement_core.torch.benchmark`, ``ranks`` runner), rounds interleaved.
 4. Simulate each with the calibrated profile (measured op times, ping-pong
    links and the CPU devices' fitted message overhead) and with the
@@ -42,6 +44,7 @@ class E5Settings:
     random: int = 8  # uniformly random placements
     zones: int = 8  # random contiguous-zone placements
     splits: int = 5  # contiguous two-way splits at evenly spaced cut points
+    sharded: int = 4  # placements that split ops over the devices: data parallel, then random ones
     steps: int = 4  # timed steps per round
     warmup: int = 1
     rounds: int = 4
@@ -54,7 +57,7 @@ class E5Settings:
 @dataclass
 class Candidate:
     label: str
-    kind: str  # ga | random | zones | split | single
+    kind: str  # ga | random | zones | split | single | sharded
     placement: np.ndarray
 
 
@@ -122,12 +125,38 @@ def collect_placements(problem: Problem, settings: E5Settings,
                     kept += 1
             if progress:
                 progress(f"GA: {kept} checkpoints over {settings.generations} generations")
+    out += sharded_placements(problem, settings, rng)
     unique, seen = [], set()
     for c in out:
         if c.placement.tobytes() not in seen:
             seen.add(c.placement.tobytes())
             unique.append(c)
     return unique
+
+
+def sharded_table(problem: Problem):
+    from ..sharding import search_splits
+    return search_splits(problem.devices, ["channel", "batch"], problem.n_devices)
+
+
+def sharded_placements(problem: Problem, settings: E5Settings, rng: np.random.Generator) -> list[Candidate]:
+    """Data parallelism over every device, then random placements of whole and split ops (their genes index
+    :func:`sharded_table`, which ``problem`` may lack: the experiment simulates them on a problem with it)."""
+    if settings.sharded <= 0 or problem.n_devices < 2:
+        return []
+    from ..optimize.genes import Genes
+    from ..sharding import Split
+    wide = problem.with_splits(sharded_table(problem))
+    out = []
+    everyone = Split("batch", tuple(range(wide.n_devices)))
+    if everyone in wide.splits:  # devices of one kind (CPU ranks): data parallel over all of them
+        every = wide.n_devices + wide.splits.index(everyone)
+        dp = np.where(wide.allowed[:, every - wide.n_devices], every, 0).astype(np.int32)
+        out.append(Candidate("data parallel", "sharded", dp))
+    genes = Genes(wide)
+    for k in range(settings.sharded - len(out)):
+        out.append(Candidate(f"random with splits #{k}", "sharded", genes.draw(rng, np.arange(wide.n_ops))))
+    return out
 
 
 # -- the experiment -----------------------------------------------------------------------------------
@@ -175,8 +204,13 @@ def run_e5(source: str, input_shape, devices: str, *, batch_size: int | None, ou
     calibrated = Problem(graph, device_graph, timings=timing_table(timings_doc, graph))
     default = Problem(graph, device_graph)
     candidates = collect_placements(calibrated, settings, say)
+    # simulated with the split table of the sharded candidates (whole ops simulate the same with it)
+    table = sharded_table(calibrated) if settings.sharded > 0 else ()
+    calibrated, default = calibrated.with_splits(table), default.with_splits(table)
     say(f"benchmarking {len(candidates)} placements x {settings.rounds} rounds x {settings.steps} steps ...")
-    assignments = [{op.name: names[int(i)] for op, i in zip(graph.ops, c.placement)} for c in candidates]
+    from ..sharding import gene_entry
+    assignments = [{op.name: gene_entry(int(i), names, table) for op, i in zip(graph.ops, c.placement)}
+                   for c in candidates]
     results = benchmark(source, shape, assignments, devs, runner="ranks", batch_size=batch, name=graph.name,
                         settings=BenchmarkSettings(steps=settings.steps, warmup=settings.warmup,
                                                    rounds=settings.rounds, seed=settings.seed,

@@ -10,6 +10,7 @@ from ..errors import InputError
 from ..problem import Problem
 # Importing an algorithm's module registers it (@register); this order is the order users see.
 from . import genetic, map_elites, local, cem, baselines, mincut, heft, asynchronous  # noqa: F401,E401  isort: skip
+from . import dataparallel, heft_sharded  # noqa: F401,E401  isort: skip
 from .base import ALGORITHMS, OptimizeResult, Optimizer, Param, Progress, register
 from .driver import drive
 
@@ -18,6 +19,13 @@ def algorithm_class(name: str) -> type[Optimizer]:
     if name not in ALGORITHMS:
         raise InputError(f"unknown algorithm {name!r}", field="algorithm", fix="Use one of: " + ", ".join(ALGORITHMS))
     return ALGORITHMS[name]
+
+
+def problem_for(problem: Problem, algorithm: str) -> Problem:
+    """``problem`` with the splits ``algorithm`` proposes added to its table (data parallel, hybrid), else itself."""
+    from ..sharding import merge_splits
+    extra = dataparallel.needed_splits(problem, algorithm)
+    return problem.with_splits(merge_splits(problem.splits, extra)[0]) if extra else problem
 
 
 def make_optimizer(problem: Problem, algorithm: str, *, seed: int = 0, params: dict | None = None,
@@ -49,4 +57,4 @@ def run(problem: Problem, algorithm: str, *, evaluations: int | None = None, sec
 
 
 __all__ = ["ALGORITHMS", "OptimizeResult", "Optimizer", "Param", "Progress", "algorithm_class", "drive",
-           "make_optimizer", "register", "run"]
+           "make_optimizer", "problem_for", "register", "run"]

@@ -37,12 +37,22 @@ class Descriptor:
         return [str(i) for i in range(self.size)]
 
 
+def _device_use(problem: Problem, placements: np.ndarray) -> np.ndarray | None:
+    """``[placements, ops, devices]``: which devices each op runs on, when ops may be split (else None)."""
+    if not problem.splits:
+        return None
+    from .genes import gene_space
+    return gene_space(problem).uses[placements]
+
+
 class MostUsedDevice(Descriptor):
     def __init__(self, problem: Problem):
         super().__init__("most_used_device", "most-used device", problem.n_devices)
 
     def values(self, problem, placements):
-        counts = np.stack([(placements == d).sum(axis=1) for d in range(problem.n_devices)], axis=1)
+        use = _device_use(problem, placements)  # a split op counts on each of its devices
+        counts = (use.sum(axis=1) if use is not None else
+                  np.stack([(placements == d).sum(axis=1) for d in range(problem.n_devices)], axis=1))
         return counts.argmax(axis=1)  # ties: the lowest device index
 
     def tick_labels(self, problem):
@@ -54,7 +64,9 @@ class DevicesUsed(Descriptor):
         super().__init__("devices_used", "devices used", problem.n_devices)
 
     def values(self, problem, placements):
-        used = np.stack([(placements == d).any(axis=1) for d in range(problem.n_devices)], axis=1)
+        use = _device_use(problem, placements)
+        used = (use.any(axis=1) if use is not None else
+                np.stack([(placements == d).any(axis=1) for d in range(problem.n_devices)], axis=1))
         return used.sum(axis=1)
 
     def bins(self, problem, placements):
@@ -85,8 +97,24 @@ class CrossDeviceEdges(Descriptor):
         return [f"{round(i * self.max_edges / (self.size - 1))}" for i in range(self.size)]
 
 
+class ShardedShare(Descriptor):
+    """How much of the network is split (docs/sharding.md): the share of ops whose gene is a split, in tenths."""
+
+    def __init__(self, problem: Problem, bins: int = 11):
+        super().__init__("sharded", "ops split", bins)
+
+    def values(self, problem, placements):
+        return (placements >= problem.n_devices).mean(axis=1)
+
+    def bins(self, problem, placements):
+        return np.rint(self.values(problem, placements) * (self.size - 1)).astype(np.int64)
+
+    def tick_labels(self, problem):
+        return [f"{i / (self.size - 1):.0%}" for i in range(self.size)]
+
+
 DESCRIPTORS = {"most_used_device": MostUsedDevice, "devices_used": DevicesUsed,
-               "cross_device_edges": CrossDeviceEdges}
+               "cross_device_edges": CrossDeviceEdges, "sharded": ShardedShare}
 THESIS_DESCRIPTORS = ("most_used_device", "devices_used", "cross_device_edges")
 
 

@@ -77,12 +77,12 @@ class _Pipelined(Optimizer):
     def _recipe(self, kind: str, a, b=None, rates_a=None, rates_b=None) -> Recipe:
         self._proposed += 1
         self._outstanding += 1
-        return Recipe(kind, a, b, rates_a, rates_b, seed=(self.seed, self._proposed), n_devices=self.d,
+        return Recipe(kind, a, b, rates_a, rates_b, seed=(self.seed, self._proposed), n_devices=ops.gene_count(self.space),
                       params=tuple(sorted((k, self.params[k]) for k in self.VARIATION_PARAMS)))
 
     # The driver's interface: propose a recipe, accept its children. ask/tell do both steps here.
     def ask(self, limit: int) -> np.ndarray:
-        kids, rates = variation.apply(self.next_recipe(limit))
+        kids, rates = variation.apply(self.next_recipe(limit), self.space)
         self._rates.append(rates)
         return kids
 

@@ -121,6 +121,10 @@ class Optimizer:
         self.problem = problem
         self.n = problem.n_ops
         self.d = problem.n_devices
+        # what the operators draw genes from: the device count, or the problem's genes when ops may be split
+        from .genes import gene_space
+        self.space = gene_space(problem)
+        self.sharded = not isinstance(self.space, (int, np.integer))
         self.seed = int(seed)
         self.rng = np.random.default_rng(self.seed)
         unknown = set(params) - set(self.PARAMS)
@@ -185,6 +189,8 @@ class Optimizer:
 
     # -- helpers --------------------------------------------------------------------------------
     def random_placements(self, k: int) -> np.ndarray:
+        if self.sharded:
+            return self.space.draw(self.rng, np.broadcast_to(np.arange(self.n), (k, self.n)))
         return self.rng.integers(0, self.d, (k, self.n), dtype=np.int32)
 
 

@@ -56,7 +56,9 @@ class CrossEntropy(Optimizer):
 
     def __init__(self, problem, **kw):
         super().__init__(problem, **kw)
-        self.probs = np.full((self.n, self.d), 1.0 / self.d)
+        # the uniform distribution over devices, or over the gene space's draw when ops may be split
+        self.base = 1.0 / self.d if not self.sharded else self.space.base_probabilities()
+        self.probs = np.full((self.n, self.d), 1.0 / self.d) if not self.sharded else self.base.copy()
         self.used = 0
         self.updates = 0
 
@@ -80,12 +82,12 @@ class CrossEntropy(Optimizer):
         self.current = float(objectives.min())
         n_elite = max(1, int(round(self.params["elite_fraction"] * len(placements))))
         elites = placements[np.argsort(objectives, kind="stable")[:n_elite]]
-        freq = np.zeros((self.n, self.d))
+        freq = np.zeros(self.probs.shape)
         np.add.at(freq, (np.repeat(np.arange(self.n)[None, :], len(elites), axis=0), elites), 1.0)
         freq /= len(elites)
         eps = self.epsilon()
         a = self.params["smoothing"]
-        self.probs = (1 - eps) * (a * freq + (1 - a) * self.probs) + eps / self.d
+        self.probs = (1 - eps) * (a * freq + (1 - a) * self.probs) + eps * self.base
         self.updates += 1
 
     def snapshot(self) -> dict:

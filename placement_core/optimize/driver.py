@@ -162,17 +162,18 @@ def _sender(optimizer: Optimizer, evaluator):
     """How a proposed batch reaches the backend. One batch at a time: its children are made here, evaluated
     and waited for (a backend may split them over its workers). Several: each batch is one task, submitted at
     once; on a parallel backend that supports it the worker also makes the children (``vary_on_workers``)."""
+    space = optimizer.space
     if optimizer.in_flight <= 1:
-        return lambda recipe: _made(recipe, lambda kids: Done(evaluator.evaluate(kids)))
+        return lambda recipe: _made(recipe, lambda kids: Done(evaluator.evaluate(kids)), space)
     if (optimizer.params.get("vary_on_workers") and getattr(evaluator, "workers", 1) > 1
             and hasattr(evaluator, "submit_recipe")):
         return evaluator.submit_recipe
     submit = getattr(evaluator, "submit", None) or (lambda kids: Done(evaluator.evaluate(kids)))
-    return lambda recipe: _made(recipe, submit)
+    return lambda recipe: _made(recipe, submit, space)
 
 
-def _made(recipe: Recipe, dispatch) -> _Made:
-    kids, rates = variation.apply(recipe)
+def _made(recipe: Recipe, dispatch, space=None) -> _Made:
+    kids, rates = variation.apply(recipe, space)
     return _Made(kids, rates, dispatch(kids))
 
 

@@ -105,9 +105,9 @@ class GeneticAlgorithm(Optimizer):
                 if p["self_adaptive"]:
                     rate = ops.drift_rate(self.rng, rate, p["rate_drift"], p["min_mutation_rate"],
                                           p["max_mutation_rate"])
-                child = ops.point_mutation(self.rng, child, rate, self.d)
+                child = ops.point_mutation(self.rng, child, rate, self.space)
                 if self.rng.random() < p["zone_mutation_rate"]:
-                    child = ops.zone_mutation(self.rng, child, self.d)
+                    child = ops.zone_mutation(self.rng, child, self.space)
                 kids.append(child)
                 rates.append(rate)
         return np.array(kids[:k], dtype=np.int32).reshape(-1, self.n), np.array(rates[:k])

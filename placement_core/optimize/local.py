@@ -25,7 +25,10 @@ class _LocalSearch(Optimizer):
             start = self.initial if len(self.initial) else self.random_placements(1)
             return start[:limit]
         y = self.x.copy()
-        if self.d > 1:
+        if self.sharded:  # ops may be split: another gene the op can take
+            i = int(self.rng.integers(0, self.n))
+            y[i] = self.space.other(self.rng, i, int(y[i]))
+        elif self.d > 1:
             i = int(self.rng.integers(0, self.n))
             # a different device: shift by 1..d-1
             y[i] = (y[i] + int(self.rng.integers(1, self.d))) % self.d

@@ -61,7 +61,7 @@ def grid(problem: Problem, algorithms: list[str], seeds: list[int], *, evaluatio
     A parameter is given only to the algorithms that have it (a sweep of the GA's ``mutation_rate``
     beside MAP-Elites runs MAP-Elites once per seed); one no algorithm has is an error."""
     from ..errors import InputError
-    from . import algorithm_class
+    from . import algorithm_class, problem_for
 
     params = params or {}
     classes = {a: algorithm_class(a) for a in algorithms}
@@ -72,7 +72,8 @@ def grid(problem: Problem, algorithms: list[str], seeds: list[int], *, evaluatio
     jobs = []
     for algorithm, cls in classes.items():
         own = {k: v for k, v in params.items() if k in cls.PARAMS}
+        mine = problem_for(problem, algorithm)  # data parallel's splits, for its jobs only
         for values in itertools.product(*own.values()):
             for seed in seeds:
-                jobs.append(RunJob(problem, algorithm, seed, evaluations, seconds, dict(zip(own, values))))
+                jobs.append(RunJob(mine, algorithm, seed, evaluations, seconds, dict(zip(own, values))))
     return jobs

@@ -38,13 +38,16 @@ class MapElites(Optimizer):
         "cross_edge_bins": Param(40, "bins of the cross-device-edges dimension", int, low=1, high=10_000),
         "include_trivial": Param(False, "seed the archive with every single-device placement", bool),
         "dimensions": Param(",".join(THESIS_DESCRIPTORS), "niche dimensions of the archive (at least two): the "
-                            "device used most, the number of devices used, cross-device edges", str,
-                            items=THESIS_DESCRIPTORS),
+                            "device used most, the number of devices used, cross-device edges, and (when ops may be "
+                            "split, added by default) the share of ops split", str,
+                            items=THESIS_DESCRIPTORS + ("sharded",)),
     }
 
     def __init__(self, problem, descriptors=None, **kw):
         super().__init__(problem, **kw)
         if descriptors is None:
+            if problem.splits and "dimensions" not in kw:  # --sharding: how much is split is a niche dimension
+                self.params["dimensions"] += ",sharded"
             descriptors = self.params["dimensions"].split(",")
         descs = make_descriptors(problem, descriptors)
         for i, d in enumerate(descs):
@@ -74,9 +77,9 @@ class MapElites(Optimizer):
             other = self._pick(xs, fs)
             child, _ = ops.n_point_crossover(self.rng, child, other, 1)
         if self.rng.random() < p["replace_mutation_rate"]:
-            return ops.replace_mutation(self.rng, child, self.d)
+            return ops.replace_mutation(self.rng, child, self.space)
         if self.rng.random() < p["zone_mutation_rate"]:
-            return ops.zone_mutation(self.rng, child, self.d)
+            return ops.zone_mutation(self.rng, child, self.space)
         return self._gene_mutation(child)
 
     def _gene_mutation(self, x: np.ndarray) -> np.ndarray:
@@ -84,12 +87,13 @@ class MapElites(Optimizer):
         p = self.params
         copy = self.rng.random(self.n) < p["copy_mutation_rate"]
         point = self.rng.random(self.n) < p["mutation_rate"]
-        fresh = self.rng.integers(0, self.d, self.n)
+        fresh = (self.rng.integers(0, self.d, self.n) if not self.sharded
+                 else self.space.draw(self.rng, np.arange(self.n)))
         y = np.where(point, fresh, x).astype(np.int32)
         copy[0] = False
         idx = np.flatnonzero(copy)
         y[idx] = x[idx - 1]
-        return y
+        return y if not self.sharded else self.space.repair(y)
 
     def tell(self, placements: np.ndarray, objectives: np.ndarray) -> None:
         self._started = True

@@ -1,6 +1,8 @@
 """Variation and selection operators on placement arrays (thesis §3.2), shared by the algorithms.
 
-Every function takes the numpy Generator it draws from, so runs are reproducible.
+Every function takes the numpy Generator it draws from, so runs are reproducible. ``n_devices`` is the
+device count (an int: genes are devices, drawn exactly as always) or, when ops may be split, the
+problem's :class:`~.genes.Genes`, which draws genes per op and repairs the ones an op cannot take.
 """
 
 from __future__ import annotations
@@ -8,41 +10,62 @@ from __future__ import annotations
 import numpy as np
 
 
-def point_mutation(rng: np.random.Generator, x: np.ndarray, rate: float, n_devices: int) -> np.ndarray:
+def _fresh(rng: np.random.Generator, space, positions: np.ndarray) -> np.ndarray:
+    """A random gene for each op position: a device (an int space), or the gene space's draw."""
+    if isinstance(space, (int, np.integer)):
+        return rng.integers(0, space, len(positions))
+    return space.draw(rng, positions)
+
+
+def _one(rng: np.random.Generator, space) -> int:
+    """One gene for many ops at once (repaired per op afterwards)."""
+    return int(rng.integers(0, space)) if isinstance(space, (int, np.integer)) else space.draw_any(rng)
+
+
+def _repaired(space, y: np.ndarray) -> np.ndarray:
+    return y if isinstance(space, (int, np.integer)) else space.repair(y)
+
+
+def gene_count(space) -> int:
+    """How many gene values there are (devices, then splits)."""
+    return int(space) if isinstance(space, (int, np.integer)) else space.total
+
+
+def point_mutation(rng: np.random.Generator, x: np.ndarray, rate: float, n_devices) -> np.ndarray:
     """Each gene gets a random device with probability ``rate``."""
     y = x.copy()
     mask = rng.random(len(x)) < rate
-    y[mask] = rng.integers(0, n_devices, int(mask.sum()))
+    y[mask] = _fresh(rng, n_devices, np.flatnonzero(mask))
     return y
 
 
-def zone_mutation(rng: np.random.Generator, x: np.ndarray, n_devices: int, p_length: float = 0.2) -> np.ndarray:
+def zone_mutation(rng: np.random.Generator, x: np.ndarray, n_devices, p_length: float = 0.2) -> np.ndarray:
     """A random run of consecutive genes (geometric length) is set to one random device."""
     y = x.copy()
     start = int(rng.integers(0, len(x)))
     length = min(int(rng.geometric(p_length)), len(x) - start)
-    y[start:start + length] = rng.integers(0, n_devices)
-    return y
+    y[start:start + length] = _one(rng, n_devices)
+    return _repaired(n_devices, y)
 
 
-def copy_mutation(rng: np.random.Generator, x: np.ndarray, rate: float) -> np.ndarray:
+def copy_mutation(rng: np.random.Generator, x: np.ndarray, rate: float, space=None) -> np.ndarray:
     """Each gene takes its predecessor's device (as it was before this mutation) with probability ``rate``."""
     y = x.copy()
     mask = rng.random(len(x)) < rate
     mask[0] = False
     idx = np.flatnonzero(mask)
     y[idx] = x[idx - 1]
-    return y
+    return y if space is None else _repaired(space, y)
 
 
-def replace_mutation(rng: np.random.Generator, x: np.ndarray, n_devices: int) -> np.ndarray:
+def replace_mutation(rng: np.random.Generator, x: np.ndarray, n_devices) -> np.ndarray:
     """Every gene on device a moves to device b (a among the used devices, b any device)."""
     used = np.unique(x)
     a = used[int(rng.integers(0, len(used)))]
-    b = int(rng.integers(0, n_devices))
+    b = _one(rng, n_devices)
     y = x.copy()
     y[x == a] = b
-    return y
+    return _repaired(n_devices, y)
 
 
 def n_point_crossover(rng: np.random.Generator, a: np.ndarray, b: np.ndarray, points: int = 1
@@ -158,34 +181,42 @@ def batch_crossover_mask(rng: np.random.Generator, k: int, n: int, kind: str) ->
     return crossed % 2 == 1
 
 
-def batch_point_mutation(rng: np.random.Generator, xs: np.ndarray, rates: np.ndarray, n_devices: int) -> np.ndarray:
+def batch_point_mutation(rng: np.random.Generator, xs: np.ndarray, rates: np.ndarray, n_devices) -> np.ndarray:
     """Each gene of row i gets a random device with probability ``rates[i]``."""
     mask = _uniform(rng, xs.shape) < np.asarray(rates, dtype=np.float32).reshape(-1, 1)
     return np.where(mask, _devices(rng, xs.shape, n_devices), _narrow(xs, n_devices)).astype(np.int32)
 
 
-def batch_zone_mutation(rng: np.random.Generator, xs: np.ndarray, n_devices: int, p_length: float = 0.2
+def batch_zone_mutation(rng: np.random.Generator, xs: np.ndarray, n_devices, p_length: float = 0.2
                         ) -> np.ndarray:
     """Per row, a run of consecutive genes (geometric length, from a random start) set to one random device."""
     k, n = xs.shape
     start = rng.integers(0, n, k)
     end = np.minimum(start + rng.geometric(p_length, k), n)
-    device = rng.integers(0, n_devices, k)
+    if isinstance(n_devices, (int, np.integer)):
+        device = rng.integers(0, n_devices, k)
+    else:
+        device = np.array([n_devices.draw_any(rng) for _ in range(k)], dtype=np.int64)
     pos = np.arange(n)[None, :]
-    return np.where((pos >= start[:, None]) & (pos < end[:, None]), device[:, None], xs).astype(np.int32)
+    out = np.where((pos >= start[:, None]) & (pos < end[:, None]), device[:, None], xs).astype(np.int32)
+    return _repaired(n_devices, out)
 
 
-def batch_replace_mutation(rng: np.random.Generator, xs: np.ndarray, n_devices: int) -> np.ndarray:
+def batch_replace_mutation(rng: np.random.Generator, xs: np.ndarray, n_devices) -> np.ndarray:
     """Per row, every gene on device a moves to device b (a uniform among the row's used devices)."""
     k = len(xs)
-    used = np.stack([(xs == d).any(axis=1) for d in range(n_devices)], axis=1)
-    a = np.argmax(rng.random((k, n_devices)) * used, axis=1)
-    b = rng.integers(0, n_devices, k)
-    return np.where(xs == a[:, None], b[:, None], xs).astype(np.int32)
+    total = gene_count(n_devices)
+    used = np.stack([(xs == d).any(axis=1) for d in range(total)], axis=1)
+    a = np.argmax(rng.random((k, total)) * used, axis=1)
+    if isinstance(n_devices, (int, np.integer)):
+        b = rng.integers(0, n_devices, k)
+    else:
+        b = np.array([n_devices.draw_any(rng) for _ in range(k)], dtype=np.int64)
+    return _repaired(n_devices, np.where(xs == a[:, None], b[:, None], xs).astype(np.int32))
 
 
 def batch_copy_point_mutation(rng: np.random.Generator, xs: np.ndarray, copy_rate: float, point_rate: float,
-                              n_devices: int) -> np.ndarray:
+                              n_devices) -> np.ndarray:
     """Per gene: the predecessor's device (as it was) with ``copy_rate``, else a random device with
     ``point_rate`` (MAP-Elites' gene mutation)."""
     point = _uniform(rng, xs.shape) < np.float32(point_rate)
@@ -193,7 +224,7 @@ def batch_copy_point_mutation(rng: np.random.Generator, xs: np.ndarray, copy_rat
     copy[:, 0] = False
     narrow = _narrow(xs, n_devices)
     y = np.where(point, _devices(rng, xs.shape, n_devices), narrow)
-    return np.where(copy, np.roll(narrow, 1, axis=1), y).astype(np.int32)
+    return _repaired(n_devices, np.where(copy, np.roll(narrow, 1, axis=1), y).astype(np.int32))
 
 
 # Whole-batch draws in the narrowest types that hold them: a batch of a 10,000-op network is millions of genes.
@@ -201,9 +232,11 @@ def _uniform(rng: np.random.Generator, shape) -> np.ndarray:
     return rng.random(shape, dtype=np.float32)
 
 
-def _devices(rng: np.random.Generator, shape, n_devices: int) -> np.ndarray:
+def _devices(rng: np.random.Generator, shape, n_devices) -> np.ndarray:
+    if not isinstance(n_devices, (int, np.integer)):
+        return n_devices.draw(rng, np.broadcast_to(np.arange(shape[-1]), shape)).astype(np.uint8)
     return rng.integers(0, n_devices, shape, dtype=np.uint8 if n_devices <= 256 else np.int32)
 
 
-def _narrow(xs: np.ndarray, n_devices: int) -> np.ndarray:
-    return xs.astype(np.uint8) if n_devices <= 256 else xs
+def _narrow(xs: np.ndarray, n_devices) -> np.ndarray:
+    return xs.astype(np.uint8) if gene_count(n_devices) <= 256 else xs

@@ -21,7 +21,8 @@ import numpy as np
 from ..errors import InputError
 from ..problem import Problem
 
-HEURISTICS = ("heft", "heft-nocomm", "heft-memory", "min-cut", "m-etf", "m-topo", "expert", "single")
+HEURISTICS = ("heft", "heft-nocomm", "heft-memory", "min-cut", "m-etf", "m-topo", "expert", "single",
+              "data-parallel", "hybrid-parallel", "heft-sharded")  # the last three split ops (docs/sharding.md)
 COUNTED = {"random": 10, "bayes": 100}  # kinds that take :N, with their default N
 KINDS = HEURISTICS + tuple(COUNTED)
 
@@ -80,7 +81,11 @@ def initial_placements(problem: Problem, init: str | list, *, seed: int = 0, kee
             parts[name] = count
             continue
         if name == "random":
-            cand = rng.integers(0, problem.n_devices, (count, problem.n_ops), dtype=np.int32)
+            from .genes import gene_space
+            space = gene_space(problem)
+            cand = (rng.integers(0, problem.n_devices, (count, problem.n_ops), dtype=np.int32)
+                    if isinstance(space, int) else space.draw(rng, np.broadcast_to(np.arange(problem.n_ops),
+                                                                                   (count, problem.n_ops))))
             names = [f"random #{i + 1}" for i in range(count)]
         else:
             from . import algorithm_class

@@ -30,7 +30,7 @@ class Recipe:
     rates_b: np.ndarray | None = None
     seed: tuple[int, int] = (0, 0)  # (run seed, batch number)
     params: tuple = ()  # the algorithm's parameters, as sorted (name, value) pairs
-    n_devices: int = 1
+    n_devices: int = 1  # gene values (devices, then splits): what the placements are packed by
 
     def __len__(self) -> int:
         return len(self.a)
@@ -52,8 +52,9 @@ class Recipe:
                    tuple(data["seed"]), tuple(tuple(p) for p in data["params"]), int(data["n_devices"]))
 
 
-def apply(recipe: Recipe) -> tuple[np.ndarray, np.ndarray | None]:
-    """(children as int32 placements, their mutation rates or None)."""
+def apply(recipe: Recipe, space=None) -> tuple[np.ndarray, np.ndarray | None]:
+    """(children as int32 placements, their mutation rates or None); ``space`` is the problem's gene space
+    (:func:`.genes.gene_space`), needed when ops may be split."""
     if recipe.kind == "given":
         return np.ascontiguousarray(recipe.a, dtype=np.int32), recipe.rates_a
     rng = np.random.default_rng(list(recipe.seed))
@@ -67,7 +68,7 @@ def apply(recipe: Recipe) -> tuple[np.ndarray, np.ndarray | None]:
     if len(cross):
         take_b = ops.batch_crossover_mask(rng, len(cross), n, crossover)
         kids[cross] = np.where(take_b, b[cross], kids[cross])
-    d = recipe.n_devices
+    d = recipe.n_devices if space is None else space
     if recipe.kind == "ga":
         alpha = rng.random(k)
         rates = alpha * recipe.rates_a + (1 - alpha) * recipe.rates_b
@@ -96,5 +97,6 @@ def apply(recipe: Recipe) -> tuple[np.ndarray, np.ndarray | None]:
 
 def apply_and_evaluate(problem, recipe: Recipe) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """What a worker does with a recipe: (children, their objectives, their rates)."""
-    kids, rates = apply(recipe)
+    from .genes import gene_space
+    kids, rates = apply(recipe, gene_space(problem))
     return kids, problem.evaluate_many(kids) if len(kids) else np.zeros(0), rates

@@ -58,7 +58,7 @@ def vary_on_worker(plugin_name: str, recipe) -> tuple:
     from ..optimize.variation import apply_and_evaluate
     problem = get_worker().plugins[plugin_name].problem
     kids, out, rates = apply_and_evaluate(problem, recipe)
-    return wire.compact(kids, problem.n_devices), out, rates
+    return wire.compact(kids, problem.n_genes), out, rates
 
 
 def connect(address):
@@ -85,7 +85,7 @@ class ClusterSession:
 
     def __init__(self, problem, address):
         self.client, self._owned = connect(address)
-        self.n_devices = problem.n_devices
+        self.n_devices = problem.n_genes  # gene values: devices, then splits (one byte each while <= 256)
         self.plugin_name = f"placement-problem-{uuid.uuid4().hex}"
         try:
             self.client.register_plugin(ProblemPlugin(self.plugin_name, problem), name=self.plugin_name)

@@ -49,7 +49,7 @@ def _serve(payload: bytes, tasks, replies) -> None:  # pragma: no cover - runs i
             else:  # a recipe: make the children here, then evaluate them
                 from ..optimize.variation import apply_and_evaluate
                 kids, out, rates = apply_and_evaluate(problem, work)
-                replies.send_bytes(wire.made_frame(task_id, kids, out, rates, problem.n_devices))
+                replies.send_bytes(wire.made_frame(task_id, kids, out, rates, problem.n_genes))
         except Exception:
             replies.send_bytes(wire.error_frame(task_id, traceback.format_exc()))
 
@@ -72,7 +72,7 @@ class WorkerPool:
     """``workers`` processes, each with the problem; ``submit`` returns a task id, ``result`` its objectives."""
 
     def __init__(self, problem, workers: int, start_method: str | None = None):
-        self.n_devices = problem.n_devices
+        self.n_devices = problem.n_genes  # gene values: devices, then splits (one byte each while <= 256)
         self._payload = pickle.dumps(problem)
         self._ctx = _context(start_method)
         self._frames: dict[int, bytes] = {}  # unanswered tasks, kept to send again if their worker dies

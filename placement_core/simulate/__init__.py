@@ -7,8 +7,8 @@ import warnings
 import numpy as np
 
 from . import reference
-from .model import (ADMIT_EAGER, ADMIT_THESIS, BWD, FWD, UPD, WGT, Compiled, SimResult, SimSettings, TraceEvent,
-                    compile_problem)
+from .model import (ADMIT_EAGER, ADMIT_THESIS, BWD, FWD, SCHED_INTERLEAVED, SCHED_STATIC, SCHED_ZB, UPD, WGT,
+                    Compiled, SimResult, SimSettings, TraceEvent, compile_problem)
 
 try:  # built by pip from _kernel.c; the pure-Python reference is the fallback
     from . import _kernel  # type: ignore[attr-defined]
@@ -23,12 +23,26 @@ def kernel_available() -> bool:
     return _kernel is not None
 
 
+def _split_table(shards) -> dict:
+    """The kernel's split-table arguments (shards.ShardArrays), none without a table."""
+    if shards is None or shards.T == 0:
+        return {}
+    i32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)  # noqa: E731
+    f64 = lambda a: np.ascontiguousarray(a, dtype=float)  # noqa: E731
+    return {"n_splits": int(shards.T), "split_dim": i32(shards.opt_dim), "split_ptr": i32(shards.opt_ptr),
+            "split_dev": i32(shards.opt_dev), "split_entry": i32(shards.entry), "shard_blo": f64(shards.blo),
+            "shard_bhi": f64(shards.bhi), "shard_cf": f64(shards.cf), "shard_fwd": f64(shards.fwd),
+            "shard_bwd": f64(shards.bwd), "shard_upd": f64(shards.upd), "shard_static": f64(shards.static),
+            "allreduce_bytes": f64(shards.ar_bytes), "gather_rate": f64(shards.gather_rate)}
+
+
 class Simulator:
     """Runs placements against one compiled problem; ``fast`` picks the C kernel when built."""
 
-    def __init__(self, compiled: Compiled, settings: SimSettings, fast: bool = True):
+    def __init__(self, compiled: Compiled, settings: SimSettings, fast: bool = True, shards=None):
         self.compiled = compiled
         self.settings = settings.validate()
+        self.shards = shards  # shards.ShardArrays: genes >= n_dev are splits
         self._kernel = None
         if fast and _kernel is not None:
             c = compiled
@@ -48,6 +62,7 @@ class Simulator:
                 msg_overhead=np.ascontiguousarray(c.msg_overhead, dtype=float),
                 bwd_w=np.ascontiguousarray(c.bwd_w, dtype=float), has_w=np.ascontiguousarray(c.has_w, dtype=np.uint8),
                 schedule_kind=int(settings.kind), virtual_stages=int(settings.virtual_stages),
+                **_split_table(shards),
                 **({} if c.curve_ptr is None else {
                     "curve_ptr": np.ascontiguousarray(c.curve_ptr, dtype=np.int32),
                     "curve_bytes": np.ascontiguousarray(c.curve_bytes, dtype=float),
@@ -62,7 +77,38 @@ class Simulator:
     def fast(self) -> bool:
         return self._kernel is not None
 
+    def sharded(self, placement: np.ndarray) -> bool:
+        return self.shards is not None and bool(len(placement)) and int(np.max(placement)) >= self.compiled.n_dev
+
+    def _check_schedule(self, placement: np.ndarray) -> None:
+        """Split ops run under the static schedules (thesis, gpipe, 1f1b): interleaved 1F1B's chunks and
+        ZB-H1's W gates follow one device per stage, which a split op does not have."""
+        if self.settings.kind == SCHED_STATIC:
+            return
+        from ..errors import InputError
+        op = self.compiled.op_names[int(np.flatnonzero(np.asarray(placement) >= self.compiled.n_dev)[0])]
+        name = {SCHED_INTERLEAVED: "interleaved-1f1b", SCHED_ZB: "zb-h1"}[self.settings.kind]
+        raise InputError(f"op {op!r} is split over several devices, which the {name} schedule cannot run "
+                         "(its stages are whole devices)", field="--schedule",
+                         fix="use --schedule thesis, gpipe or 1f1b with split ops, or keep every op whole")
+
+    def _run_sharded(self, placement: np.ndarray, trace: bool) -> SimResult:
+        from .shards import expand, expanded_settings, label_shards
+        self._check_schedule(placement)
+        if not trace and self._kernel is not None:
+            out = np.empty(self._out_len)
+            self._kernel.run(placement, out)
+            return self._unpack(out)
+        ex = expand(self.compiled, self.shards, placement, training=not self.settings.forward_only)
+        result = reference.simulate(ex.compiled, np.array(ex.place, dtype=np.int32),
+                                    expanded_settings(self.settings, ex), trace=trace, rings=ex.rings)
+        if result.trace is not None:
+            result.trace = label_shards(result.trace, self.compiled, self.shards, placement)
+        return result
+
     def run(self, placement: np.ndarray, trace: bool = False) -> SimResult:
+        if self.sharded(placement):
+            return self._run_sharded(placement, trace)
         if trace or self._kernel is None:
             return reference.simulate(self.compiled, placement, self.settings, trace=trace)
         # A fresh output per call (the kernel allocates its own work space per call too), so threads may
@@ -74,6 +120,8 @@ class Simulator:
     def run_many(self, placements: np.ndarray) -> list[SimResult]:
         """Many placements in one call (the kernel releases the GIL for the whole batch)."""
         placements = np.ascontiguousarray(placements, dtype=np.int32)
+        if self.shards is not None and (self._kernel is None or self.settings.kind != SCHED_STATIC):
+            return [self.run(p) for p in placements]
         if self._kernel is None:
             return [reference.simulate(self.compiled, p, self.settings) for p in placements]
         out = np.empty((len(placements), self._out_len))

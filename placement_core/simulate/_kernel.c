@@ -19,13 +19,19 @@
  *                      B on the device is done, so no W waits in a queue).
  * Everything else (thesis, gpipe, 1f1b) takes the SCHED_STATIC path, where a
  * group is a device and the results are those of the three-phase kernel.
+ *
+ * Split ops (docs/sharding.md): with a split table, a gene >= n_dev is a split.
+ * Such a placement is expanded (_expand.h) into virtual ops, and the same
+ * simulation runs over them with ring all-reduces (AR messages): the last
+ * member backward of a ring (per unit, or per step with one update per step)
+ * sends its messages; the members' updates wait for all of them.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { FWD = 0, BWD = 1, UPD = 2, WGT = 3 };
+enum { FWD = 0, BWD = 1, UPD = 2, WGT = 3, AR = 4 };  /* AR: a ring all-reduce message's direction */
 enum { ADMIT_THESIS = 0, ADMIT_EAGER = 1 };
 enum { SCHED_STATIC = 0, SCHED_INTERLEAVED = 1, SCHED_ZB = 2 };
 
@@ -79,9 +85,11 @@ static void *arena_take(Arena *ar, size_t bytes) {
 #define TAKE(ar, type, count) \
     ((type *)arena_take((ar), sizeof(type) * ((size_t)(count) > 0 ? (size_t)(count) : 1)))
 
+#include "_expand.h"
+
 /* --------------------------------------------------------------- problem */
 
-#define NBUF 28
+#define NBUF 41
 
 typedef struct {
     PyObject_HEAD
@@ -98,6 +106,12 @@ typedef struct {
     const double *cv_b, *cv_t;
     int U, K, fwd_only, admission, upd_step, stage_caps, has_ovh;
     int sched, vstages, n_ph;  /* schedule kind, chunks per single-run device, phases per (unit, op) */
+    ShardTable sh;             /* the split table (sh.T = 0: none) */
+    /* an expanded placement's rings (ring_of NULL: none): ring r's members are the virtual ops
+     * ring_first[r] .. + ring_count[r], its messages ring_msg_ptr[r] .. ring_msg_ptr[r + 1] */
+    const int *ring_of, *ring_first, *ring_count, *ring_msg_ptr, *ring_src, *ring_dst;
+    const double *ring_bytes;
+    int n_rings;
 } KernelObject;
 
 /* A task id is (unit * phases + phase) * n + op; phases is 3 or 4, so the divisions by it are by constants. */
@@ -141,9 +155,10 @@ static double curve_len(const KernelObject *k, int j, double b) {
 
 /* Returns 0 on success, -1 if the simulation stalled, -2 out of memory, -3 bad placement.
  * SCHED is a compile-time constant at every call (see simulate() below): each schedule kind gets its own
- * copy of this function, and the static one keeps the three-phase kernel's speed. */
+ * copy of this function, and the static one keeps the three-phase kernel's speed. So is RINGS (1 only for
+ * an expanded placement with split ops). */
 static inline __attribute__((always_inline)) int simulate_kind(const KernelObject *k, const int *place,
-                                                               double *out, const int SCHED) {
+                                                               double *out, const int SCHED, const int RINGS) {
     const int n = k->n, nd = k->nd, nc = k->nc, U = k->U, E = k->n_edges;
     const int training = !k->fwd_only;
     int i, j, d, u;
@@ -301,6 +316,9 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
             for (j = bd_ptr[i]; j < bd_ptr[i + 1]; j++)
                 if (bd_bytes[j] > 0.0) ch_msgs[k->route[place[i] * nd + bd_dev[j]]]++;
     }
+    /* rings, ring units; RINGS is a compile-time constant too, so whole-op placements carry no ring code */
+    const int R = RINGS && k->ring_of ? k->n_rings : 0, RU = k->upd_step ? 1 : U;
+    for (j = 0; R && j < k->ring_msg_ptr[R]; j++) ch_msgs[k->route[k->ring_src[j] * nd + k->ring_dst[j]]]++;
     long long total_msgs = 0;
     for (j = 0; j < nc; j++) total_msgs += (long long)ch_msgs[j] * U;
 
@@ -336,6 +354,10 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
                     if (k->ovh[di] > 0.0) ovh_msgs[di]++;
                     if (k->ovh[bd_dev[j]] > 0.0) ovh_msgs[bd_dev[j]]++;
                 }
+        }
+        for (j = 0; R && j < k->ring_msg_ptr[R]; j++) {
+            if (k->ovh[k->ring_src[j]] > 0.0) ovh_msgs[k->ring_src[j]]++;
+            if (k->ovh[k->ring_dst[j]] > 0.0) ovh_msgs[k->ring_dst[j]]++;
         }
         for (d = 0; d < nd; d++) total_ovh += (long long)ovh_msgs[d] * U;
     }
@@ -380,10 +402,21 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
             dp[n + i] = 1 + (k->ch_ptr[i + 1] - k->ch_ptr[i]);
             dp[2 * n + i] = k->upd_step ? U : 1;
         }
+        for (i = 0; R && i < n; i++) if (k->ring_of[i] >= 0) dp[2 * n + i] = 1;  /* released by its ring */
         if (NPH > WGT) for (i = 0; i < n; i++) dp[3 * n + i] = 2;  /* W after its own B and its gate */
         unit_left[u] = n + (training ? n + n_w + (k->upd_step ? 0 : n_upd) : 0);
     }
     int step_left = (training && k->upd_step) ? n_upd : 0;
+    /* per ring unit and ring: member backwards still to finish, then messages still to arrive */
+    int *ring_left = NULL, *ring_pend = NULL;
+    if (R) {
+        ring_left = malloc(sizeof(int) * (size_t)RU * R * 2);
+        if (!ring_left) { free(ar2.base); free(ar.base); free(ops_on); free(ch_msgs); return -2; }
+        ring_pend = ring_left + (size_t)RU * R;
+        for (u = 0; u < RU; u++)
+            for (j = 0; j < R; j++) { ring_left[u * R + j] = k->ring_count[j] * (k->upd_step ? U : 1);
+                                      ring_pend[u * R + j] = 0; }
+    }
     memset(done_on, 0, sizeof(int) * UG);
     memset(fdone_on, 0, sizeof(int) * UG);
     memset(is_open, 0, UG);
@@ -441,9 +474,16 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
                                                  heap_push(&dev_q[(s_)], it__); } \
         else { Item it__ = {pr, seq++, (xi_)}; heap_push(&chan_q[k->route[(s_) * nd + (d_)]], it__); } \
     } while (0)
-/* Message x is on its destination: its consumers there may run. */
+/* Ring r_ of ring unit ru_ is done: its members' updates may run. */
+#define RING_COMPLETE(ru_, r_) do { int vr__; \
+        for (vr__ = k->ring_first[(r_)]; vr__ < k->ring_first[(r_)] + k->ring_count[(r_)]; vr__++) \
+            if (k->has_update[vr__]) SATISFY(TID((ru_), UPD, vr__)); \
+    } while (0)
+/* Message x is on its destination: its consumers there may run (a ring's last message: its updates). */
 #define DELIVER(x_) do { const Xfer *xd__ = (x_); int jj__; \
-        if (xd__->dir == FWD) { \
+        if (xd__->dir == AR) { \
+            if (--ring_pend[xd__->u * R + xd__->entry] == 0) RING_COMPLETE(xd__->u, xd__->entry); \
+        } else if (xd__->dir == FWD) { \
             for (jj__ = k->ch_ptr[xd__->op]; jj__ < k->ch_ptr[xd__->op + 1]; jj__++) \
                 if (place[k->ch_idx[jj__]] == xd__->dst) SATISFY(TID(xd__->u, FWD, k->ch_idx[jj__])); \
         } else { \
@@ -612,6 +652,21 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
                         n_xf++;
                     }
                     if (hw[op]) SATISFY(TID(uu, WGT, op));
+                    else if (R && k->ring_of[op] >= 0) {  /* a ring member: the last one starts the ring */
+                        const int r = k->ring_of[op], ru = k->upd_step ? 0 : uu;
+                        if (--ring_left[ru * R + r] == 0) {
+                            const int m0 = k->ring_msg_ptr[r], m1 = k->ring_msg_ptr[r + 1];
+                            ring_pend[ru * R + r] = m1 - m0;
+                            if (m1 == m0) RING_COMPLETE(ru, r);
+                            for (int mi = m0; mi < m1; mi++) {
+                                Xfer *x = &xf[n_xf];
+                                x->u = ru; x->dir = AR; x->op = k->ring_first[r]; x->src = k->ring_src[mi];
+                                x->dst = k->ring_dst[mi]; x->entry = r; x->bytes = k->ring_bytes[mi]; x->prio = pr;
+                                SEND(n_xf, x->src, x->dst);
+                                n_xf++;
+                            }
+                        }
+                    }
                     else if (k->has_update[op]) SATISFY(k->upd_step ? TID(0, UPD, op) : TID(uu, UPD, op));
                     const int g = grp_of[op], last = ++done_on[uu * G + g] == grp_size[g];
                     if (last && cap && is_open[uu * G + g]) {
@@ -650,10 +705,10 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
                     if (--act_refs[x->u * n + x->op] == 0) mem[x->src] -= k->out_bytes[x->op];
                     recv_refs[(size_t)x->u * E + x->entry] = fd_consumers[x->entry];
                     mem[x->dst] += x->bytes;
-                } else {
+                } else if (x->dir == BWD) {
                     mem[x->src] -= x->bytes;
                     mem[x->dst] += x->bytes;
-                }
+                }  /* AR: the gradients are resident (static memory) on both ends */
                 /* memory moves on arrival; the consumers wait for the receive task, if any */
                 if (k->has_ovh && k->ovh[x->dst] > 0.0) {
                     Item it = {x->prio, seq++, ovh_base + 2 * xi + 1};
@@ -673,11 +728,13 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
     out[1] = (double)n_xf;
     for (d = 0; d < nd; d++) { out[2 + d] = busy[d]; out[2 + nd + d] = peak[d]; }
     for (j = 0; j < nc; j++) { out[2 + 2 * nd + j] = ch_bytes_out[j]; out[2 + 2 * nd + nc + j] = ch_busy_out[j]; }
+    free(ring_left);
     free(ar2.base);
     free(ar.base);
     free(ops_on);
     free(ch_msgs);
     return status;
+#undef RING_COMPLETE
 #undef TID
 #undef PRIO
 #undef READY
@@ -688,12 +745,58 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
 #undef RELEASE_INPUTS
 }
 
-static int simulate(const KernelObject *k, const int *place, double *out) {
+static int simulate_any(const KernelObject *k, const int *place, double *out) {
     switch (k->sched) {
-    case SCHED_INTERLEAVED: return simulate_kind(k, place, out, SCHED_INTERLEAVED);
-    case SCHED_ZB: return simulate_kind(k, place, out, SCHED_ZB);
-    default: return simulate_kind(k, place, out, SCHED_STATIC);
+    case SCHED_INTERLEAVED: return simulate_kind(k, place, out, SCHED_INTERLEAVED, 0);
+    case SCHED_ZB: return simulate_kind(k, place, out, SCHED_ZB, 0);
+    default: return simulate_kind(k, place, out, SCHED_STATIC, 0);
     }
+}
+
+/* A placement with split genes: expanded into virtual ops, simulated as a problem of its own (a copy of
+ * the kernel's header pointing at the expansion, priorities taken per virtual op from its op's). Only the
+ * static schedules take splits (simulate.Simulator refuses the others first; -4 here). */
+static int simulate_sharded(const KernelObject *k, const int *place, double *out) {
+    const int n = k->n, nd = k->nd, T = k->sh.T;
+    for (int i = 0; i < n; i++) {
+        const int g = place[i];
+        if (g < 0 || g >= nd + T || (g >= nd && k->sh.entry[(size_t)i * T + (g - nd)] < 0)) return -3;
+    }
+    if (k->sched != SCHED_STATIC) return -4;
+    Expanded x;
+    int status = expand(n, nd, k->par_ptr, k->par_idx, k->par_bytes, k->par_grad, k->fwd, k->bwd, k->bwd_w,
+                        k->upd, k->has_update, k->has_w, k->out_bytes, k->static_mem, place, &k->sh,
+                        !k->fwd_only, &x);
+    if (status) return status;
+    KernelObject v = *k;
+    double *prio = NULL;
+    if (k->prio) {
+        const int rows = k->U * k->n_ph;
+        prio = malloc(sizeof(double) * (size_t)rows * (x.m > 0 ? x.m : 1));
+        if (!prio) { expanded_free(&x); return -2; }
+        for (int r = 0; r < rows; r++)
+            for (int j = 0; j < x.m; j++) prio[(size_t)r * x.m + j] = k->prio[(size_t)r * n + x.op[j]];
+    }
+    v.n = x.m; v.n_edges = x.E; v.n_inputs = x.n_inputs; v.input_ops = x.input_ops;
+    v.par_ptr = x.par_ptr; v.par_idx = x.par_idx; v.par_bytes = x.par_bytes; v.par_grad = x.par_grad;
+    v.ch_ptr = x.ch_ptr; v.ch_idx = x.ch_idx; v.ch_bytes = x.ch_bytes; v.ch_grad = x.ch_grad;
+    v.fwd = x.fwd; v.bwd = x.bwd; v.bwd_w = x.bwdw; v.upd = x.upd; v.has_update = x.has_update; v.has_w = x.has_w;
+    v.out_bytes = x.out_bytes; v.static_mem = x.static_mem; v.prio = prio;
+    v.ring_of = x.ring_of; v.ring_first = x.ring_first; v.ring_count = x.ring_count;
+    v.ring_msg_ptr = x.ring_msg_ptr; v.ring_src = x.ring_src; v.ring_dst = x.ring_dst; v.ring_bytes = x.ring_bytes;
+    v.n_rings = x.n_rings;
+    v.sh.T = 0;
+    status = simulate_kind(&v, x.place, out, SCHED_STATIC, 1);
+    free(prio);
+    expanded_free(&x);
+    return status;
+}
+
+static int simulate(const KernelObject *k, const int *place, double *out) {
+    if (k->sh.T > 0)
+        for (int i = 0; i < k->n; i++)
+            if (place[i] >= k->nd) return simulate_sharded(k, place, out);
+    return simulate_any(k, place, out);
 }
 
 /* ------------------------------------------------------------ Python glue */
@@ -735,18 +838,26 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
                              "static_mem", "route", "ch_latency", "ch_inv_rate", "min_transfer", "input_ops",
                              "batches", "in_flight", "forward_only", "admission", "update_per_step", "stage_caps",
                              "priority", "device_cap", "msg_overhead", "bwd_w", "has_w", "schedule_kind",
-                             "virtual_stages", "curve_ptr", "curve_bytes", "curve_time", NULL};
+                             "virtual_stages", "curve_ptr", "curve_bytes", "curve_time", "n_splits", "split_dim",
+                             "split_ptr", "split_dev", "split_entry", "shard_blo", "shard_bhi", "shard_cf",
+                             "shard_fwd", "shard_bwd", "shard_upd", "shard_static", "allreduce_bytes",
+                             "gather_rate", NULL};
     if (self->nviews) { PyErr_SetString(PyExc_RuntimeError, "Kernel is already initialised"); return -1; }
     self->sched = SCHED_STATIC;
     self->vstages = 1;
     o[24] = o[25] = o[26] = Py_None;  /* the transfer curves are optional */
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiiOOOOOOOOOOOOOOOOOOOiiiiiiOOO|OOiiOOO", kwlist, &self->n,
+    for (int b = 27; b < NBUF; b++) o[b] = Py_None;  /* so is the split table */
+    memset(&self->sh, 0, sizeof(self->sh));
+    self->ring_of = NULL;
+    self->n_rings = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiiOOOOOOOOOOOOOOOOOOOiiiiiiOOO|OOiiOOOiOOOOOOOOOOOOO", kwlist, &self->n,
                           &self->nd, &self->nc,
                           &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10], &o[11],
                           &o[12], &o[13], &o[14], &o[15], &o[16], &o[17], &o[18],
                           &self->U, &self->K, &self->fwd_only, &self->admission, &self->upd_step,
                           &self->stage_caps, &o[19], &o[20], &o[21], &o[22], &o[23], &self->sched,
-                          &self->vstages, &o[24], &o[25], &o[26]))
+                          &self->vstages, &o[24], &o[25], &o[26], &self->sh.T, &o[27], &o[28], &o[29], &o[30],
+                          &o[31], &o[32], &o[33], &o[34], &o[35], &o[36], &o[37], &o[38], &o[39]))
         return -1;
     if (self->sched < SCHED_STATIC || self->sched > SCHED_ZB || self->vstages < 1) {
         PyErr_SetString(PyExc_ValueError, "invalid schedule_kind or virtual_stages");
@@ -806,6 +917,53 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
             return -1;
         }
     }
+    if (self->sh.T < 0) { PyErr_SetString(PyExc_ValueError, "n_splits must be >= 0"); return -1; }
+    if (self->sh.T > 0) {
+        ShardTable *t = &self->sh;
+        const int T = t->T;
+        if (take_view(self, o[27], 'i', T, (const void **)&t->opt_dim, "split_dim") ||
+            take_view(self, o[28], 'i', T + 1, (const void **)&t->opt_ptr, "split_ptr") ||
+            take_view(self, o[29], 'i', 0, (const void **)&t->opt_dev, "split_dev") ||
+            take_view(self, o[30], 'i', (Py_ssize_t)n * T, (const void **)&t->entry, "split_entry"))
+            return -1;
+        if (!t->opt_dim || !t->opt_ptr || !t->opt_dev || !t->entry) {
+            PyErr_SetString(PyExc_ValueError, "n_splits needs the split table's arrays");
+            return -1;
+        }
+        Py_ssize_t rows = 0, devs = self->views[self->nviews - 2].len / 4;
+        for (int j = 0; j < T; j++) {
+            const int kk = t->opt_ptr[j + 1] - t->opt_ptr[j];
+            if (t->opt_ptr[0] != 0 || kk < 1 || kk > 64 || t->opt_ptr[j + 1] > devs) {
+                PyErr_SetString(PyExc_ValueError, "split_ptr: bad offsets (1 to 64 devices per split)");
+                return -1;
+            }
+        }
+        for (Py_ssize_t j = 0; j < devs; j++)
+            if (t->opt_dev[j] < 0 || t->opt_dev[j] >= nd) {
+                PyErr_SetString(PyExc_ValueError, "split_dev: a device index out of range");
+                return -1;
+            }
+        for (Py_ssize_t j = 0; j < (Py_ssize_t)n * T; j++) {
+            const int kk = t->opt_ptr[j % T + 1] - t->opt_ptr[j % T];
+            if (t->entry[j] >= 0 && t->entry[j] + kk > rows) rows = t->entry[j] + kk;
+        }
+        if (take_view(self, o[31], 'd', rows, (const void **)&t->blo, "shard_blo") ||
+            take_view(self, o[32], 'd', rows, (const void **)&t->bhi, "shard_bhi") ||
+            take_view(self, o[33], 'd', rows, (const void **)&t->cf, "shard_cf") ||
+            take_view(self, o[34], 'd', rows, (const void **)&t->fwd, "shard_fwd") ||
+            take_view(self, o[35], 'd', rows, (const void **)&t->bwd, "shard_bwd") ||
+            take_view(self, o[36], 'd', rows, (const void **)&t->upd, "shard_upd") ||
+            take_view(self, o[37], 'd', rows, (const void **)&t->stat, "shard_static") ||
+            take_view(self, o[38], 'd', n, (const void **)&t->ar_bytes, "allreduce_bytes") ||
+            take_view(self, o[39], 'd', nd, (const void **)&t->gather_rate, "gather_rate"))
+            return -1;
+        if (!t->blo || !t->bhi || !t->cf || !t->fwd || !t->bwd || !t->upd || !t->stat || !t->ar_bytes
+            || !t->gather_rate) {
+            PyErr_SetString(PyExc_ValueError, "n_splits needs the shards' arrays");
+            return -1;
+        }
+        t->bwdw = NULL;
+    }
     self->has_ovh = 0;
     for (int d = 0; d < nd; d++) {
         if (!(self->ovh[d] >= 0.0)) { PyErr_SetString(PyExc_ValueError, "msg_overhead must be >= 0"); return -1; }
@@ -840,6 +998,7 @@ static int view_placements(PyObject *obj, Py_buffer *v, int n, Py_ssize_t *count
 static PyObject *raise_status(int status) {
     if (status == -1) PyErr_SetString(PyExc_RuntimeError, "simulation stalled: a task never became ready");
     else if (status == -2) PyErr_NoMemory();
+    else if (status == -4) PyErr_SetString(PyExc_ValueError, "split ops run under the static schedules only");
     else PyErr_SetString(PyExc_ValueError, "placement names a device index out of range");
     return NULL;
 }

@@ -29,9 +29,12 @@ def chrome_trace(result: SimResult, device_names: list[str], channel_names: list
     for name, i in ctid.items():
         events.append({"ph": "M", "name": "thread_name", "pid": 2, "tid": i, "args": {"name": name}})
     for e in result.trace:
-        item = {"name": f"{e.op} ({e.phase})", "cat": f"{e.kind},{e.phase}", "ph": "X",
+        part = f" [{e.shard + 1}/{e.shards}]" if e.shard >= 0 else ""  # a shard of a split op
+        item = {"name": f"{e.op}{part} ({e.phase})", "cat": f"{e.kind},{e.phase}", "ph": "X",
                 "ts": e.start * 1e6, "dur": (e.end - e.start) * 1e6,
                 "args": {"op": e.op, "batch": e.batch, "phase": e.phase}}
+        if e.shard >= 0:
+            item["args"].update(shard=e.shard, shards=e.shards)
         if e.kind == "op":
             item.update(pid=1, tid=tid[e.resource])
         elif e.kind in OVERHEAD_KINDS:  # a device's time on a message it sends or receives
@@ -54,21 +57,34 @@ def chrome_trace(result: SimResult, device_names: list[str], channel_names: list
 def tensor_flows(trace, graph: Graph) -> list[tuple[str, str, int, int, int | None, int]]:
     """Every tensor that crosses devices, per batch, as trace positions: (producer, consumer, batch, the
     producer's forward, the transfer that carried it or None, the consumer's forward). The Chrome export
-    draws these as flow arrows; the dashboard's Trace page draws those of the op a user follows."""
-    forward = {(e.op, e.batch): i for i, e in enumerate(trace) if e.kind == "op" and e.phase == "fwd"}
-    batches: dict[str, list[int]] = {}
-    for op, batch in forward:
-        batches.setdefault(op, []).append(batch)
-    sends = {(e.op, e.batch, e.dst): i for i, e in enumerate(trace) if e.kind == "transfer" and e.phase == "fwd"}
+    draws these as flow arrows; the dashboard's Trace page draws those of the op a user follows. An op split
+    over devices has a forward per shard: each shard's piece is a flow to each consumer (shard) it reached,
+    ending at the gather that collected it when there is one."""
+    forward: dict[tuple[str, int], list[int]] = {}
+    gathers: dict[tuple[str, int, str], int] = {}  # (gather name, batch, device)
+    for i, e in enumerate(trace):
+        if e.kind == "op" and e.phase == "fwd":
+            forward.setdefault((e.op, e.batch), []).append(i)
+            gathers[(e.op, e.batch, e.resource)] = i
+    sends = {(e.op, e.batch, e.src, e.dst): i for i, e in enumerate(trace) if e.kind == "transfer" and e.phase == "fwd"}
+    by_op: dict[str, list[tuple[int, list[int]]]] = {}
+    for (op, batch), srcs in forward.items():
+        by_op.setdefault(op, []).append((batch, srcs))
     names = [op.name for op in graph.ops]
     out = []
     for a, b, _ in graph.edges():
         producer, consumer = names[a], names[b]
-        for batch in batches.get(producer, ()):
-            src, dst = forward[(producer, batch)], forward.get((consumer, batch))
-            if dst is None or trace[dst].resource == trace[src].resource:
-                continue
-            out.append((producer, consumer, batch, src, sends.get((producer, batch, trace[dst].resource)), dst))
+        for batch, srcs in by_op.get(producer, ()):
+            for dst in forward.get((consumer, batch), ()):
+                where = trace[dst].resource
+                end = gathers.get((f"gather {producer} → {consumer}", batch, where), dst)
+                for src in srcs:
+                    if trace[src].resource == where:
+                        continue
+                    hop = sends.get((producer, batch, trace[src].resource, where))
+                    if hop is None and len(srcs) > 1:
+                        continue  # this shard sent the consumer nothing (its samples are elsewhere)
+                    out.append((producer, consumer, batch, src, hop, end))
     return out
 
 

@@ -14,6 +14,8 @@ from ..graph import Graph
 FWD, BWD, UPD, WGT = 0, 1, 2, 3
 # Under zb-h1 a backward is split: "bwd" is the input gradient (B), "wgrad" the weight gradient (W).
 PHASES = ("fwd", "bwd", "update", "wgrad")
+ALLREDUCE = 4  # a message's direction when it is a ring all-reduce's (docs/sharding.md)
+DIRECTIONS = PHASES + ("allreduce",)  # a message's phase in a trace, by its direction
 
 # How a schedule picks the next task beyond its static priorities (docs/design.md §5):
 SCHED_STATIC = 0  # priorities and stage caps only (thesis, gpipe, 1f1b)
@@ -191,7 +193,10 @@ class TraceEvent:
       (``resource`` = ``dst``) spends on that message (the devices' ``message_overhead``).
 
     For transfers, sends and receives ``op`` is the op whose output (phase ``"fwd"``) or whose input
-    gradients (phase ``"bwd"``) the message carries.
+    gradients (phase ``"bwd"``) the message carries, or whose weight gradients a ring all-reduce sums
+    (phase ``"allreduce"``). Of an op split over several devices (docs/sharding.md), ``shard`` is the
+    index of the shard that ran (ops) or sent (messages) among ``shards``; a gather is an op event named
+    ``gather PRODUCER → CONSUMER``.
     """
 
     kind: str  # "op" | "transfer" | "send" | "recv"
@@ -204,6 +209,8 @@ class TraceEvent:
     src: str | None = None
     dst: str | None = None
     bytes: float = 0.0
+    shard: int = -1  # a split op's shard (-1: a whole op)
+    shards: int = 0
 
 
 @dataclass

@@ -14,15 +14,18 @@ import heapq
 import numpy as np
 
 from .messages import messages
-from .model import (ADMIT_THESIS, BWD, FWD, PHASES, SCHED_INTERLEAVED, SCHED_ZB, UPD, WGT, Compiled, SimResult,
-                    SimSettings, TraceEvent)
+from .model import (ADMIT_THESIS, ALLREDUCE, BWD, DIRECTIONS, FWD, PHASES, SCHED_INTERLEAVED, SCHED_ZB, UPD, WGT,
+                    Compiled, SimResult, SimSettings, TraceEvent)
 from .pipeline_rules import Gates, chunks, interleaved_caps, interleaved_priority, stage_index
 from .schedules import stage_caps
+from .shards import RingState
 
 _TASK, _XFER = 0, 1
 
 
-def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = False) -> SimResult:
+def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = False,
+             rings: list | None = None) -> SimResult:
+    """``rings``: the all-reduces of an expanded sharded placement (:class:`.shards.RingState`)."""
     n, nd, U = c.n_ops, c.n_dev, s.batches
     place = [int(x) for x in placement]
     # Per op: [(parent, activation bytes, gradient bytes)], [(child, bytes, gradient bytes)].
@@ -67,13 +70,15 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
     def tid(u: int, phase: int, op: int) -> int:
         return (u * n_ph + phase) * n + op
 
+    ring = RingState((rings or []) if training else [], U, s.update_per_step)
+    ring_of = ring.of
     dep = [0] * (U * n_ph * n)
     unit_left = [0] * U
     for u in range(U):
         for i in range(n):
             dep[tid(u, FWD, i)] = len(par[i])
             dep[tid(u, BWD, i)] = 1 + len(chi[i])
-            dep[tid(u, UPD, i)] = U if s.update_per_step else 1
+            dep[tid(u, UPD, i)] = 1 if i in ring_of else U if s.update_per_step else 1
             if n_ph > WGT:
                 dep[tid(u, WGT, i)] = 2  # its own B, and its gate (pipeline_rules.Gates.done)
         unit_left[u] = n + (n + sum(has_w) + (0 if s.update_per_step else sum(has_upd)) if training else 0)
@@ -147,10 +152,17 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
         heapq.heappush(dev_q[d], (xprio[x], seq, ovh_base + 2 * x + r))
         seq += 1
 
+    def ring_complete(ru: int, members) -> None:
+        for v in members:
+            if has_upd[v]:
+                satisfy(tid(ru, UPD, v))
+
     def deliver(x: int) -> None:
         """Message x is on its destination: its consumers there may run."""
         u, direction, op, src, dst, nbytes = xfers[x]
-        if direction == FWD:
+        if direction == ALLREDUCE:
+            ring_complete(u, ring.delivered(u, op))
+        elif direction == FWD:
             for ch, _, _ in chi[op]:
                 if place[ch] == dst:
                     satisfy(tid(u, FWD, ch))
@@ -205,6 +217,11 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
                     send(u, BWD, op, d, dst, b, p)
             if has_w[op]:
                 satisfy(tid(u, WGT, op))
+            elif op in ring_of:
+                ru, members, msgs = ring.member_done(u, op)
+                ring_complete(ru, members if not msgs else ())
+                for src, dst, nbytes in msgs:
+                    send(ru, ALLREDUCE, members[0], src, dst, nbytes, p)
             elif has_upd[op]:
                 satisfy(tid(0, UPD, op) if s.update_per_step else tid(u, UPD, op))
             for v in gates.done(u, BWD, op):
@@ -242,28 +259,22 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
     def xfer_done(x: int, t: float) -> None:
         u, direction, op, src, dst, nbytes = xfers[x]
         chan_busy_now[int(c.route[src * nd + dst])] = False
-        mem[src] -= 0.0 if direction == FWD else nbytes
-        # memory moves on arrival; with a receive task the consumers wait for it (``deliver``)
-        receive = has_ovh and ovh[dst] > 0.0
         if direction == FWD:
             k = u * n + op
             act_refs[k] -= 1
             if act_refs[k] == 0:
                 mem[src] -= c.out_bytes[op]
-            consumers = [ch for ch, _, _ in chi[op] if place[ch] == dst]
-            recv[(u, op, dst)] = [len(consumers), nbytes]
+            recv[(u, op, dst)] = [sum(place[ch] == dst for ch, _, _ in chi[op]), nbytes]
             mem[dst] += nbytes
-            if not receive:
-                for ch in consumers:
-                    satisfy(tid(u, FWD, ch))
-        else:
+        elif direction == BWD:
+            mem[src] -= nbytes
             mem[dst] += nbytes
-            if not receive:
-                for pp, _, _ in par[op]:
-                    if place[pp] == dst:
-                        satisfy(tid(u, BWD, pp))
-        if receive:
+        # memory moves on arrival (a ring's gradients stay resident on both ends); with a receive task the
+        # consumers wait for it
+        if has_ovh and ovh[dst] > 0.0:
             overhead_ready(x, 1, dst)
+        else:
+            deliver(x)
         note_memory(t, (src, dst))
 
     def idle(d: int) -> bool:
@@ -340,7 +351,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
                 start_task(d, task, length)
                 if trace_events is not None:
                     u, direction, op, src, dst, nbytes = xfers[x]
-                    trace_events.append(TraceEvent("recv" if r else "send", c.op_names[op], u, PHASES[direction],
+                    trace_events.append(TraceEvent("recv" if r else "send", c.op_names[op], u, DIRECTIONS[direction],
                                                    c.dev_names[d], t, t + length, c.dev_names[src],
                                                    c.dev_names[dst], nbytes))
                 continue
@@ -367,7 +378,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
             seq += 1
             started += 1
             if trace_events is not None:
-                trace_events.append(TraceEvent("transfer", c.op_names[op], u, PHASES[direction],
+                trace_events.append(TraceEvent("transfer", c.op_names[op], u, DIRECTIONS[direction],
                                                c.ch_names[ch], t, t + length, c.dev_names[src],
                                                c.dev_names[dst], nbytes))
         return started

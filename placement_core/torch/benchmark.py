@@ -146,7 +146,10 @@ def benchmark(source: str, input_shape, placements: list[Mapping[str, object]], 
     indexed = []
     for p in placements:
         check_assignment(traced.graph, p)
-        indexed.append({op: device_index(devs, d) for op, d in p.items()})
+        if runner != "ranks" and any(isinstance(d, Mapping) for d in p.values()):
+            raise InputError("a placement that splits ops runs on the ranks runner (one process per device)",
+                             field="--runner", fix="Use --runner ranks")
+        indexed.append({op: _indexed(devs, d) for op, d in p.items()})
     with tempfile.TemporaryDirectory(prefix="placement-state-") as tmp:
         state = Path(tmp) / "state.pt"
         torch.save(model.state_dict(), state)
@@ -157,6 +160,14 @@ def benchmark(source: str, input_shape, placements: list[Mapping[str, object]], 
                 "track_memory": settings.track_memory,
                 "comm_timeout": settings.timeout}
         return _run_items(spec, devs, runner, settings, len(indexed), progress)
+
+
+def _indexed(devs: list[LocalDevice], d):
+    """A device as its position, or a split's devices as positions (docs/sharding.md)."""
+    if not isinstance(d, Mapping):
+        return device_index(devs, d)
+    return {"devices": [device_index(devs, x) for x in d["devices"]], "split": d["split"],
+            "sizes": None if d.get("sizes") is None else list(d["sizes"])}
 
 
 def _run_items(spec: dict, devs: list[LocalDevice], runner: str, settings: BenchmarkSettings, n: int,

@@ -149,16 +149,31 @@ class _RanksWorker(_Worker):
         from .memory import CpuTracker, is_oom, tensor_bytes
 
         gm = self.traced.gm
+        sharded = any(isinstance(v, dict) for v in placement.values())
+        first = {op: (v["devices"][0] if isinstance(v, dict) else v) for op, v in placement.items()}
         try:
-            node_rank = node_devices(gm, self.traced.node_op, placement)
-            shared_module_conflicts(gm, node_rank)
+            node_rank = node_devices(gm, self.traced.node_op, first)
+            if not sharded:
+                shared_module_conflicts(gm, node_rank)
         except InputError as e:  # every rank sees the same and moves on
             return {"status": "error", "message": e.message}
         gm.load_state_dict(self.initial)
         if self.device.type == "cuda":
             gm.to("cpu")
-        step = RankStep(gm, node_rank, self.rank, self.device, self.comm, self.meta, self.shape, self.batch,
-                        self.spec["seed"])
+        meta, replicas, local = self.meta, (), ()
+        if sharded:  # split ops become one node per shard, gathers and slices (docs/sharding.md)
+            import copy
+
+            from .executor import dry_run
+            from .shard_graph import shard_graph
+            try:
+                gm, node_rank, replicas, local = shard_graph(copy.deepcopy(gm), self.traced.node_op, placement,
+                                                             node_rank, self.meta, self.batch)
+            except InputError as e:
+                return {"status": "error", "message": e.message}
+            meta = dry_run(gm, self.shape, self.batch)
+        step = RankStep(gm, node_rank, self.rank, self.device, self.comm, meta, self.shape, self.batch,
+                        self.spec["seed"], replicas=replicas, local_inputs=local)
         if self.device.type == "cuda":
             for t in step.owned_tensors():
                 t.data = t.data.to(self.device)

@@ -17,6 +17,9 @@ detached copy, received tensors are leaves. Walking the cuts from last to
 first, a rank sends back the gradients of what it received and runs
 ``backward`` from each cut once all its consumers' gradients are in, so every
 op's backward runs exactly once, after its consumers', as in the simulator.
+Layers split by batch over several ranks (:mod:`.shard_graph`) hold a replica of
+their weights on each; their gradients are all-reduced (summed) among those
+ranks before the optimizer steps.
 """
 
 from __future__ import annotations
@@ -183,7 +186,7 @@ class RankStep:
     """One rank's share of a training step (see the module docstring)."""
 
     def __init__(self, gm, node_rank: dict[str, int], rank: int, device: torch.device, comm: Comm | None,
-                 meta, input_shape, batch_size: int, seed: int, barrier: bool = True):
+                 meta, input_shape, batch_size: int, seed: int, barrier: bool = True, replicas=(), local_inputs=()):
         self.gm, self.rank, self.device, self.comm, self.meta = gm, rank, device, comm, meta
         self.barrier = barrier  # start every step together (off when timing one device alone)
         self.nodes = [n for n in gm.graph.nodes if n.op != "output"]
@@ -198,7 +201,10 @@ class RankStep:
         self.recv_from: dict[str, int] = {}
         self.local_users: set[str] = set()
         self.cuts: set[str] = set()  # values whose backward starts on its own (sent, or several consumers here)
+        self.local_inputs = set(local_inputs)  # inputs every rank holds (a batch-split input): never sent
         for n in self.nodes:
+            if n.name in self.local_inputs:
+                continue
             users = {self.node_rank[u.name] for u in n.users}
             owner = node_rank[n.name]
             if owner == rank:
@@ -216,6 +222,15 @@ class RankStep:
         self.loss_fn = Loss(seed)
         self.params = self._owned_parameters()
         self.opt = torch.optim.SGD(self.params, lr=LR) if self.params else None
+        # (parameters, process group, ranks) of the replicated layers this rank holds; every rank makes every
+        # group, in the same order (torch.distributed.new_group is collective)
+        self.replicas = []
+        for targets, ranks in replicas:
+            import torch.distributed as dist
+            group = dist.new_group(list(ranks))
+            if rank in ranks:
+                params = [p for t in targets for p in gm.get_submodule(t).parameters()]
+                self.replicas.append((params, group, len(ranks)))
 
     def _owned_parameters(self) -> list[torch.nn.Parameter]:
         seen: dict[int, torch.nn.Parameter] = {}
@@ -296,6 +311,9 @@ class RankStep:
 
         for node in self.nodes:
             name = node.name
+            if name in self.local_inputs:
+                env[name] = self.x
+                continue
             if self.node_rank[name] == self.rank:
                 mut = name in self.mutating
                 args = map_arg(node.args, lambda a: fetch(a, mut))
@@ -330,10 +348,23 @@ class RankStep:
             self._backward(env, roots, received, sends)
         for _, work in sends:
             work.wait()
+        self._all_reduce()
         if self.opt is not None:
             with (tracker if tracker is not None else _null()):
                 self.opt.step()
         return loss_value
+
+    def _all_reduce(self) -> None:
+        """Sum the gradients of every replicated layer over its ranks (a ring moves 2(k-1)/k of them)."""
+        import torch.distributed as dist
+        for params, group, k in self.replicas:
+            for p in params:
+                g = p.grad if p.grad is not None else torch.zeros_like(p)
+                staged = g.cpu() if self.comm.stage else g
+                dist.all_reduce(staged, group=group)
+                p.grad = staged.to(p.device) if self.comm.stage else staged
+                self.comm.bytes_sent += 2.0 * (k - 1) / k * staged.numel() * staged.element_size()
+            self.comm.messages += 1
 
     def _backward(self, env, roots, received, sends) -> None:
         """Cuts from last to first: return received gradients, run backward from each cut value."""

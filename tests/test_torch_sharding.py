@@ -1,0 +1,88 @@
+"""Split layers for real: channel- and batch-split convolutions and linear layers on two gloo CPU ranks train
+exactly the model one device trains, and move the bytes the simulator's semantics say they move."""
+
+from pathlib import Path
+
+import pytest
+
+from placement_core.errors import InputError
+
+torch = pytest.importorskip("torch")
+
+from placement_core.torch.benchmark import BenchmarkSettings, benchmark  # noqa: E402
+
+MODEL = str(Path(__file__).resolve().parent / "torch_models.py") + ":SmallCNN"
+SHAPE = (2, 3, 8, 8)
+BATCH = 4
+OPS = ["x", "conv1", "relu", "pool", "flatten", "fc"]
+CONV_W, FC_W = (3 * 4 * 9 + 4) * 4, (64 * 10 + 10) * 4  # weights and biases, bytes
+
+
+def batch(devs=("cpu0", "cpu1")):
+    return {"devices": list(devs), "split": "batch"}
+
+
+@pytest.fixture(scope="module")
+def runs():
+    single = {op: "cpu0" for op in OPS}
+    channel = dict(single, conv1={"devices": ["cpu0", "cpu1"], "split": "channel"},
+                   fc={"devices": ["cpu1", "cpu0"], "split": "channel", "sizes": [3, 7]})
+    data_parallel = {op: batch() for op in OPS}
+    mixed = dict(data_parallel, relu="cpu1", fc={"devices": ["cpu0", "cpu1"], "split": "channel"})
+    bad = dict(single, relu={"devices": ["cpu0", "cpu1"], "split": "channel"})
+    results = benchmark(MODEL, SHAPE, [single, channel, data_parallel, mixed, bad], "cpu:2", runner="ranks",
+                        batch_size=BATCH, settings=BenchmarkSettings(steps=3, warmup=1, timeout=120))
+    return dict(zip(["single", "channel", "data_parallel", "mixed", "bad"], results))
+
+
+def test_split_layers_train_the_same_model(runs):
+    reference = runs["single"].losses
+    assert runs["single"].status == "ok" and len(set(round(v, 6) for v in reference)) == 3  # it trains
+    for name in ("channel", "data_parallel", "mixed"):
+        assert runs[name].status == "ok", runs[name].message
+        assert runs[name].losses == pytest.approx(reference, rel=1e-5), name
+
+
+def test_bytes_moved_follow_the_semantics(runs):
+    act = BATCH * 4 * 8 * 8 * 4  # conv1's output
+    # channel: the input goes to conv1's second shard (3 x 8 x 8 floats a sample; the input needs no gradient),
+    # that shard's slice (2 of 4 channels) to relu on cpu0 and its gradient back; fc's input (64 features) to
+    # its shard on cpu1 and back; the loss sits on fc's first device, cpu1, so the 7 outputs of the shard on
+    # cpu0 go there and their gradient back: 7 messages
+    x = BATCH * 3 * 8 * 8 * 4
+    flat = BATCH * 64 * 4
+    assert runs["channel"].bytes_per_step == x + 2 * act // 2 + 2 * flat + 2 * BATCH * 7 * 4
+    assert runs["channel"].messages_per_step == 7
+    # data parallel: no activation crosses but the loss's half batch of logits (and its gradient); each rank
+    # all-reduces every weight: 2 (k - 1) / k of them, k = 2
+    assert runs["data_parallel"].bytes_per_step == 2 * (CONV_W + FC_W) + 2 * (BATCH // 2) * 10 * 4
+    assert runs["data_parallel"].messages_per_step == 2 * 2 + 2
+
+
+def test_a_bad_split_is_reported_with_the_op(runs):
+    assert runs["bad"].status == "error"
+    assert "relu" in runs["bad"].message and "Conv2d" in runs["bad"].message
+
+
+def test_the_in_process_runner_refuses_splits():
+    with pytest.raises(InputError, match="ranks runner"):
+        benchmark(MODEL, SHAPE, [{op: (batch() if op == "fc" else "cpu0") for op in OPS}], "cpu:2",
+                  runner="inprocess", batch_size=BATCH, settings=BenchmarkSettings(steps=1, warmup=1))
+
+
+def test_placement_benchmark_runs_a_sharded_placement_file_on_cpu_ranks(tmp_path, capsys):
+    """The command a user types: a placement/1 file with a channel and a batch split, two gloo ranks."""
+    import json
+
+    from placement_core.cli import main
+    entries = dict({op: "cpu0" for op in OPS}, conv1={"devices": ["cpu0", "cpu1"], "split": "channel"},
+                   fc=batch())
+    path = tmp_path / "sharded.json"
+    path.write_text(json.dumps({"format": "placement/1", "assignment": entries}))
+    assert main(["benchmark", "--model", MODEL, "--input-shape", ",".join(map(str, SHAPE)), "--batch-size",
+                 str(BATCH), "--devices", "cpu:2", "--placement", str(path), "--steps", "2", "--warmup", "1",
+                 "--rounds", "1", "--no-store", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    row = out[0] if isinstance(out, list) else out
+    assert row["status"] == "ok", row
+    assert row["median_step_s"] > 0
