@@ -205,6 +205,10 @@ def _optimize(run: Run):
         return result
 
 
+class _Stopped(Exception):
+    """Stop was pressed while the initial mappings were being made."""
+
+
 def _seed(run: Run):
     """The placements the search starts from: the page's (the current placement) first, then the initial
     mappings ``spec.init`` names, computed here because HEFT on a large network or a Bayesian start of a few
@@ -217,7 +221,13 @@ def _seed(run: Run):
         return spec.initial
     with run.lock:
         run.stage = f"making the initial mappings ({spec.init})"
-    seeds = initial_placements(run.problem, spec.init, seed=spec.seed)
+
+    def score(xs):  # Stop is honoured between the seeds' evaluations (a long Bayesian start)
+        if run.stop_event.is_set():
+            raise _Stopped
+        return run.problem.evaluate_many(xs)
+
+    seeds = initial_placements(run.problem, spec.init, seed=spec.seed, objective=score)
     with run.lock:
         run.stage = "starting the search"
         run.seeded = {"init": spec.init, "placements": len(seeds.labels), "evaluations": seeds.evaluations,
@@ -246,6 +256,10 @@ def _work(run: Run) -> None:
             run.elapsed_s = result.wall_s
             run.fraction = 1.0 if not result.stopped else run.fraction
             run.status = "stopped" if result.stopped else "done"
+    except _Stopped:  # before the search: nothing was run or stored
+        with run.lock:
+            run.error, run.status, run.stage = "stopped while making the initial mappings: nothing was run", \
+                "stopped", None
     except InputError as e:
         with run.lock:
             run.error, run.status = str(e), "failed"

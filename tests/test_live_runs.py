@@ -139,3 +139,21 @@ def test_a_run_without_initial_mappings_keeps_the_pages_seed_only():
                    devices_label="malvik-4gpu", sim={}, initial=current)
     run = Run(spec, Problem(g, d))
     assert live_runs._seed(run) is current and run.seeded is None and run.stage is None
+
+
+def test_stop_while_making_the_initial_mappings_ends_the_run_before_its_search():
+    from dashboard import live_runs
+    from placement_core import Problem, load_devices, load_network
+    from placement_core.store import RunStore
+
+    g, d = load_network("alexnet"), load_devices("malvik-4gpu")
+    spec = RunSpec(algorithm="ga", title="GA", params={}, evaluations=10_000, seconds=None, seed=0, workers=1,
+                   graph=g, graph_key="", network_label="AlexNet", devices=d, devices_key="",
+                   devices_label="malvik-4gpu", sim={}, init="bayes:100000")
+    run = Run(spec, Problem(g, d))
+    run.stop()  # pressed before the first of the 100,000 trials
+    live_runs._work(run)
+    assert (run.status, run.result, run.seeded, run.stage) == ("stopped", None, None, None)
+    assert run.error == "stopped while making the initial mappings: nothing was run"
+    with RunStore() as store:
+        assert store.runs() == []
