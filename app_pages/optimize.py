@@ -74,7 +74,7 @@ with ui.guarded("the run form"):
     n_random = c2.number_input("Random placements", 0, 100_000, 0, step=10, key=ui.persist("opt_init_random"),
                                help="Uniformly random placements added to the seeds (0 = none); one evaluation "
                                     "each, spent before the search.")
-    n_bayes = c3.number_input("Bayesian start trials", 0, 100_000, 0, step=50, key=ui.persist("opt_init_bayes"),
+    n_bayes = c3.number_input("Bayesian trials", 0, 100_000, 0, step=50, key=ui.persist("opt_init_bayes"),
                               help="A Bayesian-optimization start (optuna's tree-structured Parzen estimator, one "
                                    "device choice per op, starting from the single-device placements): its best "
                                    "distinct trials join the seeds. 0 = none; each trial is one evaluation, spent "

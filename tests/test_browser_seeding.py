@@ -36,13 +36,13 @@ def test_initial_mappings_are_kept_used_and_reported(page):
     pg.get_by_role("option", name="HEFT (earliest finish time)").click()
     pg.keyboard.press("Escape")
     settle(pg)
-    type_number(pg, "Bayesian start trials", 5)
+    type_number(pg, "Bayesian trials", 5)
 
     open_page(pg, "Trace")
     open_page(pg, "Optimize")
     no_errors(pg)
     assert _tags(pg, "Initial mappings") == ["HEFT (earliest finish time)"]
-    assert number(pg, "Bayesian start trials") == "5" and number(pg, "Random placements") == "0"
+    assert number(pg, "Bayesian trials") == "5" and number(pg, "Random placements") == "0"
     assert pg.get_by_role("checkbox", name="Seed the search with the current placement").first.is_checked()
 
     pg.get_by_role("button", name="Start", exact=True).click()
