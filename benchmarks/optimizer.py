@@ -112,6 +112,31 @@ def scheduler_cost(client, tasks: int = 2000) -> float:
     return (time.perf_counter() - t) / tasks
 
 
+def projection(entry: dict, dask_task_s: float, workers=(8, 64, 512)) -> dict:
+    """docs/scaling.md's model. Three ceilings, each measured: W workers of w seconds per placement
+    (simulation, the task's round trip and framing, children made on the worker), a driver of c CPU seconds per
+    placement, and a Dask scheduler of s seconds per task of b placements: R(W) = min(W / w, 1 / c, b / s).
+    c comes from the run's own CPU clock and s from empty tasks; w from the 2-worker run, whose cores the
+    driver shared: 2 = R_2 (w + c). The efficiency is R(W) against W bare simulators, R(W) t / W."""
+    out = {}
+    for sync, variant in ALGORITHMS.items():
+        for backend, key in (("workers_2", "processes"), ("dask_2", "dask")):
+            run_ = entry[sync][backend]
+            pace = entry["pacing"][backend]
+            t, b, c = pace["eval_s"], run_["batch"], run_["driver_cpu_s_per_eval"]
+            s = dask_task_s if key == "dask" else 0.0
+            w_s = 2.0 / run_["evals_per_s"] - c
+            rows = {}
+            for w in workers:
+                ceilings = {"workers": w / w_s, "driver": 1.0 / c, "scheduler": b / s if s else float("inf")}
+                bound = min(ceilings, key=ceilings.get)
+                rows[str(w)] = {"evals_per_s": ceilings[bound], "efficiency": ceilings[bound] * t / w,
+                                "bound": bound}
+            out[f"{variant}/{key}"] = {"t": t, "w": w_s, "b": b, "c": c, "s": s,
+                                       "measured_2": run_["evals_per_s"], "workers": rows}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--graphs", default="resnet50,synthetic10k")
@@ -144,6 +169,7 @@ def main() -> None:
                 entry[sync + "_driver_s_per_eval"] = {a: driver_cost(problem, a, budget) for a in (sync, variant)}
             with ProcessPoolEvaluator(problem, 2) as pool, DaskEvaluator(problem, client) as dask_ev:
                 entry["pacing"] = {"workers_2": pool.pacing.to_dict(), "dask_2": dask_ev.pacing.to_dict()}
+            entry["projection"] = projection(entry, results["dask_task_s"])
             results[name] = entry
     if args.json:
         print(json.dumps(results, indent=1))
@@ -164,6 +190,12 @@ def main() -> None:
                 print(f"    {key:15s} {r['algorithm']:17s} {r['evals_per_s']:9,.0f} evals/s  x{r['speedup']:.2f}  "
                       f"(start {r['start_s']:.2f} s, best {r['best_objective_s']:.6g} s{sizes}, "
                       f"driver CPU {r['driver_cpu_s_per_eval'] * 1e6:.1f} us/eval)")
+        print("  projection (docs/scaling.md): placements/s and efficiency at W workers, the binding ceiling")
+        for key, proj in entry["projection"].items():
+            cells = "  ".join(f"W={w}: {r['evals_per_s']:,.0f}/s {r['efficiency']:.0%} ({r['bound']})"
+                              for w, r in proj["workers"].items())
+            print(f"    {key:28s} t {proj['t'] * 1e6:.0f} us, w {proj['w'] * 1e6:.0f} us, b {proj['b']}, "
+                  f"c {proj['c'] * 1e6:.1f} us (measured at W=2: {proj['measured_2']:,.0f}/s)\n      {cells}")
 
 
 if __name__ == "__main__":

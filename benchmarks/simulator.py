@@ -1,10 +1,13 @@
 """Simulator speed: evaluations per second (placement -> objective, no trace), one core.
 
     python benchmarks/simulator.py [--json] [--evaluations N] [--curve-points K] [--cpu-time]
+                                   [--schedule S --micro-batches M --virtual-stages V]
 
 Random placements of ResNet-50 and Inception-V3 on malvik-4gpu, one batch,
 default profile, through Problem.evaluate (the path optimizers use), plus the
-batched evaluate_many and the Python reference for comparison.
+batched evaluate_many and the Python reference for comparison. ``--schedule``
+measures a pipeline schedule instead of the thesis scheme (random placements,
+so interleaved 1F1B gets a chunk per run of ops).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 from placement_core import Problem, load_devices, load_network  # noqa: E402
+from placement_core.problem import ProblemSpec  # noqa: E402
 from placement_core.simulate import kernel_available  # noqa: E402
 
 
@@ -35,10 +39,10 @@ def with_curves(devices, points: int):
     return DeviceGraph(devices.name, list(devices.devices), chans)
 
 
-def measure(network: str, devices: str, evaluations: int, reference_evals: int, curve_points: int = 0,
-            clock=time.perf_counter) -> dict:
+def measure(network: str, devices: str, evaluations: int, reference_evals: int, spec: ProblemSpec,
+            curve_points: int = 0, clock=time.perf_counter) -> dict:
     graph = load_devices(devices)
-    problem = Problem(load_network(network), with_curves(graph, curve_points) if curve_points else graph)
+    problem = spec.build(load_network(network), with_curves(graph, curve_points) if curve_points else graph)
     rng = np.random.default_rng(0)
     placements = rng.integers(0, problem.n_devices, (evaluations, problem.n_ops)).astype(np.int32)
     problem.evaluate(placements[0])  # warm up
@@ -49,7 +53,7 @@ def measure(network: str, devices: str, evaluations: int, reference_evals: int, 
     t = clock()
     problem.evaluate_many(placements)
     batched = evaluations / (clock() - t)
-    slow = Problem(problem.graph, problem.devices, fast=False)
+    slow = Problem(problem.graph, problem.devices, settings=problem.settings, fast=False)
     t = clock()
     for p in placements[:reference_evals]:
         slow.evaluate(p)
@@ -63,16 +67,21 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print {network: evaluations per second}")
     ap.add_argument("--evaluations", type=int, default=5000)
     ap.add_argument("--devices", default="malvik-4gpu")
+    ap.add_argument("--schedule", default="thesis")
+    ap.add_argument("--micro-batches", type=int, default=1)
+    ap.add_argument("--virtual-stages", type=int, default=1)
     ap.add_argument("--curve-points", type=int, default=0,
                     help="give every channel a transfer curve of this many sizes (default 0: none)")
     ap.add_argument("--cpu-time", action="store_true",
                     help="evaluations per CPU second of this process instead of per wall second (steadier on a "
                          "shared machine, where other work takes turns on the core)")
     args = ap.parse_args()
+    spec = ProblemSpec(schedule=args.schedule, micro_batches=args.micro_batches, virtual_stages=args.virtual_stages)
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core
     clock = time.process_time if args.cpu_time else time.perf_counter
-    results = {net: measure(net, args.devices, args.evaluations, 200, args.curve_points, clock)
+    results = {net: measure(net, args.devices, args.evaluations, 200 if args.schedule == "thesis" else 20, spec,
+                            args.curve_points, clock)
                for net in ("resnet50", "inception_v3")}
     if args.json:
         print(json.dumps({net: round(r["evals_per_s"], 1) for net, r in results.items()}))
@@ -80,7 +89,7 @@ def main() -> None:
     print(f"compiled kernel: {'yes' if kernel_available() else 'NO (pure Python fallback)'}; "
           f"devices {args.devices}"
           + (f" (every channel with a {args.curve_points}-point transfer curve)" if args.curve_points else "")
-          + f"; {args.evaluations} random placements; one core")
+          + f"; schedule {args.schedule}; {args.evaluations} random placements; one core")
     for net, r in results.items():
         print(f"{net:13s} {r['ops']:4d} ops  {r['evals_per_s']:9.0f} evals/s  "
               f"(batched {r['batched_evals_per_s']:.0f}/s, Python reference {r['reference_evals_per_s']:.0f}/s)")

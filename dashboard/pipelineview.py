@@ -1,16 +1,23 @@
-"""The Pipeline page's cached simulations: the schedules side by side and the micro-batch sweep."""
+"""The Pipeline page's cached work: the schedules side by side (each on its own placement: interleaved 1F1B
+on p V chunks), the bubble's parts, the micro-batch sweep, and the stored pipelined benchmarks."""
 
 from __future__ import annotations
 
 import numpy as np
 import streamlit as st
 
-from placement_core.analysis.pipeline import (ScheduleRun, divisors, ideal_profile, run_schedule, schedule_blocks,
-                                              schedule_rows, sweep)
+from placement_core.analysis.bubble import bubble_breakdown
+from placement_core.analysis.pipeline import (ScheduleRun, divisors, even_stages, ideal_profile, run_schedule,
+                                              schedule_blocks, schedule_rows, sweep)
 from placement_core.devices import DeviceGraph
+from placement_core.errors import InputError
 from placement_core.graph import Graph
 
 SWEEP_MAX_M = 64  # the sweep tries every divisor of the batch up to this (and the chosen m)
+NAMES = {"thesis": "Thesis scheme (whole batch)", "gpipe": "GPipe", "1f1b": "1F1B (PipeDream-flush)",
+         "interleaved-1f1b": "Interleaved 1F1B", "zb-h1": "ZB-H1 (zero bubble)"}
+SHORT = {"thesis": "Thesis scheme", "gpipe": "GPipe", "1f1b": "1F1B", "interleaved-1f1b": "Interleaved 1F1B",
+         "zb-h1": "ZB-H1"}
 
 
 def problem_kw(cost: dict, penalty: str, ideal: bool) -> dict:
@@ -22,25 +29,66 @@ def problem_kw(cost: dict, penalty: str, ideal: bool) -> dict:
     return {"profile": ideal_profile(cost["profile"], **rest), "penalty": penalty}
 
 
-@st.cache_resource(max_entries=8, show_spinner="Simulating the schedules…")
-def _runs(graph_key: str, devices_key: str, placement_key: bytes, schedules: tuple, m: int, cost_key: str,
-          penalty: str, ideal: bool, _graph: Graph, _devices: DeviceGraph, _placement, _cost: dict) -> list[dict]:
-    out = []
-    for schedule in schedules:
-        run = run_schedule(_graph, _devices, _placement, schedule, m, trace=True,
-                           **problem_kw(_cost, penalty, ideal))
-        rows = schedule_rows(run, _devices)
-        out.append({"run": run, "rows": rows, "blocks": schedule_blocks(run.evaluation.result.trace, rows)})
+@st.cache_data(max_entries=16, show_spinner="Cutting the network into stages…")
+def _even(graph_key: str, devices_key: str, cost_key: str, p: int, v: int, _graph: Graph, _devices: DeviceGraph,
+          _cost: dict) -> np.ndarray:
+    return even_stages(_graph, _devices, p, virtual_stages=v, **_cost)
+
+
+def placements(graph_key: str, devices_key: str, cost_key: str, graph: Graph, devices: DeviceGraph, schedules,
+               source: str, p: int, v: int, current, cost: dict) -> dict[str, np.ndarray]:
+    """Each schedule's placement. An even split gives every schedule p balanced stages, and interleaved 1F1B
+    p V balanced chunks placed round-robin (Megatron's layout); the current placement is every schedule's
+    (interleaved 1F1B cuts a device's single run into V chunks)."""
+    if source != "even":
+        return {s: np.asarray(current, dtype=np.int32) for s in schedules}
+    base = _even(graph_key, devices_key, cost_key, int(p), 1, graph, devices, cost)
+    out = {s: base for s in schedules}
+    if "interleaved-1f1b" in schedules and v > 1:
+        try:
+            out["interleaved-1f1b"] = _even(graph_key, devices_key, cost_key, int(p), int(v), graph, devices, cost)
+        except InputError:
+            out["interleaved-1f1b"] = base  # fewer ops than p V chunks: the schedule cuts each run instead
     return out
 
 
-def schedule_runs(graph_key: str, devices_key: str, graph: Graph, devices: DeviceGraph, placement,
-                  schedules, m: int, cost_key: str, cost: dict, penalty: str, ideal: bool) -> list[dict]:
+@st.cache_resource(max_entries=8, show_spinner="Simulating the schedules…")
+def _runs(graph_key: str, devices_key: str, placement_keys: tuple, m: int, v: int, cost_key: str, penalty: str,
+          ideal: bool, _graph: Graph, _devices: DeviceGraph, _placements: dict, _cost: dict) -> list[dict]:
+    out = []
+    for schedule, _ in placement_keys:
+        run = run_schedule(_graph, _devices, _placements[schedule], schedule, m, trace=True, virtual_stages=v,
+                           **problem_kw(_cost, penalty, ideal))
+        rows = schedule_rows(run, _devices)
+        out.append({"run": run, "rows": rows, "placement": _placements[schedule],
+                    "blocks": schedule_blocks(run.evaluation.result.trace, rows, chunk_of=run.chunk_of)})
+    return out
+
+
+def schedule_runs(graph_key: str, devices_key: str, graph: Graph, devices: DeviceGraph, placement_of: dict,
+                  m: int, v: int, cost_key: str, cost: dict, penalty: str, ideal: bool) -> list[dict]:
     """For each schedule: its :class:`ScheduleRun` (traced), Gantt rows and blocks. Cached per inputs
     (``cost_key`` names ``cost``: the profile and the calibration file, if any)."""
-    placement = np.asarray(placement, dtype=np.int32)
-    return _runs(graph_key, devices_key, placement.tobytes(), tuple(schedules), int(m), cost_key, penalty,
-                 bool(ideal), graph, devices, placement, cost)
+    placement_of = {s: np.asarray(p, dtype=np.int32) for s, p in placement_of.items()}
+    keys = tuple((s, p.tobytes()) for s, p in placement_of.items())
+    return _runs(graph_key, devices_key, keys, int(m), int(v), cost_key, penalty, bool(ideal), graph, devices,
+                 placement_of, cost)
+
+
+@st.cache_data(max_entries=8, show_spinner="Splitting the bubble into its parts…")
+def _breakdowns(graph_key: str, devices_key: str, placement_keys: tuple, m: int, v: int, cost_key: str,
+                penalty: str, _graph: Graph, _devices: DeviceGraph, _placements: dict, _cost: dict) -> list[dict]:
+    return [bubble_breakdown(_graph, _devices, _placements[s], s, m, virtual_stages=v, penalty=penalty, **_cost)
+            for s, _ in placement_keys]
+
+
+def breakdowns(graph_key: str, devices_key: str, graph: Graph, devices: DeviceGraph, placement_of: dict, m: int,
+               v: int, cost_key: str, cost: dict, penalty: str) -> list[dict]:
+    """Per schedule, the stages' idle seconds split into schedule, imbalance, updates and transfers."""
+    placement_of = {s: np.asarray(p, dtype=np.int32) for s, p in placement_of.items()}
+    keys = tuple((s, p.tobytes()) for s, p in placement_of.items())
+    return _breakdowns(graph_key, devices_key, keys, int(m), int(v), cost_key, penalty, graph, devices,
+                       placement_of, cost)
 
 
 def sweep_counts(batch_size: int, chosen: int) -> list[int]:
@@ -49,16 +97,20 @@ def sweep_counts(batch_size: int, chosen: int) -> list[int]:
 
 
 @st.cache_data(max_entries=8, show_spinner="Sweeping the number of micro-batches…")
-def _sweep(graph_key: str, devices_key: str, placement_key: bytes, schedules: tuple, counts: tuple, cost_key: str,
-           penalty: str, ideal: bool, _graph: Graph, _devices: DeviceGraph, _placement, _cost: dict) -> list[dict]:
-    return sweep(_graph, _devices, _placement, schedules, list(counts), **problem_kw(_cost, penalty, ideal))
+def _sweep(graph_key: str, devices_key: str, placement_keys: tuple, counts: tuple, v: int, cost_key: str,
+           penalty: str, ideal: bool, _graph: Graph, _devices: DeviceGraph, _placements: dict, _cost: dict) -> list[dict]:
+    schedules = [s for s, _ in placement_keys]
+    first = _placements[schedules[0]]
+    return sweep(_graph, _devices, first, schedules, list(counts), placements=_placements, virtual_stages=v,
+                 **problem_kw(_cost, penalty, ideal))
 
 
-def sweep_rows(graph_key: str, devices_key: str, graph: Graph, devices: DeviceGraph, placement, schedules,
-               counts, cost_key: str, cost: dict, penalty: str, ideal: bool) -> list[dict]:
-    placement = np.asarray(placement, dtype=np.int32)
-    return _sweep(graph_key, devices_key, placement.tobytes(), tuple(schedules), tuple(int(c) for c in counts),
-                  cost_key, penalty, bool(ideal), graph, devices, placement, cost)
+def sweep_rows(graph_key: str, devices_key: str, graph: Graph, devices: DeviceGraph, placement_of: dict, counts,
+               v: int, cost_key: str, cost: dict, penalty: str, ideal: bool) -> list[dict]:
+    placement_of = {s: np.asarray(p, dtype=np.int32) for s, p in placement_of.items()}
+    keys = tuple((s, p.tobytes()) for s, p in placement_of.items())
+    return _sweep(graph_key, devices_key, keys, tuple(int(c) for c in counts), int(v), cost_key, penalty,
+                  bool(ideal), graph, devices, placement_of, cost)
 
 
 def peak_stage_note(views: list[dict], device_names: list[str], m: int) -> str:
@@ -72,9 +124,44 @@ def peak_stage_note(views: list[dict], device_names: list[str], m: int) -> str:
         run = v["run"]
         peaks = run.stage_peak_memory()
         k = int(np.argmax(peaks))
-        name = {"thesis": "Thesis scheme", "gpipe": "GPipe", "1f1b": "1F1B"}.get(run.schedule, run.schedule)
-        parts.append(f"{name} stage {k + 1} ({device_names[run.stage_devices[k]]}, {fmt_bytes(peaks[k])})")
+        parts.append(f"{SHORT.get(run.schedule, run.schedule)} stage {k + 1} "
+                     f"({device_names[run.stage_devices[k]]}, {fmt_bytes(peaks[k])})")
     return f"Highest peak memory at m = {m}: " + "; ".join(parts) + "."
 
 
-__all__ = ["peak_stage_note", "ScheduleRun", "problem_kw", "schedule_runs", "sweep_counts", "sweep_rows"]
+def measured_pipelines(graph: Graph) -> list[dict]:
+    """Stored pipelined benchmarks (``placement benchmark --schedule``) of the current network, at any batch:
+    schedule, micro-batches, measured step and bubble, and the simulated ones when the run was given
+    ``--simulate``."""
+    from placement_core.netformat import network_hash
+
+    from . import stored
+
+    try:
+        with stored.open_store() as store:
+            rows = store.benchmarks(network_name=graph.name)
+    except InputError:
+        return []
+    out, hashes = [], {}
+    for b in rows:
+        result = b.get("result") or {}
+        pipe = result.get("pipeline") or {}
+        batch = b.get("batch_size")
+        if result.get("status") != "ok" or pipe.get("bubble_fraction") is None or batch is None:
+            continue
+        if batch not in hashes:
+            hashes[batch] = network_hash(graph.with_batch_size(int(batch)))
+        if hashes[batch] != b.get("network_hash"):
+            continue
+        sim = pipe.get("simulated") or {}
+        out.append({"id": b["id"], "schedule": pipe["schedule"], "micro_batches": pipe["micro_batches"],
+                    "virtual_stages": pipe.get("virtual_stages", 1), "stages": len(pipe.get("stages", [])),
+                    "batch_size": int(batch), "measured_step_s": b.get("measured_median_s"),
+                    "measured_bubble": pipe["bubble_fraction"], "simulated_step_s": sim.get("step_s"),
+                    "simulated_bubble": sim.get("bubble_fraction"), "simulated_on": sim.get("devices"),
+                    "label": b.get("label") or ""})
+    return out
+
+
+__all__ = ["NAMES", "SHORT", "ScheduleRun", "breakdowns", "measured_pipelines", "peak_stage_note", "placements",
+           "problem_kw", "schedule_runs", "sweep_counts", "sweep_rows"]

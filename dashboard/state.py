@@ -31,8 +31,11 @@ DEFAULT_SIM = {"batches": _DEFAULT.batches, "in_flight": _DEFAULT.in_flight, "pe
 # "timings": the name of a saved calibration (placement calibrate) whose measured op times replace the
 # cost formulas, when one exists for the current network at its batch size; "" = the formulas.
 # Batches and in flight apply to the thesis scheme; micro-batches to GPipe and 1F1B (one batch, then a flush).
-SCHEDULES = {"thesis": "thesis (whole batches)", "gpipe": "GPipe (micro-batches)", "1f1b": "1F1B (micro-batches)"}
-SCHEDULE_NAMES = {"thesis": "thesis scheme", "gpipe": "GPipe", "1f1b": "1F1B"}
+SCHEDULES = {"thesis": "thesis (whole batches)", "gpipe": "GPipe (micro-batches)", "1f1b": "1F1B (micro-batches)",
+             "interleaved-1f1b": "interleaved 1F1B (each device's runs of ops as chunks)",
+             "zb-h1": "ZB-H1 (backward split into B and W)"}
+SCHEDULE_NAMES = {"thesis": "thesis scheme", "gpipe": "GPipe", "1f1b": "1F1B", "interleaved-1f1b": "interleaved 1F1B",
+                  "zb-h1": "ZB-H1"}
 PROFILES = {"default": "Roofline (default)", "exprimo-2020": "Thesis' Exprimo (exprimo-2020)"}
 PENALTIES = {
     "thesis": "thesis: +1 ms per MB over capacity",

@@ -162,8 +162,10 @@ def sim_controls(prefix: str, compact: bool = False, local: bool = False) -> Non
              "idle, up to *in flight* at once. GPipe: the batch is split into micro-batches; every device runs "
              "all their forwards, then all backwards, then one weight update. 1F1B (PipeDream-flush): the same "
              "micro-batches, but after a short warm-up each stage alternates one forward and one backward, so "
-             "the first stage holds at most as many micro-batches' activations as there are stages. The "
-             "Pipeline page compares them side by side.")
+             "the first stage holds at most as many micro-batches' activations as there are stages. Interleaved "
+             "1F1B: every run of a device's ops is a chunk (virtual stage), in Megatron-LM's order. ZB-H1: each "
+             "backward is split into the input gradient (B) and the weight gradient (W), which fills the "
+             "bubble. The Pipeline page compares them side by side.")
     pipelined = schedule != "thesis"
     m_in = cols[1].number_input(
         "Micro-batches", 1, 4096, int(sim["micro_batches"]), key=f"{prefix}_micro_batches", disabled=not pipelined,

@@ -4,7 +4,10 @@ Large models have thousands of ops; placing groups is faster to search and
 closer to how people split models by hand. :func:`coarsen` repeatedly takes
 the cheapest group and merges it into the neighbour it exchanges the most
 bytes with, as long as the result stays acyclic, until at most N groups are
-left; the network's input ops stay on their own. :func:`contract` builds the grouped network: a group computes what its
+left; the network's input ops stay on their own. The calls of one module (ops
+``m``, ``m#2``, ...: a module called twice shares its weights) start in one
+group, with every op on a path between them so the group stays acyclic: a
+group placement never splits a shared module's weights over two devices. :func:`contract` builds the grouped network: a group computes what its
 members compute, keeps all their activations (for memory), and sends to
 another group the distinct tensors its members send there.
 
@@ -118,9 +121,15 @@ def coarsen(graph: Graph, max_groups: int) -> tuple[Graph, dict[str, list[str]]]
     members: dict[int, list[int]] = {i: [i] for i in range(n)}
     # the network's inputs stay ops of their own: they mark where data enters (and its shape)
     fixed = {i for i, op in enumerate(graph.ops) if op.kind == "input"}
-    heap = [(cost[i], i, i) for i in range(n) if i not in fixed]
-    heapq.heapify(heap)
     alive = n
+    for hull in shared_module_hulls(graph):
+        for i in hull[1:]:
+            a, b = find(i), find(hull[0])
+            if a != b:
+                _merge(a, b, parent, succ, pred, members, cost)
+                alive -= 1
+    heap = [(cost[i], i, i) for i in range(n) if i not in fixed and find(i) == i]
+    heapq.heapify(heap)
     stuck: list[int] = []  # groups whose every merge would close a cycle, until something changes
 
     def reaches(a: int, b: int) -> bool:
@@ -169,6 +178,29 @@ def coarsen(graph: Graph, max_groups: int) -> tuple[Graph, dict[str, list[str]]]
     groups = [[graph.ops[i].name for i in sorted(members[r])] for r in roots]
     names = group_names(groups)
     return contract(graph, groups, names), dict(zip(names, groups))
+
+
+def shared_module_hulls(graph: Graph) -> list[list[int]]:
+    """For each module called more than once (ops ``m``, ``m#2``, ... of module ``m``): its calls and every op
+    on a path from one call to another, by index, in topological order."""
+    calls: dict[str, list[int]] = {}
+    for i, op in enumerate(graph.ops):
+        if op.module and (op.name == op.module or op.name.startswith(op.module + "#")):
+            calls.setdefault(op.module, []).append(i)
+    hulls = []
+    for idx in calls.values():
+        if len(idx) < 2:
+            continue
+        below = set(idx)  # ops reachable from a call
+        for i in range(idx[0], len(graph)):
+            if i in below or any(p in below for p in graph.parents[i]):
+                below.add(i)
+        above = set(idx)  # ops a call is reachable from
+        for i in range(idx[-1], -1, -1):
+            if i in above or any(c in above for c in graph.children[i]):
+                above.add(i)
+        hulls.append(sorted(below & above))
+    return hulls
 
 
 def group_names(groups: list[list[str]]) -> list[str]:

@@ -181,6 +181,9 @@ def check_curve(points, *, source: str | None, field: str) -> tuple[tuple[float,
         if out and b <= out[-1][0]:
             raise InputError(f"message sizes must increase, but {b:g} B follows {out[-1][0]:g} B", source=source,
                              field=f"{field}[{k}][0]", fix="List the points from the smallest message up")
+        if out and b - out[-1][0] < 1.0:  # closer points would make a slope of up to 1e3 s per byte overflow
+            raise InputError(f"{b:g} B is less than a byte above {out[-1][0]:g} B", source=source,
+                             field=f"{field}[{k}][0]", fix="Give message sizes at least one byte apart")
         if out and t < out[-1][1]:
             raise InputError(f"{b:g} B takes {t:g} s, less than the smaller {out[-1][0]:g} B ({out[-1][1]:g} s)",
                              source=source, field=f"{field}[{k}][1]",

@@ -27,6 +27,9 @@ class Op:
     """One node of the training step's forward graph.
 
     ``bwd_flops`` counts gradients with respect to inputs and weights;
+    ``bwd_weight_flops`` is its weight-gradient part (W; the rest, B, is the
+    input gradient), ``None`` when the file does not say: then an op with
+    parameters splits evenly (a dense layer's 1:1) and one without has no W.
     ``mem_bytes`` is the forward memory traffic (reads + writes), which the
     roofline profile uses for memory-bound ops. ``input_bytes`` overrides the
     tensor size on the edge from a given input (ops with several outputs).
@@ -48,6 +51,14 @@ class Op:
     # ``exprimo-2020`` profile can reproduce its numbers exactly:
     # {"fwd": [flops, [bytes, ...]], "bwd": [flops, [bytes, ...]]}.
     exprimo: Mapping[str, tuple] | None = None
+    bwd_weight_flops: float | None = None
+
+    @property
+    def weight_grad_share(self) -> float:
+        """The share of the backward that computes weight gradients (zb-h1's W task)."""
+        if self.bwd_weight_flops is None:
+            return 0.5 if self.param_bytes > 0 else 0.0
+        return self.bwd_weight_flops / self.bwd_flops if self.bwd_flops > 0 else 0.0
 
     def edge_bytes(self, parent: str, parent_output_bytes: float) -> float:
         return float(self.input_bytes.get(parent, parent_output_bytes))
@@ -136,6 +147,7 @@ class Graph:
                 op,
                 fwd_flops=op.fwd_flops * k,
                 bwd_flops=op.bwd_flops * k,
+                bwd_weight_flops=None if op.bwd_weight_flops is None else op.bwd_weight_flops * k,
                 output_bytes=op.output_bytes * k,
                 mem_bytes=activation_traffic * k + min(op.param_bytes, op.mem_bytes),
                 shape=tuple(shape),

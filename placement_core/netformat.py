@@ -9,7 +9,7 @@ from .graph import Graph, Op
 
 FORMAT = "placement-network/1"
 
-_OP_FIELDS = {"name", "kind", "inputs", "fwd_flops", "bwd_flops", "output_bytes", "param_bytes",
+_OP_FIELDS = {"name", "kind", "inputs", "fwd_flops", "bwd_flops", "bwd_weight_flops", "output_bytes", "param_bytes",
               "mem_bytes", "shape", "times", "module", "exprimo"}
 _NUMBER_FIELDS = ("fwd_flops", "bwd_flops", "output_bytes", "param_bytes", "mem_bytes")
 # Far beyond any real network, small enough that sizes derived from them stay exact floats.
@@ -71,8 +71,15 @@ def _op_from_dict(raw: Any, i: int, source: str | None) -> Op:
     exprimo = raw.get("exprimo")
     if exprimo is not None:
         exprimo = _exprimo_terms(exprimo, f"{at}.exprimo", source)
+    weight = raw.get("bwd_weight_flops")
+    if weight is not None:
+        weight = require_number(weight, source=source, field=f"{at}.bwd_weight_flops")
+        if weight > values["bwd_flops"]:
+            raise InputError(f"bwd_weight_flops ({weight:g}) exceeds bwd_flops ({values['bwd_flops']:g})",
+                             source=source, field=f"{at}.bwd_weight_flops",
+                             fix="Give the weight-gradient part of the backward, at most bwd_flops (or leave it out)")
     return Op(name=name, kind=kind, inputs=tuple(inputs), shape=tuple(shape), times=times,
-              input_bytes=input_bytes, module=module, exprimo=exprimo, **values)
+              input_bytes=input_bytes, module=module, exprimo=exprimo, bwd_weight_flops=weight, **values)
 
 
 def _times_from_dict(raw: Any, at: str, source: str | None) -> dict[str, dict[str, float]]:
@@ -111,6 +118,8 @@ def network_to_dict(graph: Graph) -> dict:
                        for p in op.inputs]
         for k in _NUMBER_FIELDS:
             d[k] = _num(getattr(op, k))
+        if op.bwd_weight_flops is not None:
+            d["bwd_weight_flops"] = _num(op.bwd_weight_flops)
         d["shape"] = list(op.shape)
         if op.times:
             d["times"] = {dev: {ph: t for ph, t in v.items()} for dev, v in op.times.items()}

@@ -50,8 +50,9 @@ class ProblemSpec:
     The CLI's options, the dashboard's settings, the run store and the experiments all
     go through it, so there is one translation from knobs to a :class:`Problem`, and two
     runs were simulated alike exactly when their resolved specs are equal.
-    ``batches`` counts whole batches; under ``gpipe``/``1f1b`` one batch is split into
-    ``micro_batches`` units and ``batches`` and ``in_flight`` stay 1. ``None``
+    ``batches`` counts whole batches; under a pipeline schedule one batch is split into
+    ``micro_batches`` units and ``batches`` and ``in_flight`` stay 1; ``virtual_stages`` cuts a
+    device's single run of ops into chunks under ``interleaved-1f1b`` (1 elsewhere). ``None``
     efficiencies mean the profile's defaults; ``timings`` is a measured op-time table
     (:mod:`placement_core.timings`) taken at batch ``timings_batch`` (0: the graph's own).
     """
@@ -67,6 +68,7 @@ class ProblemSpec:
     timings: Mapping[str, Any] | None = None
     timings_batch: int = 0
     penalty: str = "thesis"
+    virtual_stages: int = 1
 
     def build(self, graph: Graph, devices: DeviceGraph, *, whole_batch: bool = True, fast: bool = True,
               cost_model=None) -> "Problem":
@@ -81,7 +83,8 @@ class ProblemSpec:
                              fix="Use " + ", ".join(SCHEDULES))
         unit = graph if self.schedule == "thesis" or not whole_batch else micro_batch_graph(graph, self.micro_batches)
         settings = schedule_settings(self.schedule, len(unit), micro_batches=self.micro_batches,
-                                     batches=self.batches, in_flight=self.in_flight, forward_only=self.forward_only)
+                                     batches=self.batches, in_flight=self.in_flight, forward_only=self.forward_only,
+                                     virtual_stages=self.virtual_stages)
         profile = cost_model or get_profile(self.profile, comp_efficiency=self.comp_efficiency,
                                             comm_efficiency=self.comm_efficiency, timings=self.timings or None,
                                             timings_batch=self.timings_batch or None)
@@ -94,7 +97,8 @@ class ProblemSpec:
         # (runs stored before this spec wrote the micro-batch count there)
         return self.replace(comp_efficiency=prof.comp_efficiency, comm_efficiency=prof.comm_efficiency,
                             timings=self.timings or None, timings_batch=self.timings_batch if self.timings else 0,
-                            in_flight=self.in_flight if self.schedule == "thesis" else 1)
+                            in_flight=self.in_flight if self.schedule == "thesis" else 1,
+                            virtual_stages=self.virtual_stages if self.schedule == "interleaved-1f1b" else 1)
 
     def replace(self, **changes) -> "ProblemSpec":
         return ProblemSpec(**{**self.__dict__, **changes})
@@ -105,11 +109,13 @@ class ProblemSpec:
         return {"profile": r.profile, "comp_efficiency": r.comp_efficiency, "comm_efficiency": r.comm_efficiency,
                 "timings": to_jsonable(dict(r.timings)) if r.timings else None, "timings_batch": r.timings_batch,
                 "penalty": r.penalty, "schedule": r.schedule, "micro_batches": r.micro_batches,
-                "batches": r.batches, "in_flight": r.in_flight, "forward_only": r.forward_only}
+                "batches": r.batches, "in_flight": r.in_flight, "forward_only": r.forward_only,
+                "virtual_stages": r.virtual_stages}
 
     @classmethod
     def from_dict(cls, data: Any, source: str | None = None) -> "ProblemSpec":
-        """Read the JSON form strictly; runs stored before ``timings_batch`` existed still load."""
+        """Read the JSON form strictly; runs stored before ``timings_batch`` or ``virtual_stages`` existed
+        still load."""
         if not isinstance(data, Mapping):
             raise InputError(f"a problem spec must be an object, got {type(data).__name__}", source=source)
         known = {f.name for f in fields(cls)}
@@ -132,8 +138,11 @@ class ProblemSpec:
         batch = data.get("timings_batch", 0) or 0
         if isinstance(batch, bool) or not isinstance(batch, int):
             raise InputError("timings_batch must be an integer", source=source, field="timings_batch")
-        spec = cls(**{k: data[k] for k in _REQUIRED}, timings=timings or None, timings_batch=batch)
-        return spec
+        virtual = data.get("virtual_stages", 1)
+        if isinstance(virtual, bool) or not isinstance(virtual, int) or virtual < 1:
+            raise InputError("virtual_stages must be a positive integer", source=source, field="virtual_stages")
+        return cls(**{k: data[k] for k in _REQUIRED}, timings=timings or None, timings_batch=batch,
+                   virtual_stages=virtual)
 
     @classmethod
     def of(cls, problem: "Problem") -> "ProblemSpec":
@@ -143,7 +152,7 @@ class ProblemSpec:
                    in_flight=s.in_flight if s.schedule == "thesis" else 1, forward_only=s.forward_only, profile=prof.name,
                    comp_efficiency=prof.comp_efficiency, comm_efficiency=prof.comm_efficiency,
                    timings=timings, timings_batch=getattr(prof, "timings_batch", 0) if timings else 0,
-                   penalty=problem.penalty)
+                   penalty=problem.penalty, virtual_stages=s.virtual_stages)
 
 
 _REQUIRED = {"profile": (str,), "comp_efficiency": (int, float), "comm_efficiency": (int, float),

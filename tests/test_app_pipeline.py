@@ -54,15 +54,20 @@ def memory_figures(at) -> list[dict]:
 
 
 def bars(fig):
-    """(label, colour, device row, width in ms) of every labelled bar (F k / B k / U)."""
+    """(label, colour, device row, width in ms) of every labelled bar (F k / B k / W k / U)."""
     out = []
     for t in fig["data"]:
         if t["type"] != "bar" or not t.get("text"):
             continue
-        for label, y, x in zip(t["text"], t["y"], t["x"]):
+        colours = t["marker"]["color"]
+        colours = colours if isinstance(colours, list) else [colours] * len(t["text"])
+        for label, colour, y, x in zip(t["text"], colours, t["y"], t["x"]):
             if label:  # transfers on link rows carry no label
-                out.append((label, t["marker"]["color"], y, x))
+                out.append((label, colour, y, x))
     return out
+
+
+ALL = {"GPipe", "1F1B (PipeDream-flush)", "Interleaved 1F1B", "ZB-H1 (zero bubble)"}
 
 
 def test_page_renders_cleanly_with_the_default_state():
@@ -75,8 +80,8 @@ def test_page_renders_cleanly_with_the_default_state():
     assert list(table["ops"]) == [s.ops for s in stages_of(placement, RESNET, MALVIK)]
     assert sum(table["ops"]) == len(RESNET)
     assert list(table["first op"])[0] == "x" and list(table["last op"])[-1] == "fc"
-    assert set(gantts(at)) == {"GPipe", "1F1B (PipeDream-flush)"}
-    assert len(memory_figures(at)) == 2
+    assert set(gantts(at)) == ALL
+    assert len(memory_figures(at)) == 4
     for f in figures(at):
         for axis in ("xaxis", "yaxis"):
             if f["layout"].get(axis, {}).get("type") != "category" and "title" in f["layout"].get(axis, {}):
@@ -94,7 +99,7 @@ def test_numbers_shown_are_the_simulators():
         run = runs[s]
         assert compare.loc[name, "step time (ms)"] == pytest.approx(run.step_time * 1e3, rel=1e-12)
         assert compare.loc[name, "bubble (%)"] == pytest.approx(run.bubble_fraction * 100, rel=1e-12)
-        assert compare.loc[name, "textbook bubble (%)"] == pytest.approx(100 * (p - 1) / (m + p - 1))
+        assert compare.loc[name, "closed-form bubble (%)"] == pytest.approx(100 * (p - 1) / (m + p - 1))
         assert compare.loc[name, "first-stage peak (GB)"] == pytest.approx(run.stage_peak_memory()[0] / 1e9)
         assert ("Step time", fmt_seconds(run.step_time)) in shown
         assert ("Bubble", f"{run.bubble_fraction:.1%}") in shown
@@ -103,7 +108,7 @@ def test_numbers_shown_are_the_simulators():
     stage_devs = [MALVIK.index[s.device] for s in stages_of(placement, RESNET, MALVIK)]
     assert runs["gpipe"].bubble_fraction == pytest.approx(1 - r.busy[stage_devs].mean() / r.makespan)
     # peak memory per stage, next to each Gantt, in stage order
-    for fig, s in zip(memory_figures(at), ("gpipe", "1f1b")):
+    for fig, s in zip(memory_figures(at), ("gpipe", "1f1b")):  # the first two of the four
         bar = fig["data"][0]
         assert bar["y"] == ["gpu0", "gpu1", "gpu2"]
         assert bar["x"] == pytest.approx([b / 1e9 for b in runs[s].stage_peak_memory()])
@@ -138,10 +143,12 @@ def test_gantts_have_a_row_per_stage_and_one_colour_per_micro_batch():
     assert {k: v for k, v in gpipe.items() if k != "U"} == {k: v for k, v in ofob.items() if k != "U"}
     assert len({gpipe[f"F{k}"] for k in range(1, m + 1)}) == m  # micro-batches tell apart
     assert all(gpipe[f"F{k}"] != gpipe[f"B{k}"] for k in range(1, m + 1))  # backward is another shade
-    # the same time axis on both, wide enough for the slower one
+    # the same time axis on every chart, wide enough for the slowest
     xr = [figs[n]["layout"]["xaxis"]["range"] for n in figs]
-    assert xr[0] == xr[1]
-    slowest = max(run_schedule(RESNET, MALVIK, placement, s, m).step_time for s in ("gpipe", "1f1b"))
+    assert all(x == xr[0] for x in xr)
+    slowest = max(run_schedule(RESNET, MALVIK, even_stages(RESNET, MALVIK, p, virtual_stages=2 if s ==
+                                                          "interleaved-1f1b" else 1), s, m, virtual_stages=2).step_time
+                  for s in ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1"))
     assert slowest * 1e3 <= xr[0][1] <= slowest * 1e3 * 1.02
     # the legend names micro-batches, grouped into forward and backward
     legend = {t["name"] for f in figs.values() for t in f["data"] if t.get("showlegend")}
@@ -177,7 +184,7 @@ def test_micro_batches_that_do_not_divide_the_batch_are_an_error_message():
     assert not gantts(at)
     at.number_input(key="pipe_micro_batches").set_value(16).run()
     assert_clean(at)
-    assert len(gantts(at)) == 2
+    assert len(gantts(at)) == 4
 
 
 def test_the_thesis_scheme_can_join_the_comparison():
@@ -210,7 +217,7 @@ def upload_equal_stages(at):
 @pytest.mark.parametrize("m", [1, 4, 6, 24])
 def test_ideal_pipeline_of_equal_stages_has_the_textbook_bubble(m):
     at = upload_equal_stages(start())
-    at = pipeline_page(at, pipe_stages=P, pipe_micro_batches=m)
+    at = pipeline_page(at, pipe_stages=P, pipe_micro_batches=m, pipe_schedules=["gpipe", "1f1b"])
     compare = frame(at, "schedule").set_index("schedule")
     real = compare.loc["GPipe", "step time (ms)"]
     at.toggle(key="pipe_ideal").set_value(True).run()
@@ -309,7 +316,8 @@ def test_settings_from_before_schedules_still_load():
 def test_pipeline_gantt_draws_message_overhead_as_thin_grey_bars_over_the_stage_work():
     from dataclasses import replace
 
-    from dashboard.charts import OVERHEAD_COLOR, OVERHEAD_NAME, schedule_gantt_figure
+    from dashboard.charts import OVERHEAD_COLOR, OVERHEAD_NAME
+    from dashboard.pipecharts import schedule_gantt
     from placement_core.analysis.pipeline import schedule_blocks
     from placement_core.devices import DeviceGraph
     d = devices(2)
@@ -318,7 +326,7 @@ def test_pipeline_gantt_draws_message_overhead_as_thin_grey_bars_over_the_stage_
     run = run_schedule(graph, d, [0, 1], "gpipe", 2, trace=True, comm_efficiency=1.0)
     res = run.evaluation.result
     blocks = schedule_blocks(res.trace, ["d0", "d1", "bus"])
-    fig = schedule_gantt_figure(blocks, ["d0", "d1", "bus"], 2, res.makespan, "GPipe").to_plotly_json()
+    fig = schedule_gantt(blocks, ["d0", "d1", "bus"], 2, res.makespan, "GPipe").to_plotly_json()
     [grey] = [t for t in fig["data"] if t.get("name") == OVERHEAD_NAME]
     assert grey["marker"]["color"] == OVERHEAD_COLOR and grey["width"] == 0.25
     assert sum(grey["x"]) == pytest.approx(0.25e3 * sum(1 for e in res.trace if e.kind in ("send", "recv")))

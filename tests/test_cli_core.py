@@ -20,7 +20,7 @@ def run(capsys, *argv):
 def test_lists(capsys):
     code, out, _ = run(capsys, "networks", "--json")
     assert code == 0
-    assert [r["name"] for r in json.loads(out)] == ["alexnet", "inception_v3", "resnet50", "vgg16"]
+    assert [r["name"] for r in json.loads(out)] == ["alexnet", "gpt2", "inception_v3", "resnet50", "vgg16", "vit_b_16"]
     code, out, _ = run(capsys, "devices")
     assert code == 0 and "malvik-4gpu-limited-resnet50" in out and "nvlink-8gpu" in out
 

@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("api", ["=placement_core"]),
     ("optimize", ["placement_core.optimize.", "placement_core.parallel"]),
     ("analysis", ["placement_core.analysis.", "placement_core.benchplan", "placement_core.exports",
-                  "placement_core.fitting"]),
+                  "placement_core.fitting", "placement_core.pipeplan"]),
     ("learn", ["placement_core.learn."]),
     ("store", ["placement_core.store", "placement_core.store_doctor", "placement_core.runs",
                "placement_core.measured"]),

@@ -4,7 +4,9 @@ Every instance draws per-device message overheads (none, some devices, every dev
 without a measured transfer curve, a cost profile (the default roofline, or ``exprimo-2020`` with its one-clock-cycle
 minimum per transfer and per cost term, gradients sent back to the input op and no weight update) and
 the simulator settings: random ones (batches in flight, admission, priorities, stage caps, per-step
-updates) or those of the thesis', GPipe's and 1F1B's schedules.
+updates) or those of the thesis', GPipe's, 1F1B's, interleaved 1F1B's (virtual stages from the placement's
+runs or cut from single runs) and ZB-H1's schedules (backwards split into B and W by each op's share, given
+in the file or by default).
 """
 
 import numpy as np
@@ -22,7 +24,7 @@ from placement_core.simulate.schedules import schedule_settings
 def curves(draw):
     """A measured transfer curve: 2 to 5 points over 0..1500 bytes (messages reach 1000), times rising."""
     k = draw(st.integers(2, 5))
-    sizes = sorted(draw(st.lists(st.floats(0.0, 1500.0), min_size=k, max_size=k, unique=True)))
+    sizes = sorted(float(b) for b in draw(st.lists(st.integers(0, 1500), min_size=k, max_size=k, unique=True)))
     steps = draw(st.lists(st.floats(0.0, 2.0), min_size=k - 1, max_size=k - 1))
     steps[-1] = max(steps[-1], 1e-3)  # the last segment rises (its slope is the bandwidth beyond)
     times = np.cumsum([draw(st.floats(0.0, 0.5))] + steps).tolist()
@@ -50,10 +52,14 @@ def instances(draw):
                   for j in range(nd)} if draw(st.booleans()) else {})
         # A source may be the network's input: no gradient goes back to it, except under exprimo-2020.
         kind = draw(st.sampled_from(["input", "other"])) if not parents else "other"
+        bwd = draw(st.sampled_from([0.0, 3e9]))
+        # the weight-gradient (W) part of the backward: the default rule (None) or a share of it
+        w = draw(st.sampled_from([None, None, 0.0, 1e9, bwd]))
         ops.append(Op(name=f"op{i}", kind=kind, inputs=tuple(f"op{p}" for p in parents),
                       output_bytes=draw(st.integers(0, 1000)), param_bytes=draw(st.sampled_from([0, 0, 500])),
-                      fwd_flops=draw(st.sampled_from([0.0, 1e8, 2e9])), bwd_flops=draw(st.sampled_from([0.0, 3e9])),
-                      mem_bytes=draw(st.sampled_from([0.0, 5e8])), times=times))
+                      fwd_flops=draw(st.sampled_from([0.0, 1e8, 2e9])), bwd_flops=bwd,
+                      mem_bytes=draw(st.sampled_from([0.0, 5e8])), times=times,
+                      bwd_weight_flops=None if w is None else min(w, bwd)))
     # channels: every ordered pair on one of k channels
     k = draw(st.integers(1, 3))
     routes = [[] for _ in range(k)]
@@ -65,7 +71,8 @@ def instances(draw):
                      transfer_curve=draw(curves()) if draw(st.integers(0, 2)) == 0 else ())
              for c, r in enumerate(routes)]
     placement = draw(st.lists(st.integers(0, nd - 1), min_size=n, max_size=n))
-    schedule = draw(st.sampled_from(["random", "random", "thesis", "gpipe", "1f1b"]))
+    schedule = draw(st.sampled_from(["random", "random", "thesis", "gpipe", "1f1b", "interleaved-1f1b",
+                                     "interleaved-1f1b", "zb-h1", "zb-h1"]))
     forward_only = draw(st.booleans())
     if schedule == "random":
         batches = draw(st.integers(1, 3))
@@ -82,7 +89,9 @@ def instances(draw):
         sim = schedule_settings("thesis", n, batches=batches, in_flight=draw(st.integers(1, batches)),
                                 forward_only=forward_only)
     else:
-        sim = schedule_settings(schedule, n, micro_batches=draw(st.integers(1, 4)), forward_only=forward_only)
+        v = draw(st.integers(1, 3)) if schedule == "interleaved-1f1b" else 1
+        sim = schedule_settings(schedule, n, micro_batches=draw(st.integers(1, 5)), forward_only=forward_only,
+                                virtual_stages=v)
     return Graph("random", ops), DeviceGraph("random", devs, chans), np.array(placement, dtype=np.int32), sim, \
         profile
 

@@ -44,3 +44,33 @@ def test_bad_toys_name_the_field(toy, field):
     with pytest.raises(InputError) as e:
         run_toy(toy)
     assert e.value.field == field
+
+
+@pytest.mark.parametrize("p, m, v", [(2, 4, 2), (4, 8, 2), (3, 6, 3), (4, 4, 4)])
+def test_interleaved_toy_is_its_closed_form(p, m, v):
+    """m (t_f + t_b) + (p - 1)(t_f + t_b) / V + t_u, the chunks round-robin."""
+    toy = Toy(p, m, 0.001, 0.002, t_u=0.0005, v=v)
+    run = run_toy(toy, "interleaved-1f1b")
+    assert run.step_time == pytest.approx(m * 0.003 + (p - 1) * 0.003 / v + 0.0005, rel=1e-12)
+    assert run.step_time == pytest.approx(closed_form_step(p, m, 0.001, 0.002, 0.0005, schedule="interleaved-1f1b",
+                                                           v=v), rel=1e-12)
+    assert bubble_breakdown(toy, run)["transfers_s"] == 0.0
+    assert len({e.op for e in run.evaluation.result.trace}) == p * v  # p V chunks
+
+
+@pytest.mark.parametrize("p, m", [(2, 4), (4, 8), (3, 3), (5, 10)])
+def test_zb_h1_toy_is_its_closed_form(p, m):
+    """t_b = 2 ms of which t_W = 1 ms: m (t_f + t_b) + (p - 1)(t_f + t_B - t_W), a third of 1F1B's bubble."""
+    toy = Toy(p, m, 0.001, 0.002, t_w=0.001)
+    run = run_toy(toy, "zb-h1")
+    assert run.step_time == pytest.approx(m * 0.003 + (p - 1) * 0.001, rel=1e-12)
+    ofob = run_toy(toy, "1f1b")
+    idle_zb, idle_1f1b = bubble_breakdown(toy, run)["idle_s"], bubble_breakdown(toy, ofob)["idle_s"]
+    assert idle_zb == pytest.approx(idle_1f1b / 3)
+    assert {e.phase for e in run.evaluation.result.trace} == {"fwd", "bwd", "wgrad"}
+    assert closed_form_bubble(p, m, schedule="zb-h1", t_f=1, t_b=2, t_w=1) == pytest.approx((p - 1) / (3 * m + p - 1))
+
+
+def test_toy_refuses_a_weight_gradient_longer_than_the_backward():
+    with pytest.raises(InputError, match="is part of the backward"):
+        Toy(2, 2, 1.0, 1.0, t_w=2.0).check()

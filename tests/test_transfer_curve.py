@@ -166,6 +166,8 @@ def test_a_curve_reads_and_writes_back_and_a_graph_without_one_is_unchanged():
     ([[4, 1e-5], [100, 2e-5], [1000, 2e-5]], "channels[0].transfer_curve[2][1]", "same time"),
     ([[4, 1e-5], [100]], "channels[0].transfer_curve[1]", "[BYTES, SECONDS]"),
     ([[4, 1e-5], [-1, 2e-5]], "channels[0].transfer_curve[1][0]", "negative"),
+    # a denormal step would make the slope beyond it 1e-3 s / 5e-324 B = inf (found by the property tests)
+    ([[0, 0.0], [5e-324, 1e-3]], "channels[0].transfer_curve[1][0]", "less than a byte above"),
     ([[4, 1e-5], [100, "fast"]], "channels[0].transfer_curve[1][1]", "expected a number"),
     ("fast", "channels[0].transfer_curve", "a JSON list"),
     ([[4, 1e-5], [100, 5000]], "channels[0].transfer_curve[1][1]", "implausibly large"),

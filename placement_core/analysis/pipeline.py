@@ -13,9 +13,13 @@ from ..problem import Evaluation, Problem, ProblemSpec
 from ..simulate.model import OVERHEAD_KINDS
 
 
-def even_stages(graph: Graph, devices: DeviceGraph, p: int, *, profile: str = "default", **cost_kw) -> np.ndarray:
+def even_stages(graph: Graph, devices: DeviceGraph, p: int, *, virtual_stages: int = 1, profile: str = "default",
+                **cost_kw) -> np.ndarray:
     """p contiguous stages in topological order, balanced by training-step compute time,
-    on the p fastest GPUs (all devices when there are fewer GPUs). ``cost_kw``: measured op times."""
+    on the p fastest GPUs (all devices when there are fewer GPUs). ``cost_kw``: measured op times.
+
+    With ``virtual_stages`` V > 1 the network is cut into p V balanced chunks placed round-robin, chunk c
+    on the (c mod p)-th of those devices: Megatron-LM's layout for interleaved 1F1B."""
     from ..optimize.baselines import balanced_stages
     from ..optimize.fixed import op_work
     problem = Problem(graph, devices, profile=profile, **cost_kw)
@@ -25,12 +29,33 @@ def even_stages(graph: Graph, devices: DeviceGraph, p: int, *, profile: str = "d
     if not 1 <= p <= min(len(pool), len(graph)):
         raise InputError(f"cannot make {p} stages from {len(pool)} devices and {len(graph)} ops", field="stages",
                          fix=f"Use 1 to {min(len(pool), len(graph))} stages")
+    v = int(virtual_stages)
+    if not 1 <= v or p * v > len(graph):
+        raise InputError(f"cannot cut {len(graph)} ops into {p} × {v} chunks", field="virtual_stages",
+                         fix=f"Use at most {len(graph) // p} virtual stages")
     chosen = sorted(sorted(pool, key=lambda d: (work[:, d].sum(), d))[:p])
-    cuts = balanced_stages(work[:, chosen])
+    owners = [chosen[c % p] for c in range(p * v)]
+    cuts = balanced_stages(work[:, owners])
     placement = np.empty(len(graph), dtype=np.int32)
-    for s, d in enumerate(chosen):
-        placement[cuts[s]:cuts[s + 1]] = d
+    for c, d in enumerate(owners):
+        placement[cuts[c]:cuts[c + 1]] = d
     return placement
+
+
+def placement_option(spec: str, graph: Graph, devices: DeviceGraph, ignored: list[str] | None = None,
+                     **cost_kw) -> np.ndarray:
+    """``--placement``: ``stages:P`` (P balanced stages, :func:`even_stages`), ``stages:PxV`` (P V chunks
+    round-robin, for interleaved 1F1B), or anything :func:`placement.parse_placement_spec` reads."""
+    from ..placement import parse_placement_spec
+    if not spec.startswith("stages:"):
+        return parse_placement_spec(spec, graph, devices, ignored=ignored)
+    text = spec.split(":", 1)[1]
+    parts = text.split("x")
+    if not (1 <= len(parts) <= 2 and all(x.isascii() and x.isdigit() and len(x) <= 4 for x in parts)):
+        raise InputError(f"expected stages:P or stages:PxV with whole numbers, got {spec!r}", field="--placement",
+                         fix="Write e.g. stages:4 (four stages) or stages:4x2 (eight chunks, two per device)")
+    p, v = int(parts[0]), int(parts[1]) if len(parts) == 2 else 1
+    return even_stages(graph, devices, p, virtual_stages=v, **cost_kw)
 
 
 @dataclass(frozen=True)
@@ -63,6 +88,8 @@ class ScheduleRun:
     micro_batches: int
     evaluation: Evaluation
     stage_devices: list[int]
+    virtual_stages: int = 1
+    chunk_of: dict[str, int] | None = None  # interleaved 1F1B: each op's chunk on its device (0 = first)
 
     @property
     def step_time(self) -> float:
@@ -78,28 +105,40 @@ class ScheduleRun:
 
 
 def run_schedule(graph: Graph, devices: DeviceGraph, placement: np.ndarray, schedule: str, micro_batches: int,
-                 *, trace: bool = False, **problem_kw) -> ScheduleRun:
+                 *, trace: bool = False, virtual_stages: int = 1, **problem_kw) -> ScheduleRun:
+    """One schedule on one placement (``virtual_stages`` counts only under interleaved-1f1b)."""
     m = 1 if schedule == "thesis" else micro_batches
+    v = virtual_stages if schedule == "interleaved-1f1b" else 1
     if problem_kw.get("timings_batch") is None:
         problem_kw.pop("timings_batch", None)
     profile = problem_kw.pop("profile", "default")
     named = isinstance(profile, str)
-    spec = ProblemSpec(schedule=schedule, micro_batches=m, profile=profile if named else profile.name, **problem_kw)
+    spec = ProblemSpec(schedule=schedule, micro_batches=m, profile=profile if named else profile.name,
+                       virtual_stages=v, **problem_kw)
     problem = spec.build(graph, devices, cost_model=None if named else profile)
     ev = problem.simulate(placement, trace=trace)
     order = [devices.index[s.device] for s in stages_of(placement, graph, devices)]
-    return ScheduleRun(schedule, m, ev, order)
+    chunk_of = None
+    if schedule == "interleaved-1f1b":
+        from ..simulate.pipeline_rules import chunks
+        c, place = problem.compiled, [int(x) for x in placement]
+        work = [float(c.fwd[i * c.n_dev + d] + c.bwd[i * c.n_dev + d]) for i, d in enumerate(place)]
+        local = chunks(place, work, v, c.n_dev)[1]
+        chunk_of = {op.name: local[i] for i, op in enumerate(problem.graph.ops)}
+    return ScheduleRun(schedule, m, ev, order, v, chunk_of)
 
 
 def sweep(graph: Graph, devices: DeviceGraph, placement: np.ndarray, schedules=("gpipe", "1f1b"),
-          micro_batches: list[int] | None = None, **problem_kw) -> list[dict]:
-    """Step time, bubble and first-stage peak memory for every schedule and micro-batch count."""
+          micro_batches: list[int] | None = None, placements: dict | None = None, **problem_kw) -> list[dict]:
+    """Step time, bubble and first-stage peak memory for every schedule and micro-batch count
+    (``placements``: a schedule's own placement, e.g. interleaved 1F1B's chunks)."""
     if micro_batches is None:
         micro_batches = [m for m in (1, 2, 4, 8, 16, 32, 64) if graph.batch_size % m == 0]
     rows = []
     for schedule in schedules:
         for m in micro_batches:
-            run = run_schedule(graph, devices, placement, schedule, m, **problem_kw)
+            run = run_schedule(graph, devices, (placements or {}).get(schedule, placement), schedule, m,
+                               **problem_kw)
             peaks = run.stage_peak_memory()
             rows.append({"schedule": schedule, "micro_batches": m, "step_time_s": run.step_time,
                          "bubble_fraction": run.bubble_fraction,
@@ -135,18 +174,21 @@ def textbook_bubble(p: int, m: int) -> float:
 @dataclass(frozen=True)
 class IdealPipelineProfile:
     """Another profile's op times with free communication and free weight updates: the textbook pipeline,
-    where p equal stages take exactly (m + p - 1)(t_f + t_b) and the bubble is (p - 1)/(m + p - 1)."""
+    where p equal stages take exactly (m + p - 1)(t_f + t_b) and the bubble is (p - 1)/(m + p - 1).
+    ``free_updates=False`` keeps the updates (to tell their share of the bubble from the transfers')."""
 
     base: object
+    free_updates: bool = True
 
     @property
     def name(self) -> str:
-        return f"{self.base.name} (ideal pipeline)"
+        return f"{self.base.name} ({'ideal pipeline' if self.free_updates else 'free transfers'})"
 
     def arrays(self, graph: Graph, devices: DeviceGraph):
         from dataclasses import replace
         a = self.base.arrays(graph, devices)
-        return replace(a, update=np.zeros_like(a.update), ch_latency=np.zeros_like(a.ch_latency),
+        return replace(a, update=np.zeros_like(a.update) if self.free_updates else a.update,
+                       ch_latency=np.zeros_like(a.ch_latency),
                        ch_inv_rate=np.zeros_like(a.ch_inv_rate), min_transfer=np.zeros_like(a.min_transfer),
                        message_overhead=np.zeros(len(devices)), curve_ptr=None, curve_bytes=None, curve_time=None)
 
@@ -164,18 +206,20 @@ class Block:
     row: int
     kind: str  # "op" (device work) | "transfer" | "overhead" (send and receive tasks, drawn over the work)
     unit: int  # micro-batch (or batch) index from 0; weight updates keep their first event's
-    phase: str  # "fwd" | "bwd" | "update"
+    phase: str  # "fwd" | "bwd" | "update" | "wgrad" (zb-h1's weight gradient)
     start: float
     end: float
     events: int  # ops (transfers; send and receive tasks in an "overhead" block) inside the block
     busy: float  # seconds of work (or transfer) inside the block, send and receive tasks included
     messages: int = 0  # send and receive tasks inside an "op" block
+    chunk: int = 0  # interleaved 1F1B: the block's chunk (virtual stage) on its device
 
 
-def schedule_blocks(trace, rows: list[str], *, tolerance: float = 1e-9) -> list[Block]:
+def schedule_blocks(trace, rows: list[str], *, tolerance: float = 1e-9, chunk_of: dict | None = None) -> list[Block]:
     """Merge a trace into blocks: on each row (device or channel), an event joins the block before it when it
     has the same micro-batch and phase (any micro-batch for weight updates) and starts no later than
-    ``tolerance`` × the trace's span after that block ends. Idle gaps therefore stay visible; events that
+    ``tolerance`` × the trace's span after that block ends (and, given ``chunk_of``, op name -> chunk, works on
+    the same chunk). Idle gaps therefore stay visible; events that
     take no time (an input op, a free transfer) and events on rows not in ``rows`` are left out. A device's send
     and receive tasks (its message overhead) are work of the message's micro-batch and phase inside those
     blocks (counted in ``messages``), and also come as blocks of their own, kind ``"overhead"`` (back-to-back
@@ -193,8 +237,9 @@ def schedule_blocks(trace, rows: list[str], *, tolerance: float = 1e-9) -> list[
     for r in sorted(per_row):
         cur = None
         for e in sorted(per_row[r], key=lambda e: (e.start, e.end)):
+            chunk = chunk_of.get(e.op, 0) if chunk_of and e.kind == "op" else (cur["chunk"] if cur else 0)
             same = cur is not None and cur["phase"] == e.phase and (
-                e.phase == "update" or cur["unit"] == e.batch) and e.start <= cur["end"] + eps
+                e.phase == "update" or (cur["unit"] == e.batch and cur["chunk"] == chunk)) and e.start <= cur["end"] + eps
             overhead = e.kind in OVERHEAD_KINDS
             if same:
                 cur["end"] = max(cur["end"], e.end)
@@ -205,7 +250,7 @@ def schedule_blocks(trace, rows: list[str], *, tolerance: float = 1e-9) -> list[
                 blocks.append(Block(**cur))
             cur = {"row": r, "kind": "transfer" if e.kind == "transfer" else "op", "unit": e.batch, "phase": e.phase,
                    "start": e.start, "end": e.end, "events": 0 if overhead else 1, "messages": int(overhead),
-                   "busy": e.end - e.start}
+                   "busy": e.end - e.start, "chunk": chunk}
         if cur is not None:
             blocks.append(Block(**cur))
     for r in sorted(per_row):

@@ -12,6 +12,13 @@ from .torch_common import _assignment, _needs_torch, _shape_and_network
 
 def cmd_benchmark(args) -> int:
     _needs_torch()
+    if getattr(args, "schedule", None):
+        from .pipeline_bench_cmds import cmd_benchmark_pipeline
+        return cmd_benchmark_pipeline(args)
+    for name in ("micro_batches", "simulate", "timings"):
+        if getattr(args, name, None) is not None:
+            raise InputError(f"--{name.replace('_', '-')} goes with --schedule (a pipelined run)",
+                             field=f"--{name.replace('_', '-')}", fix="Add --schedule gpipe, 1f1b, interleaved-1f1b or zb-h1")
     if args.run is not None:
         if args.placement is not None:
             raise InputError("give either --placement or --run, not both", field="--placement",

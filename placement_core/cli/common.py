@@ -11,6 +11,7 @@ from typing import Callable, Sequence
 
 from ..errors import InputError, escape, shown
 from ..problem import Problem, ProblemSpec
+from ..simulate.schedules import PIPELINES, SCHEDULES
 
 
 class UsageError(Exception):
@@ -111,11 +112,14 @@ def add_problem_options(p: argparse.ArgumentParser, required: bool = True) -> No
     p.add_argument("--comp-efficiency", type=fraction, help="fraction of peak FLOPS reached (default 0.9)")
     p.add_argument("--comm-efficiency", type=fraction,
                    help="fraction of link bandwidth reached (default 0.25, thesis E1)")
-    p.add_argument("--schedule", default="thesis", choices=["thesis", "gpipe", "1f1b"],
-                   help="thesis: whole batches, --in-flight at a time; gpipe / 1f1b: the batch split into "
-                        "--micro-batches, one weight update per batch")
+    p.add_argument("--schedule", default="thesis", choices=list(SCHEDULES),
+                   help="thesis: whole batches, --in-flight at a time; the pipelines (gpipe, 1f1b, interleaved-1f1b, "
+                        "zb-h1) split the batch into --micro-batches and update the weights once per batch")
     p.add_argument("--micro-batches", type=unit_count, default=None,
-                   help="micro-batches per batch for gpipe / 1f1b (default 4)")
+                   help="micro-batches per batch for a pipeline schedule (default 4)")
+    p.add_argument("--virtual-stages", type=positive_int, default=None,
+                   help="interleaved-1f1b: chunks per device where the placement gives a device one run of ops "
+                        "(a placement whose devices hold several runs says its chunks itself; default 1)")
     p.add_argument("--forward-only", action="store_true", help="inference: no backward pass or weight update")
     p.add_argument("--penalty", default="thesis", choices=["thesis", "placeto", "infeasible"],
                    help="memory-overflow penalty in the objective (default thesis: +1 ms per MB)")
@@ -124,9 +128,13 @@ def add_problem_options(p: argparse.ArgumentParser, required: bool = True) -> No
 def spec_from_args(args, graph) -> ProblemSpec:
     """The problem recipe the command line's options stand for (``graph`` is the whole batch)."""
     micro = args.micro_batches
+    virtual = getattr(args, "virtual_stages", None)
+    if virtual is not None and args.schedule != "interleaved-1f1b":
+        raise InputError("--virtual-stages needs --schedule interleaved-1f1b", field="--virtual-stages")
     if args.schedule == "thesis":
         if micro not in (None, 1):
-            raise InputError("--micro-batches needs --schedule gpipe or 1f1b", field="--micro-batches")
+            raise InputError("--micro-batches needs a pipeline schedule (--schedule " + ", ".join(PIPELINES) + ")",
+                             field="--micro-batches")
         micro = 1
     else:
         if args.in_flight != 1:
@@ -139,7 +147,8 @@ def spec_from_args(args, graph) -> ProblemSpec:
     return ProblemSpec(schedule=args.schedule, micro_batches=micro, batches=args.batches, in_flight=args.in_flight,
                        forward_only=args.forward_only, profile=args.profile, comp_efficiency=args.comp_efficiency,
                        comm_efficiency=args.comm_efficiency, timings=timings,
-                       timings_batch=graph.batch_size if timings else 0, penalty=args.penalty)
+                       timings_batch=graph.batch_size if timings else 0, penalty=args.penalty,
+                       virtual_stages=virtual or 1)
 
 
 def build_problem(args) -> Problem:

@@ -6,7 +6,8 @@ from ..analysis.stats import channel_stats, device_stats
 from ..analysis.units import fmt_bytes, fmt_seconds
 from ..catalog import builtin_devices, builtin_networks, load_devices, load_network
 from ..jsonio import write_json
-from ..placement import describe_ignored, parse_placement_spec
+from ..analysis.pipeline import placement_option
+from ..placement import describe_ignored
 from .common import add_problem_options, build_problem, print_json, printable, table
 from .validate import check_output_file
 
@@ -25,7 +26,8 @@ def register(sub) -> None:
                                    "busy time and peak memory, and per-channel traffic.")
     add_problem_options(p)
     p.add_argument("--placement", required=True,
-                   help="single:DEVICE, random:SEED, or a placement file (placement/1 or Exprimo's)")
+                   help="single:DEVICE, random:SEED, stages:P (P balanced pipeline stages), stages:PxV (P V "
+                        "chunks round-robin, for interleaved-1f1b), or a placement file (placement/1 or Exprimo's)")
     p.add_argument("--trace", metavar="FILE", help="write the event trace as Chrome trace JSON (Perfetto)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(handler=cmd_simulate)
@@ -76,15 +78,16 @@ def batch_summary(problem) -> dict:
             "batches": s.batches // m,
             # gpipe/1f1b admit every micro-batch of the one batch at once; "in flight" is the thesis scheme's
             "in_flight": 1 if pipelined else s.in_flight,
-            "schedule": s.schedule, "micro_batches": m}
+            "schedule": s.schedule, "micro_batches": m, "virtual_stages": s.virtual_stages}
 
 
 def describe_batches(summary: dict) -> str:
     """``4 batch(es), 2 in flight`` or ``gpipe schedule, 4 micro-batches of 32`` for the text output."""
     if summary["schedule"] == "thesis":
         return f"{summary['batches']} batch(es), {summary['in_flight']} in flight"
+    virtual = f", {summary['virtual_stages']} virtual stages" if summary.get("virtual_stages", 1) > 1 else ""
     return (f"{summary['schedule']} schedule, {summary['micro_batches']} micro-batches of "
-            f"{summary['micro_batch_size']}")
+            f"{summary['micro_batch_size']}{virtual}")
 
 
 def simulation_report(problem, placement_spec: str, ev) -> dict:
@@ -113,7 +116,8 @@ def cmd_simulate(args) -> int:
     trace_path = check_output_file(args.trace, "--trace", "trace.json") if args.trace is not None else None
     problem = build_problem(args)
     ignored: list[str] = []
-    placement = parse_placement_spec(args.placement, problem.graph, problem.devices, ignored=ignored)
+    placement = placement_option(args.placement, problem.graph, problem.devices, ignored=ignored,
+                                 profile=problem.profile)
     ev = problem.simulate(placement)  # the fast kernel: the numbers, and how large a trace would be
     if trace_path is not None:
         from ..simulate.chrome import chrome_trace

@@ -13,6 +13,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..analysis.units import fmt_bytes
 from .common import positive_int, print_json, table
+from ..simulate.schedules import PIPELINES
 from .benchmark_cmds import cmd_benchmark
 from .torch_common import (DEVICES_HELP, MODEL_HELP, _assignment, _model_options, _needs_torch, _shape_and_network,
                            byte_size)
@@ -38,7 +39,8 @@ def register(sub) -> None:
                                    "median_step_s, steps_s and peak_memory_bytes per device.")
     _model_options(p)
     p.add_argument("--placement",
-                   help="single:DEVICE, random:SEED, or a placement file (placement/1 or Exprimo's); or --run")
+                   help="single:DEVICE, random:SEED, stages:P, stages:PxV, or a placement file (placement/1 or "
+                        "Exprimo's); or --run")
     p.add_argument("--run", type=positive_int, metavar="ID",
                    help="measure the --top K best distinct placements of this stored run (its best, a MAP-Elites "
                         "run's archive, a stopped run's last population) and compare the rankings")
@@ -63,6 +65,14 @@ def register(sub) -> None:
     p.add_argument("--no-store", action="store_true", help="do not record the measurement in the run store")
     p.add_argument("--home", metavar="DIR", help="data directory with runs.sqlite (default $PLACEMENT_HOME or "
                                                  "~/.placement)")
+    p.add_argument("--schedule", choices=list(PIPELINES),
+                   help="run the placement's stages as a pipeline with torch.distributed.pipelining on CPU ranks: "
+                        "gpipe, 1f1b, interleaved-1f1b (V chunks per device, e.g. --placement stages:4x2) or zb-h1")
+    p.add_argument("--micro-batches", type=positive_int, help="with --schedule: micro-batches per step (default 4)")
+    p.add_argument("--simulate", metavar="DEVICES",
+                   help="with --schedule: also simulate the pipeline on this device graph (e.g. local, the preset "
+                        "placement calibrate saves) and report its step and bubble beside the measured ones")
+    p.add_argument("--timings", metavar="NAME|FILE", help="with --simulate: measured op times (e.g. local)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=cmd_benchmark)
 

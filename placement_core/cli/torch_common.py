@@ -9,7 +9,8 @@ import sys
 from ..errors import InputError
 from .common import positive_int
 
-MODEL_HELP = ("torchvision:NAME (built with weights=None, e.g. torchvision:resnet18) or FILE.py:NAME (a class, "
+MODEL_HELP = ("torchvision:NAME (built with weights=None, e.g. torchvision:resnet18), placement:gpt2 (GPT-2, defined "
+              "here; e.g. placement:gpt2(layers=4, d_model=256)) or FILE.py:NAME (a class, "
               "factory or module in that file); keyword arguments as NAME(key=value)")
 DEVICES_HELP = "cpu:N (N CPU ranks, each on its own cores), cuda:0,cuda:1, or a mix such as cpu,cuda:0"
 
@@ -65,7 +66,7 @@ def _shape_and_network(args):
 
 def _assignment(args, shape, network, groups, devs) -> tuple[dict[str, str], object]:
     """The placement as op -> device name over the model's own ops, and the traced model."""
-    from ..placement import parse_placement_spec
+    from ..analysis.pipeline import placement_option
     from ..coarsen import expand_assignment
     from ..torch.devspec import nominal_device_graph
     from ..torch.model_import import trace_model
@@ -76,7 +77,7 @@ def _assignment(args, shape, network, groups, devs) -> tuple[dict[str, str], obj
     graph = network if network is not None else traced.graph
     devgraph = nominal_device_graph(devs)
     ignored: list[str] = []
-    placement = parse_placement_spec(args.placement, graph, devgraph, ignored=ignored)
+    placement = placement_option(args.placement, graph, devgraph, ignored=ignored)
     if ignored:
         from ..placement import describe_ignored
         print(f"note: {describe_ignored(ignored)}", file=sys.stderr)

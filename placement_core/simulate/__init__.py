@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 
 from . import reference
-from .model import (ADMIT_EAGER, ADMIT_THESIS, BWD, FWD, UPD, Compiled, SimResult, SimSettings, TraceEvent,
+from .model import (ADMIT_EAGER, ADMIT_THESIS, BWD, FWD, UPD, WGT, Compiled, SimResult, SimSettings, TraceEvent,
                     compile_problem)
 
 try:  # built by pip from _kernel.c; the pure-Python reference is the fallback
@@ -15,7 +15,7 @@ try:  # built by pip from _kernel.c; the pure-Python reference is the fallback
 except ImportError:  # pragma: no cover - exercised only on installs without a C compiler
     _kernel = None
 
-__all__ = ["ADMIT_EAGER", "ADMIT_THESIS", "BWD", "FWD", "UPD", "Compiled", "SimResult", "SimSettings",
+__all__ = ["ADMIT_EAGER", "ADMIT_THESIS", "BWD", "FWD", "UPD", "WGT", "Compiled", "SimResult", "SimSettings",
            "TraceEvent", "compile_problem", "Simulator", "kernel_available"]
 
 
@@ -33,8 +33,8 @@ class Simulator:
         if fast and _kernel is not None:
             c = compiled
             prio = None if settings.priority is None else np.ascontiguousarray(settings.priority, dtype=float).ravel()
-            if prio is not None and prio.size != settings.batches * 3 * c.n_ops:
-                raise ValueError("priority must have batches * 3 * ops entries")
+            if prio is not None and prio.size != settings.batches * settings.phases * c.n_ops:
+                raise ValueError("priority must have batches * phases * ops entries")
             cap = None if settings.device_cap is None else np.ascontiguousarray(settings.device_cap, dtype=np.int32)
             self._kernel = _kernel.Kernel(
                 n_ops=c.n_ops, n_dev=c.n_dev, n_ch=c.n_ch, par_ptr=c.par_ptr, par_idx=c.par_idx,
@@ -46,6 +46,8 @@ class Simulator:
                 admission=int(settings.admission), update_per_step=int(settings.update_per_step),
                 stage_caps=int(settings.stage_caps), priority=prio, device_cap=cap,
                 msg_overhead=np.ascontiguousarray(c.msg_overhead, dtype=float),
+                bwd_w=np.ascontiguousarray(c.bwd_w, dtype=float), has_w=np.ascontiguousarray(c.has_w, dtype=np.uint8),
+                schedule_kind=int(settings.kind), virtual_stages=int(settings.virtual_stages),
                 **({} if c.curve_ptr is None else {
                     "curve_ptr": np.ascontiguousarray(c.curve_ptr, dtype=np.int32),
                     "curve_bytes": np.ascontiguousarray(c.curve_bytes, dtype=float),

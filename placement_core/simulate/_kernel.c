@@ -7,14 +7,27 @@
  * [makespan, transfers, busy[nd], peak[nd], ch_bytes[nc], ch_busy[nc]].
  * The GIL is released while simulating; every call allocates its own scratch,
  * so one Kernel may be used from several threads.
+ *
+ * Pipeline schedules beyond static priorities (schedule_kind, see
+ * pipeline_rules.py for the rules in Python):
+ *   SCHED_INTERLEAVED  groups are chunks (virtual stages) found per placement;
+ *                      priorities follow Megatron's order, computed here;
+ *                      a device opens forwards in that order;
+ *   SCHED_ZB           a fourth phase, W (weight gradient), split off the
+ *                      backward; a W also depends on a gate: its stage's
+ *                      B of a later unit (released when that unit's last
+ *                      B on the device is done, so no W waits in a queue).
+ * Everything else (thesis, gpipe, 1f1b) takes the SCHED_STATIC path, where a
+ * group is a device and the results are those of the three-phase kernel.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { FWD = 0, BWD = 1, UPD = 2 };
+enum { FWD = 0, BWD = 1, UPD = 2, WGT = 3 };
 enum { ADMIT_THESIS = 0, ADMIT_EAGER = 1 };
+enum { SCHED_STATIC = 0, SCHED_INTERLEAVED = 1, SCHED_ZB = 2 };
 
 /* ------------------------------------------------------------------ heaps */
 
@@ -68,7 +81,7 @@ static void *arena_take(Arena *ar, size_t bytes) {
 
 /* --------------------------------------------------------------- problem */
 
-#define NBUF 26
+#define NBUF 28
 
 typedef struct {
     PyObject_HEAD
@@ -79,11 +92,39 @@ typedef struct {
     const double *par_bytes, *par_grad, *ch_bytes, *ch_grad;
     const double *fwd, *bwd, *upd, *out_bytes, *static_mem, *ch_lat, *ch_inv, *min_xfer, *prio;
     const double *ovh;  /* per device: seconds of device time per message sent or received */
+    const double *bwd_w;  /* [n * nd] the weight-gradient (W) part of bwd; used under SCHED_ZB only */
+    const unsigned char *has_update, *has_w;
     const int *cv_ptr;  /* per channel: its transfer curve's points [cv_ptr[j], cv_ptr[j+1]); NULL: none */
     const double *cv_b, *cv_t;
-    const unsigned char *has_update;
     int U, K, fwd_only, admission, upd_step, stage_caps, has_ovh;
+    int sched, vstages, n_ph;  /* schedule kind, chunks per single-run device, phases per (unit, op) */
 } KernelObject;
+
+/* A task id is (unit * phases + phase) * n + op; phases is 3 or 4, so the divisions by it are by constants. */
+static inline void decode(int t, int n, int nph, int *u, int *ph, int *op) {
+    const int q = t / n;
+    *op = t - q * n;
+    *u = nph == 3 ? q / 3 : q >> 2;
+    *ph = q - *u * nph;
+}
+
+/* Interleaved 1F1B: a device with vd chunks runs unit u's forward through its local chunk v as number
+ * (u / p) p vd + v p + u % p of Megatron's order, its backward as the same with v -> vd - 1 - v. */
+typedef struct { int n, n_ph, p; const int *place, *lv, *vper; double off; } IlOrder;
+
+static inline int il_index(const IlOrder *o, int fwd, int u, int op) {
+    const int vd = o->vper[o->place[op]], v = fwd ? o->lv[op] : vd - 1 - o->lv[op];
+    return (u / o->p) * o->p * vd + v * o->p + u % o->p;
+}
+
+/* Forwards first, then backwards, each in Megatron's order; updates last (pipeline_rules.interleaved_priority). */
+static inline double il_prio(const IlOrder *o, int t) {
+    int u, ph, op;
+    decode(t, o->n, o->n_ph, &u, &ph, &op);
+    if (ph == FWD) return (double)il_index(o, 1, u, op);
+    if (ph == BWD) return o->off + (double)il_index(o, 0, u, op);
+    return 2.0 * o->off;
+}
 
 /* A message; prio is its producing task's, used by its channel queue and its send/receive tasks. */
 typedef struct { int u, dir, op, src, dst, entry; double bytes, prio; } Xfer;
@@ -98,8 +139,11 @@ static double curve_len(const KernelObject *k, int j, double b) {
     return k->cv_t[i - 1] + (b - k->cv_b[i - 1]) * (k->cv_t[i] - k->cv_t[i - 1]) / (k->cv_b[i] - k->cv_b[i - 1]);
 }
 
-/* Returns 0 on success, -1 if the simulation stalled, -2 out of memory, -3 bad placement. */
-static int simulate(const KernelObject *k, const int *place, double *out) {
+/* Returns 0 on success, -1 if the simulation stalled, -2 out of memory, -3 bad placement.
+ * SCHED is a compile-time constant at every call (see simulate() below): each schedule kind gets its own
+ * copy of this function, and the static one keeps the three-phase kernel's speed. */
+static inline __attribute__((always_inline)) int simulate_kind(const KernelObject *k, const int *place,
+                                                               double *out, const int SCHED) {
     const int n = k->n, nd = k->nd, nc = k->nc, U = k->U, E = k->n_edges;
     const int training = !k->fwd_only;
     int i, j, d, u;
@@ -113,15 +157,23 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
     if (!ops_on || !ch_msgs) { free(ops_on); free(ch_msgs); return -2; }
     for (i = 0; i < n; i++) ops_on[place[i]]++;
 
-    const size_t UN = (size_t)U * n, UE = (size_t)U * (E > 0 ? E : 1), UND = (size_t)U * nd;
+    const int il = SCHED == SCHED_INTERLEAVED, zb = SCHED == SCHED_ZB, NPH = zb ? 4 : 3;
+    /* a group is what the caps count per unit: a device, or under interleaved 1F1B a chunk (at most n) */
+    const int G = il ? n : nd;
+    const size_t UN = (size_t)U * n, UE = (size_t)U * (E > 0 ? E : 1), UG = (size_t)U * G;
     size_t need = 0;
 #define ADD(type, count) (need += sizeof(type) * ((size_t)(count) > 0 ? (size_t)(count) : 1) + 16)
     ADD(int, n + 1); ADD(int, E); ADD(double, E); ADD(int, E);           /* forward destinations */
     ADD(int, n + 1); ADD(int, E); ADD(double, E);                         /* backward destinations */
     ADD(int, n); ADD(double, n); ADD(double, n);                          /* locals, gradients */
-    ADD(double, n); ADD(double, n); ADD(double, n);                       /* durations */
-    ADD(int, UN * 3); ADD(int, UN); ADD(int, UE);                         /* deps, activation/recv refs */
-    ADD(int, U); ADD(int, UND); ADD(int, UND); ADD(char, UND);            /* units, open tracking */
+    ADD(double, n); ADD(double, n); ADD(double, n); ADD(double, n);       /* durations */
+    ADD(unsigned char, n);                                                /* has a W task */
+    ADD(int, n); ADD(int, n); ADD(int, n);                                /* chunks: of op, local index, ops */
+    ADD(int, nd); ADD(int, nd); ADD(int, nd); ADD(int, nd + 1);           /* chunks, stage, next_f, slot base */
+    ADD(double, nd); ADD(double, nd); ADD(int, nd);                       /* chunk split: work, seen, ops seen */
+    ADD(int, nd + 1); ADD(int, n);                                        /* each device's ops (W gates) */
+    ADD(int, UN * NPH); ADD(int, UN); ADD(int, UE);                       /* deps, activation/recv refs */
+    ADD(int, U); ADD(int, UG); ADD(int, UG); ADD(char, UG);               /* units, open tracking per group */
     ADD(Heap, nd); ADD(Heap, 1); ADD(Item, nd + nc + 2);
     ADD(double, nd); ADD(double, nd); ADD(double, nd);
     ADD(int, nd); ADD(int, nd); ADD(int, nd); ADD(int, nd); ADD(int, nd);
@@ -142,6 +194,15 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
     int *n_local = TAKE(&ar, int, n);
     double *grad_out = TAKE(&ar, double, n), *grad_in = TAKE(&ar, double, n);
     double *dF = TAKE(&ar, double, n), *dB = TAKE(&ar, double, n), *dU = TAKE(&ar, double, n);
+    double *dW = TAKE(&ar, double, n);
+    unsigned char *hw = TAKE(&ar, unsigned char, n);
+    int *grp = TAKE(&ar, int, n), *lv = TAKE(&ar, int, n);
+    int *grp_ops = TAKE(&ar, int, n);
+    int *vper = TAKE(&ar, int, nd), *stage_of = TAKE(&ar, int, nd), *next_f = TAKE(&ar, int, nd);
+    int *slot_base = TAKE(&ar, int, nd + 1);
+    double *split_work = TAKE(&ar, double, nd), *seen_w = TAKE(&ar, double, nd);
+    int *split_seen = TAKE(&ar, int, nd);
+    int *dev_ptr = TAKE(&ar, int, nd + 1), *dev_ops = TAKE(&ar, int, n);
 
     fd_ptr[0] = bd_ptr[0] = 0;
     for (i = 0; i < n; i++) {
@@ -173,6 +234,67 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
         dB[i] = k->bwd[(size_t)i * nd + di];
         dU[i] = k->upd[(size_t)i * nd + di];
     }
+    /* zb-h1: an op with a weight-gradient share runs its backward as B (input gradient) then W */
+    for (i = 0; i < n; i++) {
+        hw[i] = zb && k->has_w[i];
+        if (hw[i]) { dW[i] = k->bwd_w[(size_t)i * nd + place[i]]; dB[i] = k->bwd[(size_t)i * nd + place[i]] - dW[i]; }
+    }
+
+    if (zb) {  /* each device's ops in index order, for releasing W gates */
+        dev_ptr[0] = 0;
+        for (d = 0; d < nd; d++) dev_ptr[d + 1] = dev_ptr[d] + ops_on[d];
+        for (d = 0; d < nd; d++) split_seen[d] = 0;
+        for (i = 0; i < n; i++) dev_ops[dev_ptr[place[i]] + split_seen[place[i]]++] = i;
+    }
+
+    /* ---- stages: used devices in order of their first op */
+    int p_used = 0;
+    if (k->stage_caps || il || zb) {
+        for (d = 0; d < nd; d++) stage_of[d] = -1;
+        for (i = 0; i < n; i++) if (stage_of[place[i]] < 0) stage_of[place[i]] = p_used++;
+    }
+
+    /* ---- groups: devices, or chunks (pipeline_rules.chunks): every run of a device's ops in topological
+     * order is a chunk; a device with a single run is cut into vstages parts of about equal work */
+    const int *grp_of = place, *grp_size = ops_on;  /* without chunks a group is a device */
+    if (il) {
+        grp_of = grp;
+        grp_size = grp_ops;
+        const int V = k->vstages;
+        for (d = 0; d < nd; d++) { vper[d] = 0; split_work[d] = 0.0; split_seen[d] = 0; }
+        for (i = 0; i < n; i++) if (i == 0 || place[i] != place[i - 1]) vper[place[i]]++;  /* runs */
+        for (i = 0; i < n; i++) split_work[place[i]] += dF[i] + k->bwd[(size_t)i * nd + place[i]];
+        for (d = 0; d < nd; d++) seen_w[d] = 0.0;
+        for (i = 0; i < n; i++) {  /* lv holds the part first, then the local chunk index */
+            const int di = place[i];
+            const double w = dF[i] + k->bwd[(size_t)i * nd + di];
+            lv[i] = 0;
+            if (vper[di] == 1 && V > 1) {
+                int v;
+                if (split_work[di] > 0.0) v = (int)((double)V * (seen_w[di] + w / 2.0) / split_work[di]);
+                else v = (int)((double)(V * (2 * split_seen[di] + 1)) / (double)(2 * ops_on[di]));
+                lv[i] = v < V - 1 ? v : V - 1;
+            }
+            seen_w[di] += w;
+            split_seen[di]++;
+        }
+        int n_grp = 0, prev_part = 0;
+        for (d = 0; d < nd; d++) vper[d] = 0;
+        for (i = 0; i < n; i++) {
+            const int di = place[i], part = lv[i];
+            if (i == 0 || place[i - 1] != di || part != prev_part) {
+                grp_ops[n_grp] = 0; n_grp++; vper[di]++;
+            }
+            prev_part = part;
+            grp[i] = n_grp - 1;
+            grp_ops[n_grp - 1]++;
+            lv[i] = vper[di] - 1;
+        }
+        /* Megatron's forward order per device: slot_base[d] .. slot_base[d + 1] */
+        const int groups = (U + p_used - 1) / p_used;
+        slot_base[0] = 0;
+        for (d = 0; d < nd; d++) { slot_base[d + 1] = slot_base[d] + groups * p_used * vper[d]; next_f[d] = 0; }
+    }
     for (i = 0; i < n; i++) {
         for (j = fd_ptr[i]; j < fd_ptr[i + 1]; j++) ch_msgs[k->route[place[i] * nd + fd_dev[j]]]++;
         if (training)
@@ -182,13 +304,13 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
     long long total_msgs = 0;
     for (j = 0; j < nc; j++) total_msgs += (long long)ch_msgs[j] * U;
 
-    int *dep = TAKE(&ar, int, UN * 3);
+    int *dep = TAKE(&ar, int, UN * NPH);
     int *act_refs = TAKE(&ar, int, UN);
     int *recv_refs = TAKE(&ar, int, UE);  /* per unit and fd entry: consumers still to read the copy */
     int *unit_left = TAKE(&ar, int, U);
-    int *done_on = TAKE(&ar, int, UND);
-    int *fdone_on = TAKE(&ar, int, UND);
-    char *is_open = TAKE(&ar, char, UND);
+    int *done_on = TAKE(&ar, int, UG);
+    int *fdone_on = TAKE(&ar, int, UG);
+    char *is_open = TAKE(&ar, char, UG);
     Heap *dev_q = TAKE(&ar, Heap, nd);
     Heap *events_h = TAKE(&ar, Heap, 1);
     Item *ev_items = TAKE(&ar, Item, nd + nc + 2);
@@ -222,45 +344,49 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
     size_t need2 = sizeof(Heap) * (size_t)(nc + 1) + sizeof(Item) * (size_t)(total_msgs + nc + 1)
                  + sizeof(Xfer) * (size_t)(total_msgs + 1) + sizeof(double) * (size_t)(2 * nc + 2)
                  + sizeof(char) * (size_t)(nc + 1)
-                 + sizeof(Item) * (size_t)(UN * 3 + nd + total_ovh) + sizeof(Item) * (size_t)(UN * 3 + 1 + total_ovh)
-                 + 16 * 8;
+                 + sizeof(Item) * (size_t)(UN * NPH + nd + total_ovh) + sizeof(Item) * (size_t)(UN * NPH + 1 + total_ovh)
+                 + sizeof(char) * (size_t)(il ? slot_base[nd] + 1 : 1)
+                 + 16 * 9;
     Arena ar2 = {malloc(need2), 0, need2};
     if (!ar2.base) { free(ar.base); free(ops_on); free(ch_msgs); return -2; }
-    Item *dev_items = TAKE(&ar2, Item, UN * 3 + nd + total_ovh);
-    Item *stash = TAKE(&ar2, Item, UN * 3 + 1 + total_ovh);
+    Item *dev_items = TAKE(&ar2, Item, UN * NPH + nd + total_ovh);
+    Item *stash = TAKE(&ar2, Item, UN * NPH + 1 + total_ovh);
     Heap *chan_q = TAKE(&ar2, Heap, nc);
     Item *chan_items = TAKE(&ar2, Item, total_msgs + nc);
     Xfer *xf = TAKE(&ar2, Xfer, total_msgs);
     double *ch_bytes_out = TAKE(&ar2, double, nc), *ch_busy_out = TAKE(&ar2, double, nc);
     char *chan_running = TAKE(&ar2, char, nc);
+    char *opened = TAKE(&ar2, char, il ? slot_base[nd] : 0);  /* interleaved: forward slots opened per device */
+    if (il) memset(opened, 0, (size_t)(slot_base[nd] > 0 ? slot_base[nd] : 1));
 
     /* ---- state init */
     {
         Item *p = dev_items;
         for (d = 0; d < nd; d++) {
             dev_q[d].a = p; dev_q[d].n = 0;
-            p += (size_t)U * 3 * ops_on[d] + (size_t)U * ovh_msgs[d] + 1;
+            p += (size_t)U * NPH * ops_on[d] + (size_t)U * ovh_msgs[d] + 1;
         }
         Item *q = chan_items;
         for (j = 0; j < nc; j++) { chan_q[j].a = q; chan_q[j].n = 0; q += (size_t)ch_msgs[j] * U + 1;
                                    ch_bytes_out[j] = ch_busy_out[j] = 0.0; chan_running[j] = 0; }
         events_h->a = ev_items; events_h->n = 0;
     }
-    int n_upd = 0;
-    for (i = 0; i < n; i++) n_upd += k->has_update[i] ? 1 : 0;
+    int n_upd = 0, n_w = 0;
+    for (i = 0; i < n; i++) { n_upd += k->has_update[i] ? 1 : 0; n_w += hw[i]; }
     for (u = 0; u < U; u++) {
-        int *dp = dep + (size_t)u * 3 * n;
+        int *dp = dep + (size_t)u * NPH * n;
         for (i = 0; i < n; i++) {
             dp[i] = k->par_ptr[i + 1] - k->par_ptr[i];
             dp[n + i] = 1 + (k->ch_ptr[i + 1] - k->ch_ptr[i]);
             dp[2 * n + i] = k->upd_step ? U : 1;
         }
-        unit_left[u] = n + (training ? n + (k->upd_step ? 0 : n_upd) : 0);
+        if (NPH > WGT) for (i = 0; i < n; i++) dp[3 * n + i] = 2;  /* W after its own B and its gate */
+        unit_left[u] = n + (training ? n + n_w + (k->upd_step ? 0 : n_upd) : 0);
     }
     int step_left = (training && k->upd_step) ? n_upd : 0;
-    memset(done_on, 0, sizeof(int) * (size_t)U * nd);
-    memset(fdone_on, 0, sizeof(int) * (size_t)U * nd);
-    memset(is_open, 0, (size_t)U * nd);
+    memset(done_on, 0, sizeof(int) * UG);
+    memset(fdone_on, 0, sizeof(int) * UG);
+    memset(is_open, 0, UG);
     for (d = 0; d < nd; d++) {
         busy[d] = 0.0; mem[d] = 0.0; running[d] = -1; open_count[d] = 0; input_dev[d] = 0;
     }
@@ -273,18 +399,38 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
     double now = 0.0;
     const double *prio = k->prio;
     const int *cap = k->cap;
-    const int ovh_base = U * 3 * n;  /* event/queue ids from here: ovh_base + 2 * message + (0 send | 1 recv) */
+    const int ovh_base = U * NPH * n;  /* event/queue ids from here: ovh_base + 2 * message + (0 send | 1 recv) */
     if (k->stage_caps) {
         /* 1F1B limits: used devices ordered by their first op are stages 0..p-1; stage s holds p - s */
-        int p_used = 0;
-        for (d = 0; d < nd; d++) { cap_buf[d] = 0; open_count[d] = -1; }
-        for (i = 0; i < n; i++) if (open_count[place[i]] < 0) open_count[place[i]] = p_used++;
-        for (d = 0; d < nd; d++) { if (open_count[d] >= 0) cap_buf[d] = p_used - open_count[d]; open_count[d] = 0; }
+        for (d = 0; d < nd; d++) cap_buf[d] = stage_of[d] >= 0 ? p_used - stage_of[d] : 0;
         cap = cap_buf;
     }
+    IlOrder ilo = {n, NPH, p_used, place, lv, vper, (double)(U + p_used) * (double)(n + 1)};
+    if (il) {
+        /* Megatron's warm-up plus one (micro-batch, chunk) pairs; one chunk: 1F1B's p - s */
+        for (d = 0; d < nd; d++) {
+            const int r = stage_of[d], vd = vper[d], w = 2 * (p_used - r - 1) + (vd - 1) * p_used;
+            cap_buf[d] = r < 0 ? 0 : vd == 1 ? p_used - r : (w < U * vd ? w : U * vd) + 1;
+        }
+        cap = cap_buf;
+    }
+    const int has_prio = prio || il;
 
-#define TID(u_, ph_, op_) (((u_) * 3 + (ph_)) * n + (op_))
-#define PRIO(t_) (prio ? prio[(t_)] : 0.0)
+#define TID(u_, ph_, op_) (((u_) * NPH + (ph_)) * n + (op_))
+#define PRIO(t_) (il ? il_prio(&ilo, (t_)) : prio ? prio[(t_)] : 0.0)
+/* Unit u_ no longer needs op_'s inputs on device d_: activations and received copies whose last reader it was. */
+#define RELEASE_INPUTS(u_, op_, d_) do { int jr__; \
+        for (jr__ = k->par_ptr[(op_)]; jr__ < k->par_ptr[(op_) + 1]; jr__++) { \
+            const int pr__ = k->par_idx[jr__]; \
+            if (place[pr__] == (d_)) { \
+                if (--act_refs[(u_) * n + pr__] == 0) mem[(d_)] -= k->out_bytes[pr__]; \
+            } else { \
+                int er__ = fd_ptr[pr__]; \
+                while (fd_dev[er__] != (d_)) er__++; \
+                if (--recv_refs[(size_t)(u_) * E + er__] == 0) mem[(d_)] -= fd_bytes[er__]; \
+            } \
+        } \
+    } while (0)
 #define READY(t_) do { int t__ = (t_); Item it__ = {PRIO(t__), seq++, t__}; \
         heap_push(&dev_q[place[t__ % n]], it__); } while (0)
 #define SATISFY(t_) do { int t2__ = (t_); if (--dep[t2__] == 0) READY(t2__); } while (0)
@@ -309,7 +455,7 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
     int status = 0;
     /* With a priority order, zero-duration work at an instant is settled first (instant_only
      * passes) so that everything ready at that instant competes by priority; see reference.py. */
-    int instant_only = prio ? 1 : 0, started;
+    int instant_only = has_prio ? 1 : 0, started;
     for (;;) {
         /* admission */
         while (admitted < U && in_flight < k->K) {
@@ -334,10 +480,14 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
                 if (it.id >= ovh_base) {  /* a send or receive task: never capped, never instant */
                     if (instant_only) { stash[n_stash++] = it; continue; }
                 } else {
-                    int t = it.id, uu = t / (3 * n), ph = (t / n) % 3, o = t % n;
-                    int capped = cap && cap[d] > 0 && ph == FWD && !is_open[uu * nd + d] && open_count[d] >= cap[d]
-                                 && uu != oldest;
-                    double len0 = ph == FWD ? dF[o] : ph == BWD ? dB[o] : dU[o];
+                    int uu, ph, o;
+                    decode(it.id, n, NPH, &uu, &ph, &o);
+                    /* held back: a forward opening a unit on a full device, or (interleaved) out of Megatron's
+                     * order, unless the unit is the oldest */
+                    int capped = 0;
+                    if (ph == FWD && cap && !is_open[uu * G + grp_of[o]] && uu != oldest)
+                        capped = (cap[d] > 0 && open_count[d] >= cap[d]) || (il && il_index(&ilo, 1, uu, o) != next_f[d]);
+                    double len0 = ph == FWD ? dF[o] : ph == BWD ? dB[o] : ph == UPD ? dU[o] : dW[o];
                     if (capped || (instant_only && len0 > 0.0)) {
                         stash[n_stash++] = it;
                         continue;
@@ -356,9 +506,18 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
                 started++;
                 continue;
             }
-            int uu = chosen / (3 * n), ph = (chosen / n) % 3, op = chosen % n;
-            if (cap && ph == FWD && !is_open[uu * nd + d]) { is_open[uu * nd + d] = 1; open_count[d]++; }
-            double len = ph == FWD ? dF[op] : ph == BWD ? dB[op] : dU[op];
+            int uu, ph, op;
+            decode(chosen, n, NPH, &uu, &ph, &op);
+            if (cap && ph == FWD && !is_open[uu * G + grp_of[op]]) {
+                is_open[uu * G + grp_of[op]] = 1; open_count[d]++;
+                if (il) {  /* this forward slot is taken; the next one to open skips taken and empty slots */
+                    const int vd = vper[d], slots = slot_base[d + 1] - slot_base[d];
+                    opened[slot_base[d] + il_index(&ilo, 1, uu, op)] = 1;
+                    while (next_f[d] < slots && (opened[slot_base[d] + next_f[d]]
+                           || (next_f[d] / (p_used * vd)) * p_used + next_f[d] % p_used >= U)) next_f[d]++;
+                }
+            }
+            double len = ph == FWD ? dF[op] : ph == BWD ? dB[op] : ph == UPD ? dU[op] : dW[op];
             running[d] = chosen;
             busy[d] += len;
             Item ev = {now + len, seq++, chosen};
@@ -387,7 +546,7 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
             if (events_h->n == 0) break;
             now = events_h->a[0].key;
         }
-        if (prio) instant_only = 1;
+        if (has_prio) instant_only = 1;
         while (events_h->n > 0 && events_h->a[0].key == now) {
             Item ev = heap_pop(events_h);
             if (ev.id >= ovh_base) {
@@ -402,7 +561,9 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
                     heap_push(&chan_q[k->route[x->src * nd + x->dst]], it);
                 }
             } else if (ev.id >= 0) {
-                const int task = ev.id, uu = task / (3 * n), ph = (task / n) % 3, op = task % n;
+                const int task = ev.id;
+                int uu, ph, op;
+                decode(task, n, NPH, &uu, &ph, &op);
                 const int dv = place[op];
                 const double pr = PRIO(task);
                 running[dv] = -1;
@@ -410,18 +571,7 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
                     int refs = n_local[op] + (fd_ptr[op + 1] - fd_ptr[op]);
                     act_refs[uu * n + op] = refs;
                     if (refs) mem[dv] += k->out_bytes[op];
-                    if (!training) {
-                        for (j = k->par_ptr[op]; j < k->par_ptr[op + 1]; j++) {
-                            const int p = k->par_idx[j];
-                            if (place[p] == dv) {
-                                if (--act_refs[uu * n + p] == 0) mem[dv] -= k->out_bytes[p];
-                            } else {
-                                int e = fd_ptr[p];
-                                while (fd_dev[e] != dv) e++;
-                                if (--recv_refs[(size_t)uu * E + e] == 0) mem[dv] -= fd_bytes[e];
-                            }
-                        }
-                    }
+                    if (!training) RELEASE_INPUTS(uu, op, dv);
                     for (j = k->ch_ptr[op]; j < k->ch_ptr[op + 1]; j++) {
                         const int c = k->ch_idx[j];
                         if (place[c] == dv) SATISFY(TID(uu, FWD, c));
@@ -434,21 +584,17 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
                         n_xf++;
                     }
                     if (training) SATISFY(TID(uu, BWD, op));
-                    if (!training && ++fdone_on[uu * nd + dv] == ops_on[dv] && cap && is_open[uu * nd + dv]) {
-                        is_open[uu * nd + dv] = 0; open_count[dv]--;
+                    const int g = grp_of[op];
+                    if (!training && ++fdone_on[uu * G + g] == grp_size[g] && cap && is_open[uu * G + g]) {
+                        is_open[uu * G + g] = 0; open_count[dv]--;
                     }
                     unit_left[uu]--;
                 } else if (ph == BWD) {
-                    mem[dv] += grad_out[op] - grad_in[op];
-                    for (j = k->par_ptr[op]; j < k->par_ptr[op + 1]; j++) {
-                        const int p = k->par_idx[j];
-                        if (place[p] == dv) {
-                            if (--act_refs[uu * n + p] == 0) mem[dv] -= k->out_bytes[p];
-                        } else {
-                            int e = fd_ptr[p];
-                            while (fd_dev[e] != dv) e++;
-                            if (--recv_refs[(size_t)uu * E + e] == 0) mem[dv] -= fd_bytes[e];
-                        }
+                    if (hw[op]) {  /* zb-h1: the output gradient and the inputs stay for the W task */
+                        mem[dv] += grad_out[op];
+                    } else {
+                        mem[dv] += grad_out[op] - grad_in[op];
+                        RELEASE_INPUTS(uu, op, dv);
                     }
                     for (j = k->par_ptr[op]; j < k->par_ptr[op + 1]; j++) {
                         const int p = k->par_idx[j], dp = place[p];
@@ -465,10 +611,28 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
                         SEND(n_xf, dv, bd_dev[j]);
                         n_xf++;
                     }
-                    if (k->has_update[op]) SATISFY(k->upd_step ? TID(0, UPD, op) : TID(uu, UPD, op));
-                    if (++done_on[uu * nd + dv] == ops_on[dv] && cap && is_open[uu * nd + dv]) {
-                        is_open[uu * nd + dv] = 0; open_count[dv]--;
+                    if (hw[op]) SATISFY(TID(uu, WGT, op));
+                    else if (k->has_update[op]) SATISFY(k->upd_step ? TID(0, UPD, op) : TID(uu, UPD, op));
+                    const int g = grp_of[op], last = ++done_on[uu * G + g] == grp_size[g];
+                    if (last && cap && is_open[uu * G + g]) {
+                        is_open[uu * G + g] = 0; open_count[dv]--;
                     }
+                    if (zb && last) {
+                        /* the W gate: stage r's Ws of unit u wait for its B of unit min(u + r, U - 1); this was
+                         * unit uu's last B here, so release the Ws of uu - r (of U - 1 - r .. U - 1 at the end) */
+                        const int r = stage_of[dv];
+                        int lo = uu - r, hi = uu - r;
+                        if (uu == U - 1) { lo = U - 1 - r; hi = U - 1; }
+                        if (lo < 0) lo = 0;
+                        for (u = lo; u <= hi; u++)
+                            for (j = dev_ptr[dv]; j < dev_ptr[dv + 1]; j++)
+                                if (hw[dev_ops[j]]) SATISFY(TID(u, WGT, dev_ops[j]));
+                    }
+                    unit_left[uu]--;
+                } else if (ph == WGT) {
+                    mem[dv] -= grad_in[op];
+                    RELEASE_INPUTS(uu, op, dv);
+                    if (k->has_update[op]) SATISFY(k->upd_step ? TID(0, UPD, op) : TID(uu, UPD, op));
                     unit_left[uu]--;
                 } else {
                     if (k->upd_step) step_left--;
@@ -521,6 +685,15 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
 #undef NOTE
 #undef SEND
 #undef DELIVER
+#undef RELEASE_INPUTS
+}
+
+static int simulate(const KernelObject *k, const int *place, double *out) {
+    switch (k->sched) {
+    case SCHED_INTERLEAVED: return simulate_kind(k, place, out, SCHED_INTERLEAVED);
+    case SCHED_ZB: return simulate_kind(k, place, out, SCHED_ZB);
+    default: return simulate_kind(k, place, out, SCHED_STATIC);
+    }
 }
 
 /* ------------------------------------------------------------ Python glue */
@@ -555,22 +728,31 @@ static void Kernel_dealloc(KernelObject *self) {
 
 static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
     PyObject *o[NBUF];
+    o[22] = o[23] = Py_None;
     /* By name (Python passes keywords): the order below is checked against the caller's names. */
     static char *kwlist[] = {"n_ops", "n_dev", "n_ch", "par_ptr", "par_idx", "par_bytes", "par_grad", "ch_ptr",
                              "ch_idx", "ch_bytes", "ch_grad", "fwd", "bwd", "upd", "has_update", "out_bytes",
                              "static_mem", "route", "ch_latency", "ch_inv_rate", "min_transfer", "input_ops",
                              "batches", "in_flight", "forward_only", "admission", "update_per_step", "stage_caps",
-                             "priority", "device_cap", "msg_overhead", "curve_ptr", "curve_bytes", "curve_time",
-                             NULL};
+                             "priority", "device_cap", "msg_overhead", "bwd_w", "has_w", "schedule_kind",
+                             "virtual_stages", "curve_ptr", "curve_bytes", "curve_time", NULL};
     if (self->nviews) { PyErr_SetString(PyExc_RuntimeError, "Kernel is already initialised"); return -1; }
-    o[22] = o[23] = o[24] = Py_None;  /* the transfer curves are optional */
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiiOOOOOOOOOOOOOOOOOOOiiiiiiOOO|OOO", kwlist, &self->n, &self->nd,
-                          &self->nc,
+    self->sched = SCHED_STATIC;
+    self->vstages = 1;
+    o[24] = o[25] = o[26] = Py_None;  /* the transfer curves are optional */
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiiOOOOOOOOOOOOOOOOOOOiiiiiiOOO|OOiiOOO", kwlist, &self->n,
+                          &self->nd, &self->nc,
                           &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10], &o[11],
                           &o[12], &o[13], &o[14], &o[15], &o[16], &o[17], &o[18],
                           &self->U, &self->K, &self->fwd_only, &self->admission, &self->upd_step,
-                          &self->stage_caps, &o[19], &o[20], &o[21], &o[22], &o[23], &o[24]))
+                          &self->stage_caps, &o[19], &o[20], &o[21], &o[22], &o[23], &self->sched,
+                          &self->vstages, &o[24], &o[25], &o[26]))
         return -1;
+    if (self->sched < SCHED_STATIC || self->sched > SCHED_ZB || self->vstages < 1) {
+        PyErr_SetString(PyExc_ValueError, "invalid schedule_kind or virtual_stages");
+        return -1;
+    }
+    self->n_ph = self->sched == SCHED_ZB ? 4 : 3;
     const int n = self->n, nd = self->nd, nc = self->nc;
     if (n < 1 || nd < 1 || nc < 0 || self->U < 1 || self->K < 1) {
         PyErr_SetString(PyExc_ValueError, "invalid sizes");
@@ -595,12 +777,18 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
         take_view(self, o[16], 'd', nc, (const void **)&self->ch_inv, "ch_inv_rate") ||
         take_view(self, o[17], 'd', nd, (const void **)&self->min_xfer, "min_transfer") ||
         take_view(self, o[18], 'i', 0, (const void **)&self->input_ops, "input_ops") ||
-        take_view(self, o[19], 'd', (Py_ssize_t)self->U * 3 * n, (const void **)&self->prio, "priority") ||
+        take_view(self, o[19], 'd', (Py_ssize_t)self->U * self->n_ph * n, (const void **)&self->prio, "priority") ||
         take_view(self, o[20], 'i', nd, (const void **)&self->cap, "device_cap") ||
-        take_view(self, o[21], 'd', nd, (const void **)&self->ovh, "msg_overhead"))
+        take_view(self, o[21], 'd', nd, (const void **)&self->ovh, "msg_overhead") ||
+        take_view(self, o[22], 'd', (Py_ssize_t)n * nd, (const void **)&self->bwd_w, "bwd_w") ||
+        take_view(self, o[23], 'B', n, (const void **)&self->has_w, "has_w"))
         return -1;
+    if (self->sched == SCHED_ZB && (!self->bwd_w || !self->has_w)) {
+        PyErr_SetString(PyExc_ValueError, "schedule_kind zb needs bwd_w and has_w");
+        return -1;
+    }
     if (!self->ovh) { PyErr_SetString(PyExc_ValueError, "msg_overhead is required"); return -1; }
-    if (take_view(self, o[22], 'i', nc + 1, (const void **)&self->cv_ptr, "curve_ptr")) return -1;
+    if (take_view(self, o[24], 'i', nc + 1, (const void **)&self->cv_ptr, "curve_ptr")) return -1;
     if (self->cv_ptr) {  /* every channel: no points, or at least two inside the point arrays */
         Py_ssize_t points = self->cv_ptr[nc];
         for (int j = 0; j < nc; j++) {
@@ -610,8 +798,8 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
                 return -1;
             }
         }
-        if (take_view(self, o[23], 'd', points, (const void **)&self->cv_b, "curve_bytes") ||
-            take_view(self, o[24], 'd', points, (const void **)&self->cv_t, "curve_time"))
+        if (take_view(self, o[25], 'd', points, (const void **)&self->cv_b, "curve_bytes") ||
+            take_view(self, o[26], 'd', points, (const void **)&self->cv_t, "curve_time"))
             return -1;
         if (!self->cv_b || !self->cv_t) {
             PyErr_SetString(PyExc_ValueError, "curve_ptr needs curve_bytes and curve_time");

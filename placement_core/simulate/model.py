@@ -11,8 +11,14 @@ from ..devices import DeviceGraph
 from ..errors import InputError
 from ..graph import Graph
 
-FWD, BWD, UPD = 0, 1, 2
-PHASES = ("fwd", "bwd", "update")
+FWD, BWD, UPD, WGT = 0, 1, 2, 3
+# Under zb-h1 a backward is split: "bwd" is the input gradient (B), "wgrad" the weight gradient (W).
+PHASES = ("fwd", "bwd", "update", "wgrad")
+
+# How a schedule picks the next task beyond its static priorities (docs/design.md §5):
+SCHED_STATIC = 0  # priorities and stage caps only (thesis, gpipe, 1f1b)
+SCHED_INTERLEAVED = 1  # virtual stages: per-placement chunks, Megatron's order, forwards in that order
+SCHED_ZB = 2  # backward split into B and W tasks; a W waits for a later micro-batch's B on its stage
 
 ADMIT_THESIS = 0  # a new batch when every device holding an input op is idle (thesis §3.1.1)
 ADMIT_EAGER = 1  # a new batch whenever fewer than in_flight are running
@@ -37,6 +43,15 @@ class SimSettings:
     # Units that make up one batch (micro-batches); the reported batch time is per batch.
     micro_batches: int = 1
     schedule: str = "thesis"
+    # SCHED_*: what the schedule decides per placement (chunks, orders, the W gate)
+    kind: int = SCHED_STATIC
+    # interleaved: a device whose ops form one run is cut into this many chunks (virtual stages)
+    virtual_stages: int = 1
+
+    @property
+    def phases(self) -> int:
+        """Tasks per (unit, op): forward, backward, update, and under zb-h1 the weight gradient."""
+        return 4 if self.kind == SCHED_ZB else 3
 
     def validate(self) -> "SimSettings":
         for key in ("batches", "in_flight"):
@@ -81,6 +96,10 @@ class Compiled:
     input_ops: np.ndarray
     # [devices] seconds of device time per message sent and per message received (0: none)
     msg_overhead: np.ndarray | None = None
+    # [ops * devices] the weight-gradient part (W) of ``bwd``; the rest is the input gradient (B).
+    # Only zb-h1 runs them as separate tasks; ops with a zero share have no W task (``has_w``).
+    bwd_w: np.ndarray | None = None
+    has_w: np.ndarray | None = None  # uint8 [ops]
     # channels' transfer curves, packed as in CostArrays (None: every channel uses latency + bytes * inv_rate)
     curve_ptr: np.ndarray | None = None
     curve_bytes: np.ndarray | None = None
@@ -92,6 +111,10 @@ class Compiled:
     def __post_init__(self) -> None:
         if self.msg_overhead is None:
             self.msg_overhead = np.zeros(self.n_dev)
+        if self.bwd_w is None:
+            self.bwd_w = np.zeros(self.n_ops * self.n_dev)
+        if self.has_w is None:
+            self.has_w = np.zeros(self.n_ops, dtype=np.uint8)
 
     def transfer_time(self, ch: int, nbytes: float, src: int) -> float:
         """A message's time on a channel: its curve, or latency + bytes * inv_rate; at least min_transfer."""
@@ -125,6 +148,8 @@ def compile_problem(graph: Graph, devices: DeviceGraph, costs: CostArrays) -> Co
     for (a, b), c in devices.route.items():
         route[a * d + b] = c
     params = np.array([o.param_bytes for o in graph.ops], dtype=float)
+    share = np.array([o.weight_grad_share for o in graph.ops], dtype=float)
+    bwd = np.ascontiguousarray(costs.bwd, dtype=float)
     overhead = (costs.message_overhead if costs.message_overhead is not None
                 else [dv.message_overhead for dv in devices.devices])
     return Compiled(
@@ -134,7 +159,8 @@ def compile_problem(graph: Graph, devices: DeviceGraph, costs: CostArrays) -> Co
         ch_ptr=ch_ptr, ch_idx=np.array(ch_idx, dtype=np.int32), ch_bytes=np.array(ch_bytes, dtype=float),
         ch_grad=np.array(ch_grad, dtype=float),
         fwd=np.ascontiguousarray(costs.fwd, dtype=float).ravel(),
-        bwd=np.ascontiguousarray(costs.bwd, dtype=float).ravel(),
+        bwd=bwd.ravel(),
+        bwd_w=np.ascontiguousarray(bwd * share[:, None]).ravel(), has_w=(share > 0).astype(np.uint8),
         upd=np.ascontiguousarray(costs.update, dtype=float).ravel(),
         has_update=(costs.update > 0).any(axis=1).astype(np.uint8),
         out_bytes=np.array([o.output_bytes for o in graph.ops], dtype=float),
@@ -171,7 +197,7 @@ class TraceEvent:
     kind: str  # "op" | "transfer" | "send" | "recv"
     op: str  # the op that ran, or whose output (fwd) / input gradients (bwd) were sent
     batch: int
-    phase: str  # "fwd" | "bwd" | "update"
+    phase: str  # "fwd" | "bwd" | "update" | "wgrad" (zb-h1's weight gradient)
     resource: str  # device (op, send, recv) or channel (transfer)
     start: float
     end: float

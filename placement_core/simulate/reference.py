@@ -14,9 +14,10 @@ import heapq
 import numpy as np
 
 from .messages import messages
+from .model import (ADMIT_THESIS, BWD, FWD, PHASES, SCHED_INTERLEAVED, SCHED_ZB, UPD, WGT, Compiled, SimResult,
+                    SimSettings, TraceEvent)
+from .pipeline_rules import Gates, chunks, interleaved_caps, interleaved_priority, stage_index
 from .schedules import stage_caps
-from .model import (ADMIT_THESIS, BWD, FWD, PHASES, UPD, Compiled, SimResult, SimSettings,
-                    TraceEvent)
 
 _TASK, _XFER = 0, 1
 
@@ -33,34 +34,49 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
                     c.ch_grad[c.ch_ptr[i]:c.ch_ptr[i + 1]].tolist())) for i in range(n)]
     has_upd = [bool(x) for x in c.has_update]
     training = not s.forward_only
+    n_ph = s.phases
+    zb = s.kind == SCHED_ZB
+    has_w = [zb and bool(x) for x in c.has_w]  # zb-h1: ops whose backward has a weight-gradient (W) task
     prio = None if s.priority is None else np.asarray(s.priority, dtype=float).ravel()
     cap = None if s.device_cap is None else [int(x) for x in s.device_cap]
     if s.stage_caps:
         cap = stage_caps(place, nd)
 
     def dur(phase: int, op: int) -> float:
-        arr = c.fwd if phase == FWD else c.bwd if phase == BWD else c.upd
-        return float(arr[op * nd + place[op]])
+        k = op * nd + place[op]
+        if phase == BWD:  # under zb-h1 the input-gradient part only
+            return float(c.bwd[k] - c.bwd_w[k]) if has_w[op] else float(c.bwd[k])
+        return float((c.fwd if phase == FWD else c.upd if phase == UPD else c.bwd_w)[k])
+
+    interleaved = None
+    if s.kind == SCHED_INTERLEAVED:
+        work = [float(c.fwd[i * nd + place[i]] + c.bwd[i * nd + place[i]]) for i in range(n)]
+        interleaved = chunks(place, work, s.virtual_stages, nd)
+        cap = interleaved_caps(stage_index(place, nd), interleaved[3], U)
+        prio = interleaved_priority(place, interleaved[1], interleaved[3], U, n_ph).ravel()
+    gates = Gates(place, cap, U, training=training, interleaved=interleaved, zb=zb)
+    ops_of: list[list[int]] = [[] for _ in range(nd)]
+    for i in range(n):
+        ops_of[place[i]].append(i)
 
     fwd_dest, local_children, bwd_dest, grad_out, grad_in = messages(place, par, chi)
-    ops_on = [0] * nd
-    for i in range(n):
-        ops_on[place[i]] += 1
     ovh = [float(x) for x in c.msg_overhead]
     has_ovh = any(o > 0.0 for o in ovh)
-    ovh_base = U * 3 * n  # task ids from here on are message overheads: ovh_base + 2 * message + (0 send | 1 recv)
+    ovh_base = U * n_ph * n  # task ids from here on are message overheads: ovh_base + 2 * message + (0 send | 1 recv)
 
     def tid(u: int, phase: int, op: int) -> int:
-        return (u * 3 + phase) * n + op
+        return (u * n_ph + phase) * n + op
 
-    dep = [0] * (U * 3 * n)
+    dep = [0] * (U * n_ph * n)
     unit_left = [0] * U
     for u in range(U):
         for i in range(n):
             dep[tid(u, FWD, i)] = len(par[i])
             dep[tid(u, BWD, i)] = 1 + len(chi[i])
             dep[tid(u, UPD, i)] = U if s.update_per_step else 1
-        unit_left[u] = n + (n + (0 if s.update_per_step else sum(has_upd)) if training else 0)
+            if n_ph > WGT:
+                dep[tid(u, WGT, i)] = 2  # its own B, and its gate (pipeline_rules.Gates.done)
+        unit_left[u] = n + (n + sum(has_w) + (0 if s.update_per_step else sum(has_upd)) if training else 0)
     step_updates_left = sum(has_upd) if (training and s.update_per_step) else 0
 
     # Resources.
@@ -83,10 +99,6 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
     peak = mem.copy()
     act_refs = [0] * (U * n)
     recv: dict[tuple[int, int, int], list] = {}  # (u, op, dev) -> [refs, bytes]
-    open_units = [0] * nd
-    is_open = set()
-    bwd_done_on = [[0] * nd for _ in range(U)]
-    fwd_done_on = [[0] * nd for _ in range(U)]
     trace_events: list[TraceEvent] | None = [] if trace else None
     timeline: list | None = [] if trace else None
 
@@ -156,16 +168,11 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
         else:
             to_channel(x)
 
-    def close_if_done(u: int, d: int) -> None:
-        if cap is not None and (u, d) in is_open:
-            is_open.discard((u, d))
-            open_units[d] -= 1
-
     def task_done(task: int, t: float) -> None:
         if task >= ovh_base:
             overhead_done(task)
             return
-        u, rest = divmod(task, 3 * n)
+        u, rest = divmod(task, n_ph * n)
         phase, op = divmod(rest, n)
         d = place[op]
         running[d] = -1
@@ -183,23 +190,32 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
                 send(u, FWD, op, d, dst, b, p)
             if training:
                 satisfy(tid(u, BWD, op))
-            fwd_done_on[u][d] += 1
-            if not training and fwd_done_on[u][d] == ops_on[d]:
-                close_if_done(u, d)
+            gates.done(u, FWD, op)
         elif phase == BWD:
-            mem[d] += grad_out[op] - grad_in[op]
-            _release_inputs(u, op, d)
+            if has_w[op]:  # zb-h1: the output gradient and the inputs stay for the W task
+                mem[d] += grad_out[op]
+            else:
+                mem[d] += grad_out[op] - grad_in[op]
+                _release_inputs(u, op, d)
             for pp, _, _ in par[op]:
                 if place[pp] == d or bwd_dest[op][place[pp]] == 0.0:
                     satisfy(tid(u, BWD, pp))
             for dst, b in bwd_dest[op].items():
                 if b > 0.0:
                     send(u, BWD, op, d, dst, b, p)
+            if has_w[op]:
+                satisfy(tid(u, WGT, op))
+            elif has_upd[op]:
+                satisfy(tid(0, UPD, op) if s.update_per_step else tid(u, UPD, op))
+            for v in gates.done(u, BWD, op):
+                for i in ops_of[d]:
+                    if has_w[i]:
+                        satisfy(tid(v, WGT, i))
+        elif phase == WGT:
+            mem[d] -= grad_in[op]
+            _release_inputs(u, op, d)
             if has_upd[op]:
                 satisfy(tid(0, UPD, op) if s.update_per_step else tid(u, UPD, op))
-            bwd_done_on[u][d] += 1
-            if bwd_done_on[u][d] == ops_on[d]:
-                close_if_done(u, d)
         else:
             if s.update_per_step:
                 nonlocal_step[0] -= 1
@@ -269,17 +285,12 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
             state[0] += 1
 
     def blocked(task: int) -> bool:
-        """A forward may not open another unit on a full device, unless it is the oldest unfinished
-        unit (which guarantees progress on any placement)."""
-        if cap is None or task >= ovh_base:
+        """Held back by the schedule's gates (:class:`.pipeline_rules.Gates`)."""
+        if task >= ovh_base:
             return False
-        u, rest = divmod(task, 3 * n)
+        u, rest = divmod(task, n_ph * n)
         phase, op = divmod(rest, n)
-        d = place[op]
-        if phase != FWD or cap[d] <= 0 or (u, d) in is_open or open_units[d] < cap[d]:
-            return False
-        oldest = next((v for v in range(U) if unit_left[v] > 0), U)
-        return u != oldest
+        return gates.blocked(u, phase, op, next((v for v in range(U) if unit_left[v] > 0), U))
 
     def xfer_length(ch: int, x: int) -> float:
         _, _, _, src, _, nbytes = xfers[x]
@@ -288,7 +299,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
     def task_length(d: int, task: int) -> float:
         if task >= ovh_base:
             return ovh[d]  # a send task runs on the sender, a receive task on the receiver: d either way
-        u, rest = divmod(task, 3 * n)
+        u, rest = divmod(task, n_ph * n)
         return dur(*divmod(rest, n))
 
     def dispatch(t: float, instant_only: bool = False) -> int:
@@ -333,11 +344,9 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
                                                    c.dev_names[d], t, t + length, c.dev_names[src],
                                                    c.dev_names[dst], nbytes))
                 continue
-            u, rest = divmod(task, 3 * n)
+            u, rest = divmod(task, n_ph * n)
             phase, op = divmod(rest, n)
-            if cap is not None and phase == FWD and (u, d) not in is_open:
-                is_open.add((u, d))
-                open_units[d] += 1
+            gates.start(u, phase, op)
             length = dur(phase, op)
             start_task(d, task, length)
             if trace_events is not None:

@@ -85,6 +85,8 @@ class BenchmarkResult:
     messages_per_step: float = 0.0
     message: str = ""
     shared_cores: bool = False
+    busy_s: dict[str, list[float]] = field(default_factory=dict)  # pipelined runs: per device, per timed step
+    pipeline: dict | None = None  # pipelined runs: the schedule, its stages and the measured bubble
 
     @property
     def ok(self) -> bool:
@@ -292,7 +294,8 @@ def _merge_ranks(reports: dict[int, dict]) -> dict:
     steps = [max(vals) for vals in zip(*(r["steps_s"] for r in ranks))]
     warm = [max(vals) for vals in zip(*(r["warmup_s"] for r in ranks))]
     losses = next((r["losses"] for r in ranks if r.get("losses")), [])
-    return {"status": "ok", "message": "", "steps_s": steps, "warmup_s": warm, "losses": losses,
+    busy = {k: r["busy_s"] for k, r in zip(sorted(reports), ranks) if "busy_s" in r}
+    return {"status": "ok", "message": "", "steps_s": steps, "warmup_s": warm, "losses": losses, "rank_busy_s": busy,
             "peak_memory_bytes": _merge_dicts(r.get("peak_memory_bytes") for r in ranks),
             "bytes_per_step": sum(r.get("bytes_per_step", 0.0) for r in ranks),
             "messages_per_step": sum(r.get("messages_per_step", 0.0) for r in ranks)}
@@ -328,8 +331,9 @@ def _combine(rounds: list[dict], runner: str, devs: list[LocalDevice], settings:
     if bad is not None:
         return BenchmarkResult(bad["status"], runner, devices, message=bad.get("message", ""), shared_cores=shared)
     n = len(rounds)
+    busy = {d.name: [b for r in rounds for b in r.get("rank_busy_s", {}).get(k, [])] for k, d in enumerate(devs)}
     return BenchmarkResult(
-        "ok", runner, devices,
+        "ok", runner, devices, busy_s={k: v for k, v in busy.items() if v},
         steps_s=[s for r in rounds for s in r["steps_s"]], warmup_s=[s for r in rounds for s in r["warmup_s"]],
         losses=rounds[0]["losses"], bytes_per_step=sum(r["bytes_per_step"] for r in rounds) / n,
         messages_per_step=sum(r["messages_per_step"] for r in rounds) / n, shared_cores=shared,

@@ -126,7 +126,7 @@ def op_times(gm, traced, device, shape, batch, seed, reps) -> dict[str, dict[str
             env[node.name] = value = super().run_node(node)
             return value
 
-    Capture(gm).run(make_input(shape, batch, seed).to(device))
+    Capture(gm).run(make_input(shape, batch, seed, gm).to(device))
     members: dict[str, list] = {}
     for node in gm.graph.nodes:
         op = traced.node_op.get(node.name)

@@ -34,10 +34,12 @@ from .memory import CpuTracker, tensor_bytes
 LR = 0.01
 
 
-def make_input(input_shape, batch_size: int, seed: int) -> torch.Tensor:
-    """The fixed random batch (on the CPU; runners move it)."""
+def make_input(input_shape, batch_size: int, seed: int, gm=None) -> torch.Tensor:
+    """The fixed random batch (on the CPU; runners move it): token ids for a model (``gm``) that embeds its
+    input, standard normal values otherwise."""
+    from .fx_import import example_input
     g = torch.Generator().manual_seed(seed)
-    return torch.randn((batch_size, *input_shape[1:]), generator=g)
+    return example_input(gm, (batch_size, *input_shape[1:]), g)
 
 
 class Loss:
@@ -83,7 +85,7 @@ class InProcessStep:
 
     def __init__(self, placed, input_device: str, input_shape, batch_size: int, seed: int):
         self.module = placed
-        self.x = make_input(input_shape, batch_size, seed).to(input_device)
+        self.x = make_input(input_shape, batch_size, seed, placed).to(input_device)
         self.loss = Loss(seed)
         self.devices = sorted({p.device for p in placed.parameters()} | {self.x.device}, key=str)
         self.opt = torch.optim.SGD(placed.parameters(), lr=LR)
@@ -146,7 +148,7 @@ def dry_run(gm, input_shape, batch_size: int) -> dict[str, tuple[list[Leaf], obj
             return value
 
     with FakeTensorMode(allow_non_fake_inputs=True) as mode:
-        x = mode.from_tensor(torch.empty((batch_size, *input_shape[1:])))
+        x = mode.from_tensor(make_input(input_shape, batch_size, 0, gm))
         Recorder(gm).run(x)
     return meta
 
@@ -210,7 +212,7 @@ class RankStep:
             elif rank in users:
                 self.recv_from[n.name] = owner
         self.mutating = {n.name for n in self.nodes if n.op != "get_attr" and mutates_input(n, gm)}
-        self.x = make_input(input_shape, batch_size, seed).to(device)
+        self.x = make_input(input_shape, batch_size, seed, gm).to(device)
         self.loss_fn = Loss(seed)
         self.params = self._owned_parameters()
         self.opt = torch.optim.SGD(self.params, lr=LR) if self.params else None

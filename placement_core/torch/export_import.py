@@ -22,7 +22,8 @@ from torch import nn
 from ..errors import InputError
 from ..graph import Graph
 from ..coarsen import contract
-from .fx_import import Traced, _reason, module_kind, node_ops, record, recorded_ops
+from .fx_import import Traced, _reason, example_input, node_ops, record, recorded_ops
+from .op_kinds import module_kind
 
 FIX = ("Make the branch independent of tensor values (torch.where, or a flag set in __init__), or trace a "
        "wrapper module whose forward takes one tensor; see docs/torch.md")
@@ -45,7 +46,7 @@ def _quiet():
 
 def _export(model: nn.Module, input_shape: tuple[int, ...]):
     with _quiet():
-        return torch.export.export(model, (torch.randn(*input_shape),))
+        return torch.export.export(model, (example_input(None, input_shape, model=model),))
 
 
 def trace_exported(model: nn.Module, input_shape: tuple[int, ...], *, name: str, fx_reason: str) -> Traced:

@@ -3,9 +3,15 @@ records, node by node, the output tensors, the FLOPs and the parameters.
 
 Granularity is the leaf module (every ``torch.nn`` module) plus the tensor
 functions between them. FLOPs follow docs/design.md §4: ``torch.utils.flop_counter``
-for matmul/convolution/attention (2 FLOPs per multiply-add), the pooling
+for matmul/convolution/attention (2 FLOPs per multiply-add), the recurrent
+formula for LSTM/GRU/RNN layers (which the counter does not see), the pooling
 formula kh*kw*C*Hout*Wout*N, and element counts for memory-bound ops, whose
 cost the roofline profile takes from their memory traffic instead.
+
+A parameter is counted once, at the first op that uses it: a module called
+twice, or a weight shared by two modules (GPT-2's tied embedding), holds its
+bytes once. A model whose input feeds an embedding takes token ids: the
+example input is integers below the embedding's size (:func:`example_input`).
 
 :func:`record` also gives which fx node belongs to which op, which is what
 applying, benchmarking and calibrating a placement need. Choosing between
@@ -15,7 +21,6 @@ torch.fx and the torch.export fallback is :mod:`.model_import`'s job.
 from __future__ import annotations
 
 import contextlib
-import math
 import operator
 from collections import Counter
 from dataclasses import dataclass, field
@@ -27,127 +32,12 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ..errors import InputError
 from ..graph import Graph, Op
-
-_VIEW_FUNCS = {torch.flatten, torch.reshape, torch.squeeze, torch.unsqueeze, torch.transpose, torch.permute}
-_VIEW_METHODS = {"view", "reshape", "flatten", "squeeze", "unsqueeze", "transpose", "permute", "expand",
-                 "contiguous", "view_as", "t"}
-_ELEMENTWISE_FUNCS = {operator.add, operator.mul, operator.sub, operator.truediv, operator.iadd, operator.imul,
-                      torch.add, torch.mul, torch.sub, torch.div}
-_ACTIVATION_FUNCS = {torch.relu, torch.sigmoid, torch.tanh, nn.functional.relu, nn.functional.gelu,
-                     nn.functional.silu, nn.functional.sigmoid, nn.functional.hardswish, nn.functional.hardsigmoid}
-_POOL_FUNCS = {nn.functional.adaptive_avg_pool2d, nn.functional.adaptive_max_pool2d, nn.functional.avg_pool2d,
-               nn.functional.max_pool2d, torch.nn.functional.adaptive_avg_pool1d}
-_CONCAT_FUNCS = {torch.cat, torch.concat, torch.stack}
-
-
-def module_kind(mod: nn.Module) -> str:
-    if isinstance(mod, (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)):
-        return "deconv"
-    if isinstance(mod, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
-        return "conv"
-    if isinstance(mod, nn.Linear):
-        return "linear"
-    if isinstance(mod, (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d,
-                        nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d, nn.AdaptiveMaxPool2d)):
-        return "pool"
-    if isinstance(mod, (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm)):
-        return "norm"
-    if isinstance(mod, (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout)):
-        return "dropout"
-    if isinstance(mod, (nn.Softmax, nn.LogSoftmax)):
-        return "softmax"
-    if isinstance(mod, (nn.Flatten, nn.Unflatten, nn.Identity)):
-        return "reshape"
-    if isinstance(mod, nn.Embedding):
-        return "embedding"
-    if isinstance(mod, nn.MultiheadAttention):
-        return "attention"
-    if isinstance(mod, (nn.Upsample, nn.UpsamplingNearest2d, nn.UpsamplingBilinear2d)):
-        return "upsample"
-    if type(mod).__module__.startswith("torch.nn.modules.activation"):
-        return "activation"
-    return "other"
-
-
-# Kinds of ATen operators, which is what a torch.export graph is made of.
-_ATEN_KINDS = {
-    "conv": ("conv1d", "conv2d", "conv3d", "convolution", "_convolution", "mkldnn_convolution"),
-    "deconv": ("conv_transpose1d", "conv_transpose2d", "conv_transpose3d"),
-    "linear": ("linear", "addmm"),
-    "matmul": ("mm", "bmm", "matmul", "baddbmm"),
-    "pool": ("max_pool1d", "max_pool2d", "max_pool3d", "max_pool2d_with_indices", "avg_pool1d", "avg_pool2d",
-             "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
-             "adaptive_max_pool2d", "_adaptive_avg_pool2d"),
-    "norm": ("batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
-             "_native_batch_norm_legit_no_training", "native_batch_norm", "layer_norm", "native_layer_norm",
-             "group_norm", "native_group_norm", "instance_norm"),
-    "activation": ("relu", "relu_", "gelu", "silu", "silu_", "sigmoid", "tanh", "hardtanh", "hardtanh_",
-                   "hardswish", "hardswish_", "hardsigmoid", "leaky_relu", "elu", "mish"),
-    "elementwise": ("add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_"),
-    "reshape": ("view", "_unsafe_view", "reshape", "flatten", "permute", "transpose", "t", "expand", "squeeze",
-                "unsqueeze", "contiguous", "alias", "clone", "slice", "select", "detach"),
-    "concat": ("cat", "stack"),
-    "softmax": ("softmax", "_softmax", "log_softmax", "_log_softmax"),
-    "dropout": ("dropout", "native_dropout"),
-    "attention": ("scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
-                  "_scaled_dot_product_efficient_attention"),
-    "embedding": ("embedding",),
-    "upsample": ("upsample_nearest2d", "upsample_bilinear2d"),
-}
-_ATEN_KIND = {name: kind for kind, names in _ATEN_KINDS.items() for name in names}
-
-
-def function_kind(node: torch.fx.Node) -> str:
-    t = node.target
-    if isinstance(t, torch._ops.OpOverload):
-        return _ATEN_KIND.get(t.overloadpacket.__name__, "other")
-    if node.op == "call_method":
-        if t in _VIEW_METHODS:
-            return "reshape"
-        if t in ("add", "mul", "sub", "div", "add_", "mul_"):
-            return "elementwise"
-        if t in ("relu", "sigmoid", "tanh", "relu_"):
-            return "activation"
-        if t in ("softmax", "log_softmax"):
-            return "softmax"
-        if t in ("matmul", "bmm", "mm"):
-            return "matmul"
-        return "other"
-    if t in _VIEW_FUNCS:
-        return "reshape"
-    if t in _ELEMENTWISE_FUNCS:
-        return "elementwise"
-    if t in _ACTIVATION_FUNCS:
-        return "activation"
-    if t in _POOL_FUNCS:
-        return "pool"
-    if t in _CONCAT_FUNCS:
-        return "concat"
-    if t in (torch.matmul, torch.bmm, torch.mm, operator.matmul):
-        return "matmul"
-    if t in (nn.functional.linear, torch.addmm):
-        return "linear"
-    if t in (nn.functional.softmax, torch.softmax, nn.functional.log_softmax):
-        return "softmax"
-    if t is getattr(nn.functional, "scaled_dot_product_attention", None):
-        return "attention"
-    if t in (nn.functional.dropout,):
-        return "dropout"
-    return "other"
-
-
-def _tensors(value) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _tensors(v)]
-    return []
+from .flops import backward_flops, forward_flops, memory_traffic, tensors_of, weight_flops
+from .op_kinds import function_kind, module_kind
 
 
 def _nbytes(value) -> int:
-    return sum(t.numel() * t.element_size() for t in _tensors(value))
+    return sum(t.numel() * t.element_size() for t in tensors_of(value))
 
 
 @dataclass
@@ -162,6 +52,7 @@ class _Record:
     param_bytes: float = 0.0
     in_bytes: float = 0.0
     first_layer: bool = False
+    weight_flops: float | None = None  # the weight-gradient part of the backward (None: the default rule)
 
 
 class _Recorder(torch.fx.Interpreter):
@@ -173,7 +64,8 @@ class _Recorder(torch.fx.Interpreter):
         self.count_buffers = count_buffers
         self.records: dict[str, _Record] = {}
         self.alias: dict[str, tuple[str, float]] = {}  # node -> (producing op, bytes): getitem on tuples
-        self.param_of: dict[str, float] = {}
+        self.param_of: dict[str, torch.Tensor] = {}  # get_attr node -> the tensor it reads
+        self._counted: set[int] = set()  # parameters (by identity) already counted at an earlier op
         self.placeholders: set[str] = set()
         self._module_uses: Counter = Counter()
         self._names: dict[str, str] = {}
@@ -192,14 +84,14 @@ class _Recorder(torch.fx.Interpreter):
         with flops:
             result = super().run_node(node)
         if node.op == "get_attr":
-            counted = self.count_buffers or isinstance(result, nn.Parameter)
-            self.param_of[node.name] = float(_nbytes(result)) if counted else 0.0
+            if isinstance(result, torch.Tensor) and (self.count_buffers or isinstance(result, nn.Parameter)):
+                self.param_of[node.name] = result
             return result
         producers: list[tuple[str, float]] = []
         extra_params = 0.0
         for arg in node.all_input_nodes:
             if arg.name in self.param_of:
-                extra_params += self.param_of[arg.name]
+                extra_params += self._first_use([self.param_of[arg.name]])
             elif arg.name in self.alias:
                 producers.append(self.alias[arg.name])
             elif arg.name in self._names:
@@ -211,7 +103,7 @@ class _Recorder(torch.fx.Interpreter):
             # One output of a multi-output op: consumers read it straight from the producer.
             self.alias[node.name] = (producers[0][0], float(_nbytes(result)))
             return result
-        if not _tensors(result):
+        if not tensors_of(result):
             return result  # sizes, shapes and other Python values are not ops
         name = self._op_name(node)
         if node.op == "placeholder":
@@ -220,7 +112,7 @@ class _Recorder(torch.fx.Interpreter):
         elif node.op == "call_module":
             mod = self.fetch_attr(node.target)
             kind, module = module_kind(mod), node.target
-            extra_params += float(sum(p.numel() * p.element_size() for p in mod.parameters(recurse=True)))
+            extra_params += self._first_use(list(mod.parameters(recurse=True)))
         else:
             kind = function_kind(node)
             stack = node.meta.get("nn_module_stack") or {}
@@ -228,12 +120,12 @@ class _Recorder(torch.fx.Interpreter):
             if isinstance(module, tuple):
                 module = module[0]
         out_bytes = float(_nbytes(result))
-        first = _tensors(result)[0]
-        ins = [t for a in node.args for t in _tensors(self._arg_value(a))]
+        first = tensors_of(result)[0]
+        ins = [t for a in node.args for t in tensors_of(self._arg_value(a))]
         in_elems = sum(t.numel() for t in ins)
-        out_elems = sum(t.numel() for t in _tensors(result))
+        out_elems = sum(t.numel() for t in tensors_of(result))
         counted = float(flops.get_total_flops())
-        fwd = _forward_flops(kind, node, self, counted, ins, result, in_elems, out_elems)
+        fwd = forward_flops(kind, node, self.fetch_attr, counted, ins, result, in_elems, out_elems)
         # dedupe producers (x + x reads x once)
         seen: dict[str, float] = {}
         for p, b in producers:
@@ -242,9 +134,19 @@ class _Recorder(torch.fx.Interpreter):
                       shape=tuple(int(s) for s in first.shape), fwd_flops=fwd, param_bytes=extra_params,
                       in_bytes=float(sum(b for _, b in seen.items())))
         rec.first_layer = bool(seen) and all(p in self.placeholders for p in seen)
+        rec.weight_flops = weight_flops(rec, node, self.param_of)
         self.records[name] = rec
         self._names[node.name] = name
         return result
+
+    def _first_use(self, tensors) -> float:
+        """Bytes of the tensors not counted at an earlier op (a shared module's, a tied weight's)."""
+        total = 0.0
+        for t in tensors:
+            if id(t) not in self._counted:
+                self._counted.add(id(t))
+                total += float(t.numel() * t.element_size())
+        return total
 
     def _arg_value(self, arg):
         if isinstance(arg, torch.fx.Node):
@@ -252,44 +154,6 @@ class _Recorder(torch.fx.Interpreter):
         if isinstance(arg, (list, tuple)):
             return [self._arg_value(a) for a in arg]
         return None
-
-
-def _forward_flops(kind: str, node: torch.fx.Node, rec: _Recorder, counted: float, ins, result,
-                   in_elems: int, out_elems: int) -> float:
-    if kind in ("conv", "deconv", "linear", "matmul", "attention") and counted > 0:
-        return counted
-    if kind == "pool":
-        if node.op == "call_module":
-            mod = rec.fetch_attr(node.target)
-            k = getattr(mod, "kernel_size", None)
-            if k is not None:
-                k = (k,) * (len(_tensors(result)[0].shape) - 2) if isinstance(k, int) else tuple(k)
-                return float(math.prod(k) * out_elems)
-        return float(in_elems)  # adaptive pooling reads every input element once
-    if kind in ("reshape", "input"):
-        return 0.0
-    if kind == "norm":
-        return 4.0 * out_elems
-    if kind == "softmax":
-        return 5.0 * out_elems
-    if counted > 0:
-        return counted
-    return float(out_elems)
-
-
-def _memory_traffic(rec: _Record) -> float:
-    if rec.kind in ("reshape", "input"):
-        return 0.0
-    return rec.in_bytes + rec.output_bytes + rec.param_bytes
-
-
-def _backward_flops(rec: _Record) -> float:
-    if rec.kind in ("conv", "deconv", "linear"):
-        # input gradient + weight gradient; the first layer needs no input gradient
-        return rec.fwd_flops * (1.0 if rec.first_layer else 2.0)
-    if rec.kind in ("matmul", "attention"):
-        return 2.0 * rec.fwd_flops
-    return rec.fwd_flops
 
 
 def _reason(e: BaseException) -> str:
@@ -360,11 +224,54 @@ def batchnorm_eval(module: nn.Module):
             m.train(True)
 
 
+def token_vocabulary(gm: torch.fx.GraphModule) -> int | None:
+    """The embedding size when the model's input is token ids (it feeds an ``nn.Embedding`` or an
+    embedding function, possibly through views), else None."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    todo, seen = placeholders[:1], set()
+    while todo:
+        node = todo.pop()
+        for user in node.users:
+            if user in seen:
+                continue
+            seen.add(user)
+            if user.op == "call_module" and isinstance(gm.get_submodule(user.target), nn.Embedding):
+                return int(gm.get_submodule(user.target).num_embeddings)
+            if user.op == "call_function" and function_kind(user) == "embedding":
+                weight = next((a for a in user.args[:2] if isinstance(a, torch.fx.Node) and a.op == "get_attr"), None)
+                if weight is not None:
+                    return int(gm.get_parameter(weight.target).shape[0])
+            elif function_kind(user) == "reshape" or _moves_only(user):
+                todo.append(user)
+    return None
+
+
+def _moves_only(node: torch.fx.Node) -> bool:
+    """A copy to another device or dtype (``.to``, or the placed model's moves between devices)."""
+    if node.op == "call_method":
+        return node.target in ("to", "long", "int", "cuda", "cpu")
+    return node.op == "call_function" and getattr(node.target, "__name__", "") == "_move"
+
+
+def example_input(gm: torch.fx.GraphModule | None, shape, generator: torch.Generator | None = None, *,
+                  model: nn.Module | None = None) -> torch.Tensor:
+    """The example batch of ``shape``: token ids below the vocabulary for a model that embeds its input,
+    standard normal values otherwise. Without a traced ``gm``, a ``model`` whose first module with
+    parameters is an embedding takes token ids."""
+    vocab = token_vocabulary(gm) if gm is not None else None
+    if vocab is None and model is not None:
+        first = next((m for m in model.modules() if next(m.parameters(recurse=False), None) is not None), None)
+        vocab = first.num_embeddings if isinstance(first, nn.Embedding) else None
+    if vocab is not None:
+        return torch.randint(vocab, tuple(shape), generator=generator)
+    return torch.randn(tuple(shape), generator=generator)
+
+
 def record(gm: torch.fx.GraphModule, model: nn.Module, input_shape: tuple[int, ...],
            count_buffers: bool = True) -> _Recorder:
-    """Run ``gm`` once on a random input, recording every node (no gradients; BatchNorm in eval mode)."""
+    """Run ``gm`` once on an example input, recording every node (no gradients; BatchNorm in eval mode)."""
     recorder = _Recorder(gm, count_buffers=count_buffers)
-    example = torch.randn(*input_shape)
+    example = example_input(gm, input_shape)
     try:
         with torch.no_grad(), batchnorm_eval(gm):
             recorder.run(example)
@@ -379,11 +286,16 @@ def record(gm: torch.fx.GraphModule, model: nn.Module, input_shape: tuple[int, .
 def recorded_ops(recorder: _Recorder) -> list[Op]:
     ops = []
     for r in recorder.records.values():
+        bwd = backward_flops(r)
+        weight = None if r.weight_flops is None else min(r.weight_flops, bwd)
+        if weight is not None and weight == (0.5 * bwd if r.param_bytes > 0 else 0.0):
+            weight = None  # what a file without the field means anyway (Op.weight_grad_share)
         ops.append(Op(name=r.name, kind=r.kind, inputs=tuple(p for p, _ in r.inputs),
                       input_bytes={p: b for p, b in r.inputs
                                    if b != recorder.records[p].output_bytes},
-                      fwd_flops=r.fwd_flops, bwd_flops=_backward_flops(r), output_bytes=r.output_bytes,
-                      param_bytes=r.param_bytes, mem_bytes=_memory_traffic(r), shape=r.shape, module=r.module))
+                      fwd_flops=r.fwd_flops, bwd_flops=bwd, output_bytes=r.output_bytes,
+                      param_bytes=r.param_bytes, mem_bytes=memory_traffic(r), shape=r.shape, module=r.module,
+                      bwd_weight_flops=weight))
     return ops
 
 

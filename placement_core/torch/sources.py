@@ -1,10 +1,12 @@
-"""Model sources: ``torchvision:NAME`` or ``path/to/file.py:ATTR``, optionally with keyword arguments.
+"""Model sources: ``torchvision:NAME``, ``placement:NAME`` or ``path/to/file.py:ATTR``, optionally with
+keyword arguments.
 
 A source is a string so that it can travel to benchmark worker processes,
 which rebuild the model themselves:
 
     torchvision:resnet18
     torchvision:googlenet(aux_logits=False, init_weights=False)
+    placement:gpt2(layers=4, d_model=256)  # a model defined in this package (placement_core/torch/gpt2.py)
     models/mlp.py:build(width=256)        # a factory or an nn.Module class in that file
     models/mlp.py:net                     # an nn.Module instance defined in that file
 
@@ -27,7 +29,8 @@ from typing import Any
 from ..errors import InputError
 
 FIELD = "model"
-USAGE = "Write torchvision:NAME (e.g. torchvision:resnet18) or FILE.py:NAME (a class, factory or module in that file)"
+USAGE = ("Write torchvision:NAME (e.g. torchvision:resnet18), placement:gpt2 (GPT-2, defined here) or FILE.py:NAME "
+         "(a class, factory or module in that file)")
 
 
 @dataclass(frozen=True)
@@ -35,14 +38,14 @@ class Source:
     """A parsed model source: where the model comes from and how it is called."""
 
     text: str
-    kind: str  # "torchvision" | "file"
+    kind: str  # "torchvision" | "placement" | "file"
     target: str  # torchvision model name, or the file path
     attr: str | None = None  # name inside the file
     kwargs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def default_name(self) -> str:
-        return self.target if self.kind == "torchvision" else (self.attr or Path(self.target).stem).lower()
+        return self.target if self.kind != "file" else (self.attr or Path(self.target).stem).lower()
 
 
 def parse_source(text: str) -> Source:
@@ -50,11 +53,12 @@ def parse_source(text: str) -> Source:
     if not isinstance(text, str) or not text.strip():
         raise InputError("the model source is empty", field=FIELD, fix=USAGE)
     text = text.strip()
-    if text.startswith("torchvision:"):
-        name, kwargs = _call(text[len("torchvision:"):], text)
-        if not name.isidentifier():
-            raise InputError(f"{name!r} is not a torchvision model name", field=FIELD, fix=USAGE)
-        return Source(text, "torchvision", name, None, kwargs)
+    for kind in ("torchvision", "placement"):
+        if text.startswith(kind + ":"):
+            name, kwargs = _call(text[len(kind) + 1:], text)
+            if not name.isidentifier():
+                raise InputError(f"{name!r} is not a {kind} model name", field=FIELD, fix=USAGE)
+            return Source(text, kind, name, None, kwargs)
     path, sep, rest = text.rpartition(".py:")
     if not sep:
         raise InputError(f"cannot tell where model {text!r} comes from", field=FIELD, fix=USAGE)
@@ -98,6 +102,8 @@ def load_model(source: str | Source, seed: int = 0):
     torch.manual_seed(seed)
     if src.kind == "torchvision":
         model = _torchvision_model(src)
+    elif src.kind == "placement":
+        model = _own_model(src)
     else:
         model = _file_model(src)
     if not isinstance(model, nn.Module):
@@ -125,6 +131,17 @@ def _torchvision_model(src: Source):
     except Exception as e:  # noqa: BLE001 - a bad keyword or an unusable combination
         raise InputError(f"building torchvision model {src.target!r} failed: {_first_line(e)}", field=FIELD,
                          fix="Check the keyword arguments against the torchvision documentation") from None
+
+
+def _own_model(src: Source):
+    from .gpt2 import MODELS
+    if src.target not in MODELS:
+        raise InputError(f"placement has no model {src.target!r}", field=FIELD, fix="Use one of: " + ", ".join(MODELS))
+    try:
+        return MODELS[src.target](**src.kwargs)
+    except (TypeError, ValueError) as e:
+        raise InputError(f"building {src.target} failed: {_first_line(e)}", field=FIELD,
+                         fix="Keyword arguments: layers, d_model, heads, vocab, seq, tie") from None
 
 
 def _file_model(src: Source):

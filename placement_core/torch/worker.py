@@ -47,6 +47,8 @@ def main(argv: list[str]) -> int:
             from .calibrate_worker import worker_main
         elif spec["mode"] == "import":
             from .isolated import worker_main
+        elif spec["mode"] == "pipeline":
+            from .pipeline_worker import worker_main
         elif spec["mode"] == "transfers":
             from .transfers import worker_main
         else:
