@@ -1,14 +1,34 @@
 """Optimize: run one or several algorithms in the background and watch them converge."""
 
+import importlib.util
 import os
 
 import streamlit as st
 
 from dashboard import charts, state, ui
-from dashboard.live_runs import REGISTRY, RunSpec
+from dashboard.live_runs import REGISTRY, RunSpec, seeded_text
 from placement_core import InputError
 from placement_core.analysis import fmt_bytes, fmt_seconds
 from placement_core.optimize import ALGORITHMS, problem_for
+from placement_core.optimize.seeding import HEURISTICS, parse_init
+
+SEED_TITLES = {h: ALGORITHMS[h].title or h for h in HEURISTICS} | {
+    "single": "Every single-device placement (homogeneous)"}
+
+
+def _init_problems(init: str | None) -> list[str]:
+    """What is wrong with the initial mappings, said before Start (the run's thread would fail on it)."""
+    if not init:
+        return []
+    try:
+        kinds = dict(parse_init(init))
+    except InputError as e:
+        return [f"Initial mappings: {e.problem}" + (f". {e.fix}" if e.fix else "")]
+    if "bayes" in kinds and importlib.util.find_spec("optuna") is None:
+        return ["Initial mappings: the Bayesian start needs optuna, which is not installed. Install the learn "
+                'extra (.venv/bin/pip install -e ".[learn]") or set its trials to 0.']
+    return []
+
 
 ui.header("Optimize", "Search for placements with the simulator as the judge: thousands of placements per "
           "second, no GPU needed. Runs continue in the background while you look at other pages.")
@@ -40,6 +60,26 @@ with ui.guarded("the run form"):
                          key=ui.persist("opt_seeded"), help="The current placement joins the first population (GA) or the "
                          "archive (MAP-Elites), so a run never ends worse than it; turn off for the thesis' "
                          "purely random start.")
+    c1, c2, c3 = st.columns([4, 1, 1])
+    heuristics = c1.multiselect(
+        "Initial mappings", list(HEURISTICS), default=[], key=ui.persist("opt_init", HEURISTICS),
+        format_func=lambda h: SEED_TITLES[h], placeholder="none",
+        help="Placements from fixed heuristics that join the first population (GA) or the archive (MAP-Elites) "
+             "alongside the current placement, as in the dissertation's initial mappings: HEFT (earliest finish "
+             "time with communication costs), HEFT without communication (TF-Mapper), memory-aware HEFT, "
+             "recursive min-cut, Baechi's m-ETF and m-TOPO, the expert's balanced contiguous stages, and every "
+             "single-device placement. Each costs one evaluation (single: one per device), spent before the "
+             "search, outside its budget, and reported with the result.")
+    n_random = c2.number_input("Random placements", 0, 100_000, 0, step=10, key=ui.persist("opt_init_random"),
+                               help="Uniformly random placements added to the seeds (0 = none); one evaluation "
+                                    "each, spent before the search.")
+    n_bayes = c3.number_input("Bayesian trials", 0, 100_000, 0, step=50, key=ui.persist("opt_init_bayes"),
+                              help="A Bayesian-optimization start (optuna's tree-structured Parzen estimator, one "
+                                   "device choice per op, starting from the single-device placements): its best "
+                                   "distinct trials join the seeds. 0 = none; each trial is one evaluation, spent "
+                                   "before the search and reported with the result (100 trials take seconds).")
+    init = ",".join(list(heuristics) + ([f"random:{int(n_random)}"] if n_random else [])
+                    + ([f"bayes:{int(n_bayes)}"] if n_bayes else [])) or None
     params = {}
     for a in chosen:
         cls = ALGORITHMS[a]
@@ -52,6 +92,7 @@ with ui.guarded("the run form"):
                 params[a][name] = ALGORITHMS[a].PARAMS[name].parse(name, value)
             except InputError as e:
                 problems.append(f"{ALGORITHMS[a].title or a}: {e.problem}" + (f". {e.fix}" if e.fix else ""))
+    problems += _init_problems(init)
     for problem_text in problems:
         st.error(problem_text, icon=":material/error:")
     if st.button("Start", type="primary", icon=":material/play_arrow:", disabled=not chosen or bool(problems),
@@ -63,7 +104,7 @@ with ui.guarded("the run form"):
                            workers=int(workers), graph=g, graph_key=state.graph_key(),
                            network_label=s.network_label, devices=d, devices_key=state.devices_key(),
                            devices_label=s.devices_label, sim=problem_sim,
-                           initial=state.current_placement()[None, :].copy() if seeded else None)
+                           initial=state.current_placement()[None, :].copy() if seeded else None, init=init)
             # each run gets its own Problem: the compiled simulator is not shared between threads
             # with the session's split table (Split ops), and the splits data-parallel and hybrid-parallel add
             REGISTRY.start(s.session_key, spec, problem_for(state.spec_for(g, problem_sim, d).build(g, d), a))
@@ -98,6 +139,8 @@ def live():
         if snap.get("stage") == "planning" and snap["tasks"]:  # HEFT plans long before its one evaluation
             text += f" · planning {snap['planned_tasks']:,} / {snap['tasks']:,} tasks"
             frac = snap["planned_tasks"] / snap["tasks"]
+        if v["stage"]:
+            text += f" · {v['stage']}"
         c1.progress(min(max(frac, 0.0), 1.0), text=text)
         if c2.button("Stop", key=f"stop_{v['id']}", icon=":material/stop:"):
             REGISTRY.get(s.session_key, v["id"]).stop()
@@ -150,6 +193,10 @@ with ui.guarded("the results"):
                                 "memory penalty.")
                     st.warning(f"This placement needs {over} more memory than the devices have: it would not run."
                                + why, icon=":material/warning:")
+                if r.seeded is not None:
+                    sd = r.seeded
+                    st.caption(f"{seeded_text(sd).capitalize()}; best seed {ui.esc(sd['best_label'])}: "
+                               f"{fmt_seconds(sd['best_objective_s'])}.")
                 planned = res.extras.get("planned_makespan_s")
                 if planned is not None:
                     st.caption(f"HEFT's own plan finishes the step in {fmt_seconds(planned)}; the simulator, with "

@@ -57,6 +57,7 @@ class RunSpec:
     devices_label: str
     sim: dict
     initial: Any = None  # placements to seed the search with (k, ops) or None
+    init: str | None = None  # initial mappings to compute in the run's thread (seeding.parse_init's syntax)
     resume_id: int | None = None  # continue this stored run (from its last checkpoint) instead of starting one
 
 
@@ -125,6 +126,8 @@ class Run:
     error: str | None = None
     store_id: int | None = None  # the run's id in the run store, once recorded
     store_note: str | None = None  # why it could not be recorded, if it could not
+    stage: str | None = None  # what the run does before its search starts (making the initial mappings)
+    seeded: dict | None = None  # what the initial mappings were and cost, once made (as the CLI reports it)
     stop_event: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
     thread: threading.Thread | None = None
@@ -146,6 +149,7 @@ class Run:
     def on_progress(self, p) -> None:
         with self.lock:
             self.status = "running" if not p.done else self.status
+            self.stage = None
             self.evaluations = p.evaluations
             self.best = p.best
             self.evals_per_s = p.evals_per_s
@@ -165,7 +169,7 @@ class Run:
                     "evaluations": self.evaluations, "budget": self.spec.evaluations, "best": self.best,
                     "evals_per_s": self.evals_per_s, "elapsed_s": self.elapsed_s, "fraction": self.fraction,
                     "curve": self.curve.points(), "snapshot": self.snapshot, "error": self.error,
-                    "seconds": self.spec.seconds, "store_id": self.store_id}
+                    "seconds": self.spec.seconds, "store_id": self.store_id, "stage": self.stage}
 
 
 def _optimize(run: Run):
@@ -175,6 +179,10 @@ def _optimize(run: Run):
     from placement_core.store import RunStore
 
     spec = run.spec
+    initial = spec.initial if spec.resume_id is not None else _seed(run)
+    label = f"dashboard: {spec.network_label} on {spec.devices_label}"
+    if run.seeded is not None:
+        label += f"; {seeded_text(run.seeded)}"
     try:
         store = RunStore()
     except InputError as e:
@@ -182,7 +190,7 @@ def _optimize(run: Run):
             raise
         run.store_note = f"not recorded in the run store: {e}"
         return optimize(run.problem, spec.algorithm, evaluations=spec.evaluations, seconds=spec.seconds,
-                        seed=spec.seed, params=spec.params, initial=spec.initial, workers=spec.workers,
+                        seed=spec.seed, params=spec.params, initial=initial, workers=spec.workers,
                         progress=run.on_progress, stop=run.stop_event)
     with store:
         if spec.resume_id is not None:
@@ -190,12 +198,51 @@ def _optimize(run: Run):
             return resume_run(store, spec.resume_id, workers=spec.workers, progress=run.on_progress,
                               stop=run.stop_event, checkpoint_every=CHECKPOINT_EVERY)
         _, result = start_run(store, run.problem, spec.algorithm, evaluations=spec.evaluations,
-                              seconds=spec.seconds, seed=spec.seed, params=spec.params, initial=spec.initial,
+                              seconds=spec.seconds, seed=spec.seed, params=spec.params, initial=initial,
                               workers=spec.workers, progress=run.on_progress, stop=run.stop_event,
-                              checkpoint_every=CHECKPOINT_EVERY,
-                              label=f"dashboard: {spec.network_label} on {spec.devices_label}",
+                              checkpoint_every=CHECKPOINT_EVERY, label=label,
                               on_created=lambda run_id: setattr(run, "store_id", run_id))
         return result
+
+
+class _Stopped(Exception):
+    """Stop was pressed while the initial mappings were being made."""
+
+
+def _seed(run: Run):
+    """The placements the search starts from: the page's (the current placement) first, then the initial
+    mappings ``spec.init`` names, computed here because HEFT on a large network or a Bayesian start of a few
+    hundred trials takes seconds. Their evaluations are spent before the search, outside its budget, and
+    recorded in ``run.seeded`` as the CLI reports them."""
+    from placement_core.optimize.seeding import initial_placements
+
+    spec = run.spec
+    if not spec.init:
+        return spec.initial
+    with run.lock:
+        run.stage = f"making the initial mappings ({spec.init})"
+
+    def score(xs):  # Stop is honoured between the seeds' evaluations (a long Bayesian start)
+        if run.stop_event.is_set():
+            raise _Stopped
+        return run.problem.evaluate_many(xs)
+
+    seeds = initial_placements(run.problem, spec.init, seed=spec.seed, objective=score)
+    with run.lock:
+        run.stage = "starting the search"
+        run.seeded = {"init": spec.init, "placements": len(seeds.labels), "evaluations": seeds.evaluations,
+                      "best_label": seeds.labels[0], "best_objective_s": seeds.objectives[0],
+                      "with_current": spec.initial is not None}
+    if spec.initial is None:
+        return seeds.placements
+    return np.vstack([np.atleast_2d(spec.initial).astype(np.int32), seeds.placements])
+
+
+def seeded_text(seeded: dict) -> str:
+    """How a run was seeded, in the CLI's words."""
+    return (f"seeded with {seeded['placements']} initial placement(s) ({seeded['init']}; "
+            f"{seeded['evaluations']:,} evaluations, not counted in the budget)"
+            + (" and the current placement" if seeded.get("with_current") else ""))
 
 
 def _work(run: Run) -> None:
@@ -209,6 +256,10 @@ def _work(run: Run) -> None:
             run.elapsed_s = result.wall_s
             run.fraction = 1.0 if not result.stopped else run.fraction
             run.status = "stopped" if result.stopped else "done"
+    except _Stopped:  # before the search: nothing was run or stored
+        with run.lock:
+            run.error, run.status, run.stage = "stopped while making the initial mappings: nothing was run", \
+                "stopped", None
     except InputError as e:
         with run.lock:
             run.error, run.status = str(e), "failed"

@@ -1,5 +1,6 @@
 """Optimize page (AppTest): parameter forms, background runs, progress, stop, results, errors."""
 
+import sys
 import time
 
 from apptest_util import assert_clean, figures, goto, sidebar_text, start, text, wait_for_runs
@@ -118,3 +119,95 @@ def test_worker_processes_evaluate_in_parallel():
     assert_clean(at)
     [r] = runs(at)
     assert r.status == "done" and r.result.evaluations == 600 and r.spec.workers == 2
+
+
+def alexnet_optimize_page(evaluations=300):
+    at = start()
+    at.selectbox(key="net_builtin").set_value("alexnet").run()
+    assert_clean(at)
+    goto(at, "optimize")
+    assert_clean(at)
+    at.number_input(key="opt_evaluations").set_value(evaluations)
+    at.multiselect(key="opt_algorithms").set_value(["ga"])
+    return at
+
+
+def test_initial_mappings_seed_the_run_and_their_cost_is_reported():
+    """HEFT + a 5-trial Bayesian start, computed in the run's thread: the stored run starts from exactly the
+    placements initial_placements gives (worked out here on a fresh problem), the best found is no worse than
+    the best of them, and the page says how many there were and what they cost (1 + 5 evaluations)."""
+    from dashboard import state
+    from placement_core.optimize.seeding import initial_placements
+    from placement_core.store import RunStore
+
+    at = alexnet_optimize_page()
+    at.checkbox(key="opt_seeded").uncheck()
+    at.multiselect(key="opt_init").set_value(["heft"])
+    at.number_input(key="opt_init_bayes").set_value(5).run()
+    assert_clean(at)
+    at.button(key="opt_start").click().run()
+    [r] = runs(at)
+    assert r.spec.init == "heft,bayes:5" and r.spec.initial is None
+    wait_for_runs(at)
+    assert_clean(at)
+    assert r.status == "done", r.error
+    problem = state.spec_for(r.spec.graph, r.spec.sim).build(r.spec.graph, r.spec.devices)
+    seeds = initial_placements(problem, "heft,bayes:5", seed=r.spec.seed)
+    assert seeds.evaluations == 6 and 1 <= len(seeds.labels) <= 6
+    assert r.seeded["placements"] == len(seeds.labels) and r.seeded["evaluations"] == 6
+    assert r.seeded["best_objective_s"] == seeds.objectives[0]
+    assert r.result.best_objective <= seeds.objectives[0] * (1 + 1e-12)
+    assert r.result.evaluations == 300  # the seeds' evaluations are not charged to the budget
+    with RunStore() as store:
+        assert (store.initial(r.store_id) == seeds.placements).all()
+        label = store.get(r.store_id).label
+    said = f"seeded with {len(seeds.labels)} initial placement(s) (heft,bayes:5; 6 evaluations, not counted in the budget)"
+    assert said in label
+    assert said.capitalize() in text(at) and f"best seed {seeds.labels[0]}" in text(at)
+
+
+def test_initial_mappings_stack_after_the_current_placement():
+    at = alexnet_optimize_page(evaluations=200)
+    at.multiselect(key="opt_init").set_value(["single"]).run()  # one placement per device: 5 on malvik-4gpu
+    at.button(key="opt_start").click().run()
+    wait_for_runs(at)
+    assert_clean(at)
+    [r] = runs(at)
+    n_dev = r.problem.n_devices
+    assert r.seeded == {**r.seeded, "init": "single", "placements": n_dev, "evaluations": n_dev,
+                        "with_current": True}
+    assert "and the current placement" in text(at)
+    from placement_core.store import RunStore
+    with RunStore() as store:
+        initial = store.initial(r.store_id)
+    assert initial.shape == (1 + n_dev, r.problem.n_ops)
+    assert (initial[0] == at.session_state["placement"]).all()  # the current placement comes first
+    assert sorted(initial[1:, 0].tolist()) == list(range(n_dev)) and (initial[1:].T == initial[1:, 0]).all()
+
+
+def test_bad_initial_mappings_are_named_before_start(monkeypatch):
+    at = alexnet_optimize_page()
+    at.number_input(key="opt_init_random").set_value(200_000).run()  # past the limit of 100,000: refused
+    assert_clean(at)
+    assert at.number_input(key="opt_init_random").value == 0
+    monkeypatch.setitem(sys.modules, "optuna", None)  # as if optuna were not installed
+    at.number_input(key="opt_init_bayes").set_value(50).run()
+    assert not at.exception
+    [err] = at.error
+    assert "Bayesian start needs optuna" in err.value and "set its trials to 0" in err.value
+    assert at.button(key="opt_start").disabled
+    at.number_input(key="opt_init_bayes").set_value(0).run()
+    assert_clean(at)
+    assert not at.button(key="opt_start").disabled
+
+
+def test_initial_mappings_survive_switching_pages():
+    at = alexnet_optimize_page()
+    at.multiselect(key="opt_init").set_value(["heft-nocomm", "min-cut"])
+    at.number_input(key="opt_init_random").set_value(30)
+    at.number_input(key="opt_init_bayes").set_value(40).run()
+    goto(at, "trace")
+    goto(at, "optimize")
+    assert_clean(at)
+    assert at.multiselect(key="opt_init").value == ["heft-nocomm", "min-cut"]
+    assert (at.number_input(key="opt_init_random").value, at.number_input(key="opt_init_bayes").value) == (30, 40)

@@ -91,3 +91,69 @@ def test_the_progress_figure_draws_a_finished_curve_to_its_end_and_a_running_one
     later = [*curve[:2], (1_990.0, 0.007)]  # 260 evaluations on, nothing better: the same figure
     assert progress_figure([{"id": 1, "name": "GA #1", "curve": later, "status": "running",
                              "budget": 20_000}]).to_json() == live.to_json()
+
+
+def test_optimize_makes_the_initial_mappings_in_the_runs_thread_and_records_them(monkeypatch):
+    """RunSpec.init is computed by _optimize (not the page): HEFT + 3 random placements cost 1 + 3 evaluations,
+    outside the budget; they are stacked after the page's placement, stored with the run, named in its label,
+    and the progress line says the run is making them while it does."""
+    from dashboard import live_runs
+    from placement_core import Problem, load_devices, load_network, single_device
+    from placement_core.optimize import seeding
+    from placement_core.store import RunStore
+
+    g, d = load_network("alexnet"), load_devices("malvik-4gpu")
+    problem = Problem(g, d)
+    current = single_device(g, d, "gpu1")
+    spec = RunSpec(algorithm="ga", title="GA", params={}, evaluations=200, seconds=None, seed=3, workers=1, graph=g,
+                   graph_key="", network_label="AlexNet", devices=d, devices_key="", devices_label="malvik-4gpu",
+                   sim={}, initial=current[None, :], init="heft,random:3")
+    run = Run(spec, problem)
+    stages = []
+    real = seeding.initial_placements
+    monkeypatch.setattr(seeding, "initial_placements",
+                        lambda *a, **k: stages.append(run.view()["stage"]) or real(*a, **k))
+    result = live_runs._optimize(run)
+    assert stages == ["making the initial mappings (heft,random:3)"]
+    seeds = real(Problem(g, d), "heft,random:3", seed=3)
+    assert run.seeded == {"init": "heft,random:3", "placements": 4, "evaluations": 4, "best_label": seeds.labels[0],
+                          "best_objective_s": seeds.objectives[0], "with_current": True}
+    assert result.evaluations == 200 and result.best_objective <= min(seeds.objectives[0], problem.evaluate(current))
+    assert run.view()["stage"] is None  # cleared by the search's first progress report
+    with RunStore() as store:
+        initial = store.initial(run.store_id)
+        label = store.get(run.store_id).label
+    assert (initial == np.vstack([current, seeds.placements])).all()
+    assert label == ("dashboard: AlexNet on malvik-4gpu; seeded with 4 initial placement(s) (heft,random:3; "
+                     "4 evaluations, not counted in the budget) and the current placement")
+
+
+def test_a_run_without_initial_mappings_keeps_the_pages_seed_only():
+    from dashboard import live_runs
+    from placement_core import Problem, load_devices, load_network, single_device
+
+    g, d = load_network("alexnet"), load_devices("malvik-4gpu")
+    current = single_device(g, d, "gpu0")[None, :]
+    spec = RunSpec(algorithm="random", title="Random", params={}, evaluations=50, seconds=None, seed=0, workers=1,
+                   graph=g, graph_key="", network_label="AlexNet", devices=d, devices_key="",
+                   devices_label="malvik-4gpu", sim={}, initial=current)
+    run = Run(spec, Problem(g, d))
+    assert live_runs._seed(run) is current and run.seeded is None and run.stage is None
+
+
+def test_stop_while_making_the_initial_mappings_ends_the_run_before_its_search():
+    from dashboard import live_runs
+    from placement_core import Problem, load_devices, load_network
+    from placement_core.store import RunStore
+
+    g, d = load_network("alexnet"), load_devices("malvik-4gpu")
+    spec = RunSpec(algorithm="ga", title="GA", params={}, evaluations=10_000, seconds=None, seed=0, workers=1,
+                   graph=g, graph_key="", network_label="AlexNet", devices=d, devices_key="",
+                   devices_label="malvik-4gpu", sim={}, init="bayes:100000")
+    run = Run(spec, Problem(g, d))
+    run.stop()  # pressed before the first of the 100,000 trials
+    live_runs._work(run)
+    assert (run.status, run.result, run.seeded, run.stage) == ("stopped", None, None, None)
+    assert run.error == "stopped while making the initial mappings: nothing was run"
+    with RunStore() as store:
+        assert store.runs() == []
