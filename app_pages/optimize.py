@@ -107,7 +107,11 @@ with ui.guarded("the run form"):
                            initial=state.current_placement()[None, :].copy() if seeded else None, init=init)
             # each run gets its own Problem: the compiled simulator is not shared between threads
             # with the session's split table (Split ops), and the splits data-parallel and hybrid-parallel add
-            REGISTRY.start(s.session_key, spec, problem_for(state.spec_for(g, problem_sim, d).build(g, d), a))
+            # (and an initial mapping such as data-parallel brings its splits too, as on the command line)
+            problem = problem_for(state.spec_for(g, problem_sim, d).build(g, d), a)
+            for kind, _ in (parse_init(init) if init else []):
+                problem = problem_for(problem, kind)
+            REGISTRY.start(s.session_key, spec, problem)
         st.rerun()
 
 runs = REGISTRY.runs(s.session_key)

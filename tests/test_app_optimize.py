@@ -185,6 +185,24 @@ def test_initial_mappings_stack_after_the_current_placement():
     assert sorted(initial[1:, 0].tolist()) == list(range(n_dev)) and (initial[1:].T == initial[1:, 0]).all()
 
 
+def test_a_data_parallel_start_brings_its_splits_as_on_the_command_line():
+    """data-parallel as an initial mapping needs its batch split in the run's table (the page adds it, as
+    `placement optimize --init data-parallel` does); the seed is every op split over the four GPUs."""
+    at = alexnet_optimize_page(evaluations=200)
+    at.checkbox(key="opt_seeded").set_value(False)
+    at.multiselect(key="opt_init").set_value(["data-parallel"]).run()
+    at.button(key="opt_start").click().run()
+    wait_for_runs(at)
+    assert_clean(at)
+    [r] = runs(at)
+    assert r.error is None and r.status == "done"
+    assert r.seeded["placements"] == 1 and r.seeded["evaluations"] == 1
+    assert r.problem.splits  # the batch split over the GPUs joined the table
+    from placement_core.optimize.seeding import initial_placements
+    seed = initial_placements(r.problem, "data-parallel")
+    assert r.result.best_objective <= seed.objectives[0]
+
+
 def test_bad_initial_mappings_are_named_before_start(monkeypatch):
     at = alexnet_optimize_page()
     at.number_input(key="opt_init_random").set_value(200_000).run()  # past the limit of 100,000: refused
