@@ -56,8 +56,11 @@ def register(sub) -> None:
                    help="episodes per update, of one graph (default 8; the time-step baseline averages them)")
     p.add_argument("--lr", type=float, default=None, help="Adam's initial learning rate, decaying linearly to 0 "
                                                           "(default 0.002 Placeto, 0.001 GDP)")
-    p.add_argument("--entropy", type=float, default=0.02,
-                   help="initial weight of the entropy bonus, decaying linearly to 0 (default 0.02)")
+    p.add_argument("--entropy", type=float, default=0.005,
+                   help="initial weight of the entropy bonus, decaying linearly to 0 (default 0.005)")
+    p.add_argument("--start", choices=["heft", "fastest"], default="heft",
+                   help="Placeto: the placement each episode improves: memory-aware HEFT's (default) or every node "
+                        "on the fastest device (Placeto's trivial start)")
     p.add_argument("--rewards", choices=["step", "final"], default="step",
                    help="Placeto: step = the objective's improvement after every move (Placeto's intermediate "
                         "rewards, one evaluation per step), final = the final objective only (default step)")
@@ -137,7 +140,7 @@ def cmd_train(args) -> int:
     lr = args.lr if args.lr is not None else (2e-3 if args.method == "placeto" else 1e-3)
     settings = TrainSettings(method=args.method, episodes=args.episodes, rollouts=args.rollouts, lr=lr,
                              entropy=args.entropy, rewards=args.rewards, hidden=args.hidden, rounds=args.rounds,
-                             seed=args.seed).check()
+                             seed=args.seed, start=args.start).check()
     problems, names, what, devices = training_problems(args)
     bar = TrainBar(enabled=not args.quiet and not args.json and sys.stderr.isatty(), method=args.method)
     command = "placement train-policy " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["train-policy"] else None
@@ -150,7 +153,8 @@ def cmd_train(args) -> int:
             run_id, result = train_recorded(store, problems, settings, label=args.label, meta=meta, progress=bar)
     training = {**what, "graphs": len(names), "episodes": result.episodes, "evaluations": result.evaluations,
                 "seed": settings.seed, "rollouts": settings.rollouts, "lr": settings.lr, "entropy": settings.entropy,
-                "rewards": settings.rewards, "wall_s": round(result.wall_s, 1), "stopped": result.stopped,
+                "rewards": settings.rewards, "start": settings.start, "hidden": settings.hidden,
+                "rounds": settings.rounds, "wall_s": round(result.wall_s, 1), "stopped": result.stopped,
                 "final_ratio": float(result.curve[-1, 2]) if len(result.curve) else None,
                 "penalty": args.penalty}
     if command:

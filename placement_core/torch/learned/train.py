@@ -37,7 +37,7 @@ class TrainSettings:
     episodes: int = 2000
     rollouts: int = 8
     lr: float = 2e-3
-    entropy: float = 0.02
+    entropy: float = 0.005
     rewards: str = "step"
     hidden: int = 16
     rounds: int = 3
