@@ -79,13 +79,20 @@ class GraphInfo:
             np.log1p(self.fastest / self.tau),
             np.log1p(largest_out * typical / self.tau),
         ], axis=1)
-        self.reference = reference_objective(problem)
+        self._reference: float | None = None
         if start == "fastest":  # Placeto's "trivial placement"
             fastest = int(np.argmax([dev.peak_flops for dev in problem.devices.devices]))
             self.start = np.full(self.n, fastest, dtype=np.int32)
         else:  # a good list-scheduling placement that fits in memory, for the policy to improve
             from ..optimize.heft import heft_schedule
             self.start = np.asarray(heft_schedule(problem, comm=True, memory=True).placement, dtype=np.int32)
+
+    @property
+    def reference(self) -> float:
+        """The graph's best single-device objective (computed when first needed: training, not placing)."""
+        if self._reference is None:
+            self._reference = reference_objective(self.problem)
+        return self._reference
 
     def start_placement(self, rollouts: int = 1) -> np.ndarray:
         """The placement every episode starts from (Placeto: "assigned to devices arbitrarily")."""
