@@ -169,3 +169,17 @@ def test_device_context_counts_decisions_made():
     assert ctx[:, col["is_current"]].tolist() == [1.0, 0.0]
     # c's input comes from a on d0: free on d0, 100 bytes at 100 B/s = 1 s on d1 (τ = 3 s: log1p(1/3))
     assert np.allclose(ctx[:, col["input_transfer"]], [0.0, np.log1p(1 / 3)])
+
+
+def test_gdps_clipped_ppo_loss_by_hand():
+    from placement_core.torch.learned.gdp import ppo_clip_loss
+    old = torch.log(torch.tensor([0.5, 0.5, 0.5], dtype=torch.float64))
+    # ratios 1.1 (inside the clip), 1.5 (above 1 + 0.2) and 0.5 (below 1 - 0.2)
+    new = torch.log(torch.tensor([0.55, 0.75, 0.25], dtype=torch.float64)).requires_grad_()
+    adv = torch.tensor([1.0, 1.0, -1.0], dtype=torch.float64)
+    loss = ppo_clip_loss(new, old, adv, torch.tensor(0.0), beta=0.0)
+    # min(r A, clip(r) A): 1.1, min(1.5, 1.2) = 1.2, min(-0.5, -0.8) = -0.8; loss = -mean
+    assert loss.item() == pytest.approx(-(1.1 + 1.2 - 0.8) / 3)
+    loss.backward()
+    # only the unclipped term moves: d/d log p of -(r A)/3 = -r A / 3
+    assert np.allclose(new.grad.numpy(), [-1.1 / 3, 0.0, 0.0])

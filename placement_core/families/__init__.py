@@ -64,7 +64,8 @@ def family_graph(family: str, seed: int, index: int) -> FamilyGraph:
     return FamilyGraph(family, int(seed), int(index), graph, {**meta, "ops_before_grouping": len(fine)})
 
 
-def family_graphs(family: str, *, count: int = DEFAULT_COUNT, seed: int = 0, split: str | None = None) -> list[FamilyGraph]:
+def family_graphs(family: str, *, count: int = DEFAULT_COUNT, seed: int = 0,
+                  split: str | None = None) -> list[FamilyGraph]:
     """Graphs 0..count-1 of a family, or those of one split."""
     check_family(family)
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_COUNT:

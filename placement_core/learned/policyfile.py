@@ -71,8 +71,8 @@ def policy_from_dict(data: Any, source: str | None = None) -> dict:
         at = f"tensors.{name}"
         t = require_mapping(t, source=source, field=at, what="a tensor")
         shape = t.get("shape")
-        if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= MAX_VALUES
-                                                  for s in shape):
+        if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool)
+                                                  and 0 <= s <= MAX_VALUES for s in shape):
             raise InputError(f"shape must be a list of sizes, got {str(shape)[:60]}", source=source,
                              field=f"{at}.shape")
         size = int(np.prod(shape, dtype=np.int64)) if shape else 1

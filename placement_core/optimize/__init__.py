@@ -54,5 +54,5 @@ def run(problem: Problem, algorithm: str, *, evaluations: int | None = None, sec
             evaluator.close()
 
 
-__all__ = ["ALGORITHMS", "LEARNED", "LEARNED_NAMES", "OptimizeResult", "Optimizer", "Param", "Progress", "algorithm_class", "drive",
-           "make_optimizer", "register", "run"]
+__all__ = ["ALGORITHMS", "LEARNED", "LEARNED_NAMES", "OptimizeResult", "Optimizer", "Param", "Progress",
+           "algorithm_class", "drive", "make_optimizer", "register", "run"]

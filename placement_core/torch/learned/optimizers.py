@@ -45,7 +45,7 @@ class LearnedOptimizer(Optimizer):
     method = ""
     PARAMS = {
         "policy": Param("", "the policy file (placement-policy/1) to apply and fine-tune", str),
-        "rollouts": Param(16, "episodes per fine-tuning update", int, low=2, high=1024),
+        "rollouts": Param(32, "episodes per fine-tuning update", int, low=2, high=1024),
         "lr": Param(1e-3, "Adam's learning rate while fine-tuning", float, low=1e-7, high=1.0),
         "entropy": Param(0.0, "weight of the entropy bonus while fine-tuning", float, low=0, high=10),
     }
@@ -125,7 +125,7 @@ class PlacetoOptimizer(LearnedOptimizer):
     title = "Placeto (trained policy)"
     method = "placeto"
     PARAMS = {**LearnedOptimizer.PARAMS,
-              "step_fraction": Param(0.25, "share of each episode's steps in the gradient (an unbiased sample)",
+              "step_fraction": Param(0.125, "share of each episode's steps in the gradient (an unbiased sample)",
                                      float, low=0.01, high=1.0)}
 
     def __init__(self, problem, **kw):
