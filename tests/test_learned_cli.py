@@ -218,3 +218,20 @@ def test_a_damaged_policy_file_is_refused_with_the_field(trained, nets, tmp_path
 def test_a_training_run_is_not_resumed(trained, capsys):
     code, out, err = run(capsys, "optimize", "--resume", "1", "--home", trained[1])
     assert code == 2 and "is a policy training" in err
+
+
+def test_fine_tuning_resumes_exactly_from_a_checkpoint(trained, nets):
+    from placement_core import load_devices, load_network
+    from placement_core.optimize import make_optimizer
+    from placement_core.optimize.driver import drive
+    from placement_core.problem import ProblemSpec
+    problem = ProblemSpec().build(load_network(str(nets[2])), load_devices("malvik-4gpu"))
+    params = {"policy": str(trained[0]), "rollouts": 4}
+    states = []
+    whole = drive(make_optimizer(problem, "placeto", seed=2, params=params), evaluations=30,
+                  checkpoint=states.append, checkpoint_every=10)
+    state = next(s for s in states if s["evaluations"] >= 10)
+    json.dumps(state)  # what the run store keeps
+    resumed = drive(make_optimizer(problem, "placeto", seed=2, params=params), evaluations=30, state=state)
+    assert np.array_equal(whole.history, resumed.history)
+    assert np.array_equal(whole.best_placement, resumed.best_placement)

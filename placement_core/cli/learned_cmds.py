@@ -58,9 +58,9 @@ def register(sub) -> None:
                                                           "(default 0.002 Placeto, 0.001 GDP)")
     p.add_argument("--entropy", type=float, default=0.005,
                    help="initial weight of the entropy bonus, decaying linearly to 0 (default 0.005)")
-    p.add_argument("--start", choices=["heft", "fastest"], default="heft",
-                   help="Placeto: the placement each episode improves: memory-aware HEFT's (default) or every node "
-                        "on the fastest device (Placeto's trivial start)")
+    p.add_argument("--start", choices=["heft", "m-etf", "fastest"], default="heft",
+                   help="Placeto: the placement each episode improves: memory-aware HEFT's (default), m-ETF's, or "
+                        "every node on the fastest device (Placeto's trivial start)")
     p.add_argument("--rewards", choices=["step", "final"], default="step",
                    help="Placeto: step = the objective's improvement after every move (Placeto's intermediate "
                         "rewards, one evaluation per step), final = the final objective only (default step)")

@@ -32,7 +32,9 @@ import numpy as np
 
 from ..problem import Problem
 
-STARTS = ("fastest", "heft")  # the placement an episode improves: all on the fastest device, or memory-aware HEFT's
+# The placement an episode improves: every node on the fastest device (Placeto's trivial start), or the plan of a
+# memory-aware list scheduler, HEFT or m-ETF (no simulator evaluation either way).
+STARTS = ("fastest", "heft", "m-etf")
 NODE_FEATURES = ("time_here", "time_fastest", "output_transfer", "memory_share", "same_device", "visited",
                  "current")
 DEVICE_FEATURES = ("work", "work_now", "memory", "memory_with_node", "memory_now", "memory_left", "slowdown",
@@ -83,9 +85,12 @@ class GraphInfo:
         if start == "fastest":  # Placeto's "trivial placement"
             fastest = int(np.argmax([dev.peak_flops for dev in problem.devices.devices]))
             self.start = np.full(self.n, fastest, dtype=np.int32)
-        else:  # a good list-scheduling placement that fits in memory, for the policy to improve
+        elif start == "heft":  # a good list-scheduling placement that fits in memory, for the policy to improve
             from ..optimize.heft import heft_schedule
             self.start = np.asarray(heft_schedule(problem, comm=True, memory=True).placement, dtype=np.int32)
+        else:
+            from ..optimize import make_optimizer
+            self.start = np.asarray(make_optimizer(problem, "m-etf").candidates()[0][0], dtype=np.int32)
 
     @property
     def reference(self) -> float:

@@ -68,6 +68,9 @@ class LearnedOptimizer(Optimizer):
         self.info = GraphInfo(problem, start=self.net.config.get("start", "fastest"))
         self.pending = None
         self.greedy_done = False
+        # rewards while fine-tuning are relative to the zero-shot placement's objective (the first one told), so
+        # no evaluation outside the budget is needed for a scale
+        self.reference: float | None = None
 
     def ask(self, limit: int) -> np.ndarray:
         with one_thread():
@@ -89,6 +92,8 @@ class LearnedOptimizer(Optimizer):
     def tell(self, placements: np.ndarray, objectives: np.ndarray) -> None:
         if len(objectives):
             self.current = float(np.min(objectives))
+            if self.reference is None:
+                self.reference = max(float(objectives[0]), 1e-12)
         pending, self.pending = self.pending, None
         k = 0 if pending is None else len(self.pending_placements(pending))
         if pending is None or len(objectives) < k:
@@ -98,12 +103,16 @@ class LearnedOptimizer(Optimizer):
 
     def state_dict(self) -> dict:
         weights = {k: v.detach().numpy().tolist() for k, v in self.net.state_dict().items()}
-        return {**super().state_dict(), "weights": weights, "greedy_done": self.greedy_done}
+        return {**super().state_dict(), "weights": weights, "greedy_done": self.greedy_done,
+                "reference": self.reference, "adam": _jsonable(self.opt.state_dict())}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.net.load_state_dict({k: torch.tensor(v, dtype=torch.float32) for k, v in state["weights"].items()})
         self.greedy_done = state["greedy_done"]
+        self.reference = state.get("reference")
+        if state.get("adam") is not None:
+            self.opt.load_state_dict(_tensors(state["adam"]))
 
     # -- what each method does -----------------------------------------------------------------
     def greedy(self) -> np.ndarray:
@@ -147,7 +156,7 @@ class PlacetoOptimizer(LearnedOptimizer):
     def update(self, episode, objectives: np.ndarray) -> None:
         from .placeto import subsampled_loss
         from ...learned.reinforce import terminal_returns
-        returns = terminal_returns(objectives, len(episode.order), self.info.reference)
+        returns = terminal_returns(objectives, len(episode.order), self.reference)
         loss = subsampled_loss(self.net, self.graph, episode, returns, self.params["entropy"],
                                self.params["step_fraction"], self.rng)
         apply_gradient(self.net, self.opt, loss)
@@ -181,7 +190,7 @@ class GdpOptimizer(LearnedOptimizer):
     def update(self, pending, objectives: np.ndarray) -> None:
         from .gdp import EPOCHS, log_likelihood, ppo_clip_loss
         placements, old = pending
-        rewards = -objectives / self.info.reference
+        rewards = -objectives / self.reference
         adv = torch.from_numpy(((rewards - rewards.mean()) / (rewards.std() + 1e-8)).astype(np.float32))
         for _ in range(EPOCHS):
             logits = self.net(self.graph.x, self.graph.edges)
@@ -189,6 +198,27 @@ class GdpOptimizer(LearnedOptimizer):
             entropy = -(lp.exp() * lp).sum(dim=1).mean()
             apply_gradient(self.net, self.opt, ppo_clip_loss(log_likelihood(logits, placements), old, adv, entropy,
                                                              self.params["entropy"]))
+
+
+def _jsonable(obj):
+    """Adam's state (tensors in dicts and lists) as JSON, for checkpoints."""
+    if isinstance(obj, torch.Tensor):
+        return {"__tensor__": obj.detach().cpu().tolist(), "dtype": str(obj.dtype).replace("torch.", "")}
+    if isinstance(obj, dict):
+        return {"__keys__": [[_jsonable(k), _jsonable(v)] for k, v in obj.items()]}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    return obj
+
+
+def _tensors(obj):
+    if isinstance(obj, dict) and "__tensor__" in obj:
+        return torch.tensor(obj["__tensor__"], dtype=getattr(torch, obj["dtype"]))
+    if isinstance(obj, dict) and "__keys__" in obj:
+        return {_tensors(k): _tensors(v) for k, v in obj["__keys__"]}
+    if isinstance(obj, list):
+        return [_tensors(v) for v in obj]
+    return obj
 
 
 def place(policy: LoadedPolicy, problem) -> np.ndarray:
