@@ -5,8 +5,8 @@ family's training graphs places it zero-shot (one greedy pass, one evaluation)
 and after fine-tuning on it (``--finetune`` evaluations); MAP-Elites and the GA
 optimize it from scratch (``--budget`` evaluations each), and the baselines
 (best single device, m-ETF, HEFT) and Placeto's strawman, a uniformly random
-placement (the mean of 100), place it too. Every objective is divided by
-MAP-Elites' on the same graph. Writes ``generalization.csv`` (one row per graph
+placement (the mean objective of 100; it "fits" when most of them do), place
+it too. Every objective is divided by MAP-Elites' on the same graph. Writes ``generalization.csv`` (one row per graph
 and scheme), ``generalization.md`` (medians per family, and whether the target
 holds: zero-shot median within 10 % of MAP-Elites and better than every
 baseline's median) and ``generalization.png`` (CDFs of the ratios, Fig. 5's).
@@ -74,9 +74,11 @@ def run_graph(job: Job) -> list[dict]:
                      "wall_s": round(time.perf_counter() - t, 3)})
     rng = np.random.default_rng(job.seed)
     t = time.perf_counter()
-    randoms = problem.evaluate_many(rng.integers(0, problem.n_devices, (100, problem.n_ops), dtype=np.int32))
-    rows.append({"family": job.family, "graph": graph.name, "scheme": "random", "objective_s": float(randoms.mean()),
-                 "feasible": int(np.isfinite(randoms).all()), "evaluations": 100,
+    randoms = rng.integers(0, problem.n_devices, (100, problem.n_ops), dtype=np.int32)
+    evaluations = [problem.simulate(x) for x in randoms]
+    rows.append({"family": job.family, "graph": graph.name, "scheme": "random",
+                 "objective_s": float(np.mean([e.objective for e in evaluations])),
+                 "feasible": int(np.mean([e.feasible for e in evaluations]) >= 0.5), "evaluations": 100,
                  "wall_s": round(time.perf_counter() - t, 3)})
     ref = next(r["objective_s"] for r in rows if r["scheme"] == "map-elites")
     for r in rows:
@@ -144,8 +146,18 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def _write(path: Path, rows: list[dict]) -> None:
+    from ..outputs import write_output
+    import io
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, FIELDS)
+    w.writeheader()
+    w.writerows(rows)
+    write_output(path, buf.getvalue().encode())
+
+
 def main(argv: list[str] | None = None) -> int:
-    from ..families import FAMILIES, family_graphs
+    from ..families import FAMILIES, family_graphs, graph_name
     from ..torch import require_torch
     ap = argparse.ArgumentParser(prog="placement experiment generalization", description=__doc__.splitlines()[0])
     ap.add_argument("--families", default="nmt,ptb,cifar10")
@@ -161,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--penalty", default="thesis", choices=["thesis", "placeto", "infeasible"])
     ap.add_argument("--limit", type=int, default=0, help="test only the first N test graphs of each family")
     ap.add_argument("--workers", type=int, default=1, help="graphs in parallel (default 1)")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the rows of graphs already in OUT/generalization.csv and measure only the others "
+                         "(to continue an interrupted run, or add a family)")
     ap.add_argument("--out", default="docs/learned", help="folder for the CSV, the table and the plot")
     args = ap.parse_args(argv)
     require_torch()
@@ -179,6 +194,11 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
+    if args.keep and (out / "generalization.csv").exists():
+        with open(out / "generalization.csv", newline="") as f:
+            rows = [r for r in csv.DictReader(f) if r["family"] in families]
+        done = {(r["family"], r["graph"]) for r in rows}
+        jobs = [j for j in jobs if (j.family, graph_name(j.family, j.graph_seed, j.index)) not in done]
     start = time.perf_counter()
     with ProcessPoolExecutor(max(1, args.workers)) as pool:
         for i, graph_rows in enumerate(pool.map(run_graph, jobs), 1):
@@ -186,11 +206,8 @@ def main(argv: list[str] | None = None) -> int:
             z = next(r for r in graph_rows if r["scheme"] == "zero-shot")
             print(f"[{i}/{len(jobs)}] {z['graph']}: zero-shot {z['ratio']:.3f} x MAP-Elites "
                   f"({time.perf_counter() - start:.0f} s elapsed)", flush=True)
-    with open(out / "generalization.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, FIELDS)
-        w.writeheader()
-        w.writerows(rows)
-    command = "placement experiment generalization " + " ".join(argv or [])
+            _write(out / "generalization.csv", rows)  # after every graph: an interrupted run keeps its rows
+    command = "placement experiment generalization " + " ".join(a for a in (argv or []) if a != "--keep")
     (out / "generalization.md").write_text(markdown(rows, command.strip()) + "\n")
     plot(rows, out / "generalization.png")
     print(markdown(rows, command.strip()))
