@@ -183,3 +183,29 @@ def test_gdps_clipped_ppo_loss_by_hand():
     loss.backward()
     # only the unclipped term moves: d/d log p of -(r A)/3 = -r A / 3
     assert np.allclose(new.grad.numpy(), [-1.1 / 3, 0.0, 0.0])
+
+
+def test_the_numpy_greedy_pass_computes_the_torch_networks_logits():
+    """learned/fast_placeto.py mirrors PlacetoNet layer by layer: the same logits on random states."""
+    from placement_core.learned.fast_placeto import FastPlaceto, NeighbourSum
+    p = Problem(Graph("g", branchy_ops()), devices(3), comm_efficiency=1.0, comp_efficiency=1.0)
+    info = GraphInfo(p)
+    torch.manual_seed(3)
+    net = PlacetoNet(hidden=8, rounds=3, head=16)
+    with torch.no_grad():
+        for param in net.parameters():
+            param.add_(0.3 * torch.randn_like(param))  # away from the initialisation's symmetries
+    fast = FastPlaceto({k: v.numpy() for k, v in net.state_dict().items()}, net.config)
+    gt = GraphTensors(info)
+    src = np.array([u for ps in info.parents for u in ps])
+    dst = np.array([v for v, ps in enumerate(info.parents) for _ in ps])
+    rng = np.random.default_rng(1)
+    for v in range(info.n):
+        placement = rng.integers(0, 3, (1, info.n)).astype(np.int32)
+        visited = (rng.random((1, info.n)) < 0.5).astype(np.float32)
+        x = node_features(info, placement, visited, v)
+        ctx = device_context(info, placement, v, visited)
+        expected = net(torch.from_numpy(x), gt.adjacency, gt.groups[v][None], torch.tensor([v]),
+                       torch.from_numpy(ctx)).detach().numpy()[0]
+        got = fast.logits(x[0], NeighbourSum(src, dst), NeighbourSum(dst, src), gt.groups[v].numpy(), v, ctx[0])
+        assert np.allclose(got, expected, atol=1e-5), v

@@ -46,9 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     from ..learned.features import GraphInfo
     from ..optimize import run
     from ..problem import ProblemSpec
-    from ..torch.learned.placeto import GraphTensors, rollout
+    from ..torch.learned.optimizers import fast_greedy
     from ..torch.learned.train import TrainSettings, train
-    from ..torch.learned.updates import one_thread
 
     problem = ProblemSpec().build(load_network(args.network), load_devices(args.devices))
     rng = np.random.default_rng(args.seed)
@@ -77,14 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     reference = run(problem, "map-elites", evaluations=args.budget, seed=args.seed).best_objective
     trained_best = result.best[0][0] if 0 in result.best else np.inf
     reference = min(reference, trained_best)
-    gt = GraphTensors(GraphInfo(problem, start=settings.start))
+    info = GraphInfo(problem, start=settings.start)
     rows = []
-    with one_thread():
-        for kind, orders in (("train", train_orders[:8]), ("test", test_orders), ("topological", [None])):
-            for k, order in enumerate(orders):
-                placement = rollout(result.net, gt, 1, None, order=order, greedy=True, keep=False).final[0]
-                objective = problem.evaluate(placement)
-                rows.append({"orders": kind, "order": k, "objective_s": objective, "ratio": objective / reference})
+    for kind, orders in (("train", train_orders[:8]), ("test", test_orders), ("topological", [None])):
+        for k, order in enumerate(orders):
+            objective = problem.evaluate(fast_greedy(result.net, info, order))
+            rows.append({"orders": kind, "order": k, "objective_s": objective, "ratio": objective / reference})
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "traversal.csv", "w", newline="") as f:
