@@ -235,3 +235,33 @@ def test_fine_tuning_resumes_exactly_from_a_checkpoint(trained, nets):
     resumed = drive(make_optimizer(problem, "placeto", seed=2, params=params), evaluations=30, state=state)
     assert np.array_equal(whole.history, resumed.history)
     assert np.array_equal(whole.best_placement, resumed.best_placement)
+
+
+def test_ctrl_c_stops_a_training_after_its_update_and_keeps_the_policy(nets, tmp_path):
+    import os
+    import signal
+    import time
+    policy = tmp_path / "p.json"
+    proc = subprocess.Popen([sys.executable, "-m", "placement_core", "train-policy", "--networks", str(nets[0]),
+                             "--devices", "malvik-4gpu", "--episodes", "100000", "--rollouts", "2", "--out", str(policy),
+                             "--home", str(tmp_path), "--quiet"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    from placement_core.store import RunStore
+    deadline = time.time() + 120
+    while time.time() < deadline:  # wait until the training has written its first checkpoint
+        time.sleep(0.5)
+        try:
+            with RunStore(home=tmp_path) as store:
+                if len(store.history(1)):
+                    break
+        except Exception:
+            pass
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "stopping after this update" in err and "policy written to" in out
+    data = json.loads(policy.read_text())
+    assert data["training"]["stopped"] is True and 2 <= data["training"]["episodes"] < 100000
+    with RunStore(home=tmp_path) as store:
+        assert store.get(1).status == "stopped"
+    assert os.path.getsize(policy) > 0

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
 import time
 
 from ..analysis.units import fmt_bytes, fmt_seconds
@@ -146,11 +149,13 @@ def cmd_train(args) -> int:
     command = "placement train-policy " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["train-policy"] else None
     meta = {**what, "graphs": names, "devices": devices.name}
     t0 = time.perf_counter()
-    if args.no_store:
-        run_id, result = train_recorded(None, problems, settings, meta=meta, progress=bar)
-    else:
-        with RunStore(home=args.home) as store:
-            run_id, result = train_recorded(store, problems, settings, label=args.label, meta=meta, progress=bar)
+    with stop_on_first_interrupt() as stop:
+        if args.no_store:
+            run_id, result = train_recorded(None, problems, settings, meta=meta, progress=bar, stop=stop)
+        else:
+            with RunStore(home=args.home) as store:
+                run_id, result = train_recorded(store, problems, settings, label=args.label, meta=meta, progress=bar,
+                                                stop=stop)
     training = {**what, "graphs": len(names), "episodes": result.episodes, "evaluations": result.evaluations,
                 "seed": settings.seed, "rollouts": settings.rollouts, "lr": settings.lr, "entropy": settings.entropy,
                 "rewards": settings.rewards, "start": settings.start, "hidden": settings.hidden,
@@ -175,6 +180,27 @@ def cmd_train(args) -> int:
     if run_id is not None:
         print(f"stored as run {run_id} (see `placement runs show {run_id}`)")
     return 0
+
+
+@contextlib.contextmanager
+def stop_on_first_interrupt():
+    """Ctrl-C once: the training stops after its current update and keeps what it learned (the policy is
+    written, the run stored as stopped); twice: interrupted at once."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def first(signum, frame):
+        stop.set()
+        signal.signal(signal.SIGINT, previous)
+        print("\nstopping after this update (Ctrl-C again to interrupt at once)", file=sys.stderr)
+
+    previous = signal.signal(signal.SIGINT, first)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class TrainBar:
