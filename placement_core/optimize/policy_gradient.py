@@ -10,7 +10,8 @@ objectives sampled so far (Post's b − T, divided by b so that one learning
 rate fits problems of any time scale).
 
 - ``pg`` (Mirhoseini et al.'s REINFORCE, the baseline both papers beat): one
-  gradient-ascent step u ← u + η · (1/K) Σ_k A_k (onehot(d_k) − p) per batch.
+  gradient-ascent step u ← u + η · (1/K) Σ_k A_k (onehot(d_k) − p) per batch,
+  η = 10 (PPO below takes 10 steps of Post's rate 1 per batch).
 - ``ppo`` (Spotlight): ``epochs`` steps of gradient ascent on Post's Eq. 11,
   J(u) = (1/K) Σ_k Σ_m r_km(u) A_k − β Σ_m KL(p_m^old ‖ p_m(u)), with the
   ratio r_km = p_m(d_km; u) / p_m(d_km; u_old), whose gradient is
@@ -23,7 +24,7 @@ rate fits problems of any time scale).
   of the last ``ce_every``) replaces the PPO step, mixed with ε/|D| (ε from 0.1
   to 0 over the budget); the logits continue from the log of those frequencies.
 
-Post's settings (§4): learning rate 1, 10 PPO steps, 12 samples per update,
+Post's settings (§4): learning rate 1 (PPO and Post), 10 PPO steps, 12 samples per update,
 60 per cross-entropy update with 6 elites, β = 1 adapted to a KL target of 0.03.
 """
 
@@ -138,7 +139,10 @@ class SoftmaxPolicy(Optimizer):
 class PolicyGradient(SoftmaxPolicy):
     name = "pg"
     title = "Policy gradient (REINFORCE)"
-    PARAMS = dict(SoftmaxPolicy.PARAMS)
+    # PPO takes ``epochs`` (10) steps of learning rate 1 per batch, REINFORCE one: 10 gives it the same total step
+    PARAMS = {**SoftmaxPolicy.PARAMS,
+              "lr": Param(10.0, "learning rate of the one gradient-ascent step per batch (10: PPO's 10 steps of "
+                                "Post's rate 1)", float, low=1e-6, high=1e3)}
 
     def update(self, placements, objectives, advantages) -> None:
         self.logits = self.logits + self.params["lr"] * reinforce_gradient(self.probs, placements, advantages)
