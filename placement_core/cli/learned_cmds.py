@@ -112,7 +112,7 @@ def cmd_generate(args) -> int:
 
 
 def training_problems(args):
-    """(problems, names, family description) for train-policy's options."""
+    """(problems, graph names, what was trained on, device graph) for train-policy's options."""
     from ..catalog import load_devices, load_network
     from ..families import family_graphs
     from ..problem import ProblemSpec

@@ -57,10 +57,8 @@ def train_recorded(store: RunStore | None, problems, settings: TrainSettings, *,
 
     try:
         result = train(problems, settings, progress=report, stop=stop, orders=orders)
-    except StoreError:
-        raise
     except BaseException as e:
-        if store is not None:
+        if store is not None and not isinstance(e, StoreError):
             try:
                 if isinstance(e, KeyboardInterrupt):
                     store.stop(run_id)

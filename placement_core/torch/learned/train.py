@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ...errors import InputError
-from ...learned.features import GraphInfo
+from ...learned.features import STARTS, GraphInfo
 from ...problem import Problem
 from .gdp import GdpLearner
 from .placeto import PlacetoLearner
@@ -58,12 +58,11 @@ class TrainSettings:
             if int(getattr(self, name)) < low:
                 raise InputError(f"--{name} must be at least {low}", field=f"--{name}")
         if not 0 < self.discount <= 1:
-            raise InputError("the discount must be in (0, 1]", field="--discount")
+            raise InputError("the discount must be in (0, 1]", field="discount")
         if not 0 < self.step_fraction <= 1:
             raise InputError("the step fraction must be in (0, 1]", field="step_fraction")
         if not self.lr > 0 or not math.isfinite(self.lr):
             raise InputError("the learning rate must be positive", field="--lr")
-        from ...learned.features import STARTS
         if self.start not in STARTS:
             raise InputError(f"unknown start {self.start!r}", field="--start", fix="Use " + " or ".join(STARTS))
         if not self.entropy >= 0:
@@ -72,10 +71,6 @@ class TrainSettings:
 
     def config(self) -> dict:
         return {"hidden": int(self.hidden), "rounds": int(self.rounds)}
-
-    def policy_config(self) -> dict:
-        """What a policy file records besides the network's sizes: how an episode starts."""
-        return {"start": self.start} if self.method == "placeto" else {}
 
 
 @dataclass
