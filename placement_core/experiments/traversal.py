@@ -29,9 +29,13 @@ def main(argv: list[str] | None = None) -> int:
     from ..torch import require_torch
     ap = argparse.ArgumentParser(prog="placement experiment traversal", description=__doc__.splitlines()[0])
     ap.add_argument("--network", default="inception_v3")
-    ap.add_argument("--devices", default="malvik-4gpu-limited-inception",
-                    help="default: 2.5 GB per GPU, so that a good placement must spread Inception-V3 (on the full "
-                         "malvik-4gpu one GPU is optimal, which any order finds)")
+    ap.add_argument("--batch-size", type=int, default=384,
+                    help="default 384: Inception-V3 then needs 50 GB, so one 32 GB GPU does not hold it and a good "
+                         "placement must split it (at 128 one GPU is optimal, and any order finds that)")
+    ap.add_argument("--devices", default="malvik-4gpu")
+    ap.add_argument("--start", choices=["fastest", "heft", "m-etf"], default="fastest",
+                    help="the placement each episode improves (default: Placeto's trivial one, every node on the "
+                         "fastest device, so that the order in which nodes are moved matters)")
     ap.add_argument("--train-orders", type=int, default=64)
     ap.add_argument("--test-orders", type=int, default=64)
     ap.add_argument("--episodes", type=int, default=1600)
@@ -49,11 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     from ..torch.learned.optimizers import fast_greedy
     from ..torch.learned.train import TrainSettings, train
 
-    problem = ProblemSpec().build(load_network(args.network), load_devices(args.devices))
+    problem = ProblemSpec().build(load_network(args.network, batch_size=args.batch_size), load_devices(args.devices))
     rng = np.random.default_rng(args.seed)
     train_orders = random_orders(problem.n_ops, args.train_orders, rng)
     test_orders = random_orders(problem.n_ops, args.test_orders, rng)
-    settings = TrainSettings(episodes=args.episodes, rollouts=args.rollouts, seed=args.seed)
+    settings = TrainSettings(episodes=args.episodes, rollouts=args.rollouts, seed=args.seed, start=args.start)
     t0 = time.perf_counter()
     last = [0.0]
 
@@ -70,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         from ..torch.learned.policy_io import save_policy
         save_policy(args.policy_out, "placeto", result.net, devices={"name": problem.devices.name,
                     "count": problem.n_devices, "hash": devices_hash(problem.devices)},
-                    training={"networks": [args.network], "episodes": result.episodes, "seed": args.seed,
+                    training={"networks": [f"{args.network}@{args.batch_size}"], "episodes": result.episodes,
+                              "seed": args.seed, "wall_s": round(train_s, 1), "start": args.start,
                               "orders": args.train_orders, "command": "placement experiment traversal " +
                               " ".join(argv or [])})
     reference = run(problem, "map-elites", evaluations=args.budget, seed=args.seed).best_objective
@@ -93,8 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     command = ("placement experiment traversal " + " ".join(argv or [])).strip()
     text = "\n".join([
         f"Reproduce with `{command}`.", "",
-        f"{args.network} on {args.devices}: trained for {result.episodes} episodes under {args.train_orders} fixed "
-        f"random orders in {train_s:.0f} s; reference (optimized placement) {reference:.4f} s.", "",
+        f"{args.network} at batch {args.batch_size} on {args.devices}, episodes starting from the {args.start} "
+        f"placement: trained for {result.episodes} episodes under {args.train_orders} fixed random orders in "
+        f"{train_s:.0f} s; reference (optimized placement) {reference:.4f} s.", "",
         "| placements | mean / optimized | min | max | spread (max − min) |", "|---|---|---|---|---|",
         f"| {len(test)} unseen random orders | {statistics.fmean(test):.3f} | {min(test):.3f} | {max(test):.3f} | "
         f"{max(test) - min(test):.3f} |",
