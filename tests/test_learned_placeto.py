@@ -209,3 +209,33 @@ def test_the_numpy_greedy_pass_computes_the_torch_networks_logits():
                        torch.from_numpy(ctx)).detach().numpy()[0]
         got = fast.logits(x[0], NeighbourSum(src, dst), NeighbourSum(dst, src), gt.groups[v].numpy(), v, ctx[0])
         assert np.allclose(got, expected, atol=1e-5), v
+
+
+def test_gdps_placement_does_not_depend_on_node_names_or_file_order():
+    """GraphSAGE's max-pooling, the mean and attention without positions: node i's logits follow node i."""
+    from dataclasses import replace
+
+    from placement_core.torch.learned.gdp import GdpGraph, GdpNet, static_features
+    ops = branchy_ops()
+    perm = [7, 3, 0, 5, 1, 6, 2, 4]
+    rename = {o.name: f"n{k}" for k, o in enumerate(ops)}
+    other_ops = [replace(ops[i], name=rename[ops[i].name], inputs=tuple(rename[p] for p in ops[i].inputs))
+                 for i in perm]
+    p1 = Problem(Graph("g", ops), devices(3), comm_efficiency=1.0, comp_efficiency=1.0)
+    p2 = Problem(Graph("g", other_ops), devices(3), comm_efficiency=1.0, comp_efficiency=1.0)
+    to2 = np.array([p2.graph.index[rename[o.name]] for o in p1.graph.ops])
+    assert to2.tolist() != list(range(8))
+    i1, i2 = GraphInfo(p1), GraphInfo(p2)
+    # the static features (depth included) travel with the node; depth as a share of the longest path,
+    # in -> l1 -> l2 -> m -> out (4 edges): m 3/4, side 1/4
+    assert np.allclose(static_features(i2)[to2], static_features(i1))
+    depth = static_features(i1)[:, -1]
+    assert depth[p1.graph.index["out"]] == 1.0 and depth[p1.graph.index["in"]] == 0.0
+    assert depth[p1.graph.index["m"]] == pytest.approx(3 / 4) and depth[p1.graph.index["side"]] == pytest.approx(1 / 4)
+    torch.manual_seed(1)
+    net = GdpNet(3, hidden=8, layers=2, heads=2, attention_layers=1)
+    g1, g2 = GdpGraph(i1), GdpGraph(i2)
+    with torch.no_grad():
+        l1, l2 = net(g1.x, g1.edges), net(g2.x, g2.edges)
+    assert torch.allclose(l2[torch.from_numpy(to2)], l1, atol=1e-5)
+    assert not torch.allclose(l1[0], l1[1])  # and the nodes really are told apart
