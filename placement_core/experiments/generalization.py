@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     if args.keep and (out / "generalization.csv").exists():
         with open(out / "generalization.csv", newline="") as f:
-            rows = [r for r in csv.DictReader(f) if r["family"] in families]
+            rows = list(csv.DictReader(f))  # every family's: --keep with another family adds it to the table
         done = {(r["family"], r["graph"]) for r in rows}
         jobs = [j for j in jobs if (j.family, graph_name(j.family, j.graph_seed, j.index)) not in done]
     start = time.perf_counter()
