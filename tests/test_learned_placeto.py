@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
@@ -239,3 +241,29 @@ def test_gdps_placement_does_not_depend_on_node_names_or_file_order():
         l1, l2 = net(g1.x, g1.edges), net(g2.x, g2.edges)
     assert torch.allclose(l2[torch.from_numpy(to2)], l1, atol=1e-5)
     assert not torch.allclose(l1[0], l1[1])  # and the nodes really are told apart
+
+
+@settings(max_examples=25, deadline=None)
+@given(perm=st.permutations(range(8)), seed=st.integers(0, 2**16), start=st.sampled_from(["fastest", "heft"]))
+def test_any_relabelling_gives_the_same_greedy_placement_in_the_same_visiting_order(perm, seed, start):
+    """Property: the embedding sees only the graph, so renaming and reshuffling the nodes changes nothing as long
+    as the nodes are visited in the same order (the traversal order itself is another matter: docs/learned.md)."""
+    from dataclasses import replace
+
+    from placement_core.torch.learned.optimizers import fast_greedy
+    ops = branchy_ops()
+    rename = {o.name: f"v{(k * 5) % 8}" for k, o in enumerate(ops)}
+    other_ops = [replace(ops[i], name=rename[ops[i].name], inputs=tuple(rename[p] for p in ops[i].inputs))
+                 for i in perm]
+    p1 = Problem(Graph("g", ops), devices(3), comm_efficiency=1.0, comp_efficiency=1.0)
+    p2 = Problem(Graph("g", other_ops), devices(3), comm_efficiency=1.0, comp_efficiency=1.0)
+    to2 = np.array([p2.graph.index[rename[o.name]] for o in p1.graph.ops])
+    torch.manual_seed(seed)
+    net = PlacetoNet(hidden=8, rounds=3, head=16, start=start)
+    with torch.no_grad():
+        for param in net.parameters():
+            param.add_(0.5 * torch.randn_like(param))
+    order1 = np.random.default_rng(seed).permutation(8)
+    place1 = fast_greedy(net, GraphInfo(p1, start=start), order1)
+    place2 = fast_greedy(net, GraphInfo(p2, start=start), to2[order1])
+    assert np.array_equal(place2[to2], place1)
