@@ -267,3 +267,22 @@ def test_any_relabelling_gives_the_same_greedy_placement_in_the_same_visiting_or
     place1 = fast_greedy(net, GraphInfo(p1, start=start), order1)
     place2 = fast_greedy(net, GraphInfo(p2, start=start), to2[order1])
     assert np.array_equal(place2[to2], place1)
+
+
+def test_the_visiting_order_changes_the_state_and_so_the_placement():
+    """The embedding is blind to labels, not to the order of the MDP: which nodes are visited, and where the
+    earlier ones went, is part of every later state. Some two orders give different placements."""
+    from placement_core.torch.learned.optimizers import fast_greedy
+    p = Problem(Graph("g", branchy_ops()), devices(3), comm_efficiency=1.0, comp_efficiency=1.0)
+    info = GraphInfo(p, start="fastest")
+    torch.manual_seed(3)
+    net = PlacetoNet(hidden=8, rounds=3, head=16)
+    with torch.no_grad():
+        for param in net.parameters():
+            param.add_(0.5 * torch.randn_like(param))
+    rng = np.random.default_rng(0)
+    placements = {tuple(fast_greedy(net, info, rng.permutation(8))) for _ in range(20)}
+    assert len(placements) > 1
+    # and the same order always gives the same placement
+    order = rng.permutation(8)
+    assert np.array_equal(fast_greedy(net, info, order), fast_greedy(net, info, order))
