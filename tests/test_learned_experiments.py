@@ -33,7 +33,7 @@ def test_generalization_rows_ratios_and_keep(tmp_path, capsys):
     assert main(argv) == 0
     rows = read(tmp_path / "generalization.csv")
     assert [r["scheme"] for r in rows] == ["zero-shot", "fine-tuned", "map-elites", "ga", "single", "m-etf", "heft",
-                                           "random"]
+                                           "heft-memory", "random"]
     assert {r["graph"] for r in rows} == {"ptb-s0-001"}  # the only test graph of 2
     by = {r["scheme"]: r for r in rows}
     me = float(by["map-elites"]["objective_s"])
@@ -66,6 +66,20 @@ def test_generalization_rows_ratios_and_keep(tmp_path, capsys):
     kept = read(tmp_path / "generalization.csv")
     assert kept == rows + [other]
     assert "**nmt**" in (tmp_path / "generalization.md").read_text()
+    # a scheme a kept graph lacks (one added since it was measured) is measured alone, against the kept MAP-Elites
+    without = [r for r in kept if not (r["graph"] == "ptb-s0-001" and r["scheme"] == "heft-memory")]
+    with open(tmp_path / "generalization.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, list(rows[0]))
+        w.writeheader()
+        w.writerows(without)
+    assert main(argv + ["--keep"]) == 0
+    assert "[1/1] ptb-s0-001: heft-memory" in capsys.readouterr().out
+    again = read(tmp_path / "generalization.csv")
+    assert again[:-1] == without
+    added = again[-1]
+    assert (added["graph"], added["scheme"]) == ("ptb-s0-001", "heft-memory")
+    assert float(added["objective_s"]) == pytest.approx(float(by["heft-memory"]["objective_s"]), rel=1e-12)
+    assert float(added["ratio"]) == pytest.approx(float(added["objective_s"]) / me)
 
 
 def test_traversal_places_under_every_order_and_reports_the_spread(tmp_path, capsys):

@@ -4,7 +4,8 @@ For every test graph of a family (the odd indices) the policy trained on the
 family's training graphs places it zero-shot (one greedy pass, one evaluation)
 and after fine-tuning on it (``--finetune`` evaluations); MAP-Elites and the GA
 optimize it from scratch (``--budget`` evaluations each), and the baselines
-(best single device, m-ETF, HEFT) and Placeto's strawman, a uniformly random
+(best single device, m-ETF, HEFT, and memory-aware HEFT, the placement a
+Placeto policy's episodes start from) and Placeto's strawman, a uniformly random
 placement (the mean objective of 100; it "fits" when most of them do), place
 it too. Every objective is divided by MAP-Elites' on the same graph. Writes ``generalization.csv`` (one row per graph
 and scheme), ``generalization.md`` (medians per family, and whether the target
@@ -19,13 +20,14 @@ import csv
 import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-SCHEMES = ("zero-shot", "fine-tuned", "map-elites", "ga", "single", "m-etf", "heft", "random")
-BASELINES = ("single", "m-etf", "heft")
+SCHEMES = ("zero-shot", "fine-tuned", "map-elites", "ga", "single", "m-etf", "heft", "heft-memory", "random")
+# heft-memory is the placement a Placeto policy's episodes start from (``--start heft``): what it learned is the gap
+BASELINES = ("single", "m-etf", "heft", "heft-memory")
 FIELDS = ["family", "graph", "scheme", "objective_s", "ratio", "feasible", "evaluations", "wall_s"]
 
 
@@ -41,6 +43,8 @@ class Job:
     finetune: int
     seed: int
     penalty: str
+    schemes: tuple = SCHEMES  # with --keep, only those a kept graph lacks
+    reference: float | None = None  # MAP-Elites' objective when it is not among ``schemes``
 
 
 def default_policy(method: str, family: str, devices: str) -> str:
@@ -67,20 +71,23 @@ def run_graph(job: Job) -> list[dict]:
     }
     rows = []
     for scheme, (algorithm, budget, params) in runs.items():
+        if scheme not in job.schemes:
+            continue
         t = time.perf_counter()
         r = run(problem, algorithm, evaluations=budget, seed=job.seed, params=params)
         rows.append({"family": job.family, "graph": graph.name, "scheme": scheme, "objective_s": r.best_objective,
                      "feasible": int(r.best.feasible), "evaluations": r.evaluations,
                      "wall_s": round(time.perf_counter() - t, 3)})
-    rng = np.random.default_rng(job.seed)
-    t = time.perf_counter()
-    randoms = rng.integers(0, problem.n_devices, (100, problem.n_ops), dtype=np.int32)
-    evaluations = [problem.simulate(x) for x in randoms]
-    rows.append({"family": job.family, "graph": graph.name, "scheme": "random",
-                 "objective_s": float(np.mean([e.objective for e in evaluations])),
-                 "feasible": int(np.mean([e.feasible for e in evaluations]) >= 0.5), "evaluations": 100,
-                 "wall_s": round(time.perf_counter() - t, 3)})
-    ref = next(r["objective_s"] for r in rows if r["scheme"] == "map-elites")
+    if "random" in job.schemes:
+        rng = np.random.default_rng(job.seed)
+        t = time.perf_counter()
+        randoms = rng.integers(0, problem.n_devices, (100, problem.n_ops), dtype=np.int32)
+        evaluations = [problem.simulate(x) for x in randoms]
+        rows.append({"family": job.family, "graph": graph.name, "scheme": "random",
+                     "objective_s": float(np.mean([e.objective for e in evaluations])),
+                     "feasible": int(np.mean([e.feasible for e in evaluations]) >= 0.5), "evaluations": 100,
+                     "wall_s": round(time.perf_counter() - t, 3)})
+    ref = next((r["objective_s"] for r in rows if r["scheme"] == "map-elites"), job.reference)
     for r in rows:
         r["ratio"] = r["objective_s"] / ref
     return rows
@@ -174,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=0, help="test only the first N test graphs of each family")
     ap.add_argument("--workers", type=int, default=1, help="graphs in parallel (default 1)")
     ap.add_argument("--keep", action="store_true",
-                    help="keep the rows of graphs already in OUT/generalization.csv and measure only the others "
-                         "(to continue an interrupted run, or add a family)")
+                    help="keep the rows already in OUT/generalization.csv and measure only the graphs and schemes "
+                         "they lack (to continue an interrupted run, or add a family)")
     ap.add_argument("--out", default="docs/learned", help="folder for the CSV, the table and the plot")
     args = ap.parse_args(argv)
     require_torch()
@@ -197,14 +204,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.keep and (out / "generalization.csv").exists():
         with open(out / "generalization.csv", newline="") as f:
             rows = list(csv.DictReader(f))  # every family's: --keep with another family adds it to the table
-        done = {(r["family"], r["graph"]) for r in rows}
-        jobs = [j for j in jobs if (j.family, graph_name(j.family, j.graph_seed, j.index)) not in done]
+        have: dict[tuple, dict] = {}
+        for r in rows:
+            have.setdefault((r["family"], r["graph"]), {})[r["scheme"]] = r
+        kept_jobs = []
+        for j in jobs:
+            schemes = have.get((j.family, graph_name(j.family, j.graph_seed, j.index)), {})
+            missing = tuple(s for s in SCHEMES if s not in schemes)
+            if missing:  # a scheme added since that graph was measured is measured alone
+                ref = float(schemes["map-elites"]["objective_s"]) if "map-elites" in schemes else None
+                kept_jobs.append(replace(j, schemes=missing, reference=ref))
+        jobs = kept_jobs
     start = time.perf_counter()
     with ProcessPoolExecutor(max(1, args.workers)) as pool:
         for i, graph_rows in enumerate(pool.map(run_graph, jobs), 1):
             rows += graph_rows
-            z = next(r for r in graph_rows if r["scheme"] == "zero-shot")
-            print(f"[{i}/{len(jobs)}] {z['graph']}: zero-shot {z['ratio']:.3f} x MAP-Elites "
+            z = next((r for r in graph_rows if r["scheme"] == "zero-shot"), graph_rows[0])
+            print(f"[{i}/{len(jobs)}] {z['graph']}: {z['scheme']} {z['ratio']:.3f} x MAP-Elites "
                   f"({time.perf_counter() - start:.0f} s elapsed)", flush=True)
             _write(out / "generalization.csv", rows)  # after every graph: an interrupted run keeps its rows
     command = "placement experiment generalization " + " ".join(a for a in (argv or []) if a != "--keep")
