@@ -5,7 +5,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, state, ui
+from dashboard import charts, nodelink, state, ui
 from placement_core import InputError
 from placement_core.analysis.device_tables import (CHANNEL_COLUMNS, DEVICE_COLUMNS, add_device, devices_from_tables,
                                                    devices_to_tables)
@@ -103,7 +103,8 @@ with ui.guarded("the device tables"):
     st.caption("Routes: `SRC→DST` pairs separated by commas (`->` works too). Every ordered pair of devices "
                "needs exactly one route. An empty latency is 0.")
     chan_df = st.data_editor(
-        _frame(chan_rows, CHANNEL_COLUMNS, ("name", "routes")), key=f"chan_editor_{v}", num_rows="dynamic",
+        _frame(chan_rows, CHANNEL_COLUMNS, ("name", "routes", "transfer curve")), key=f"chan_editor_{v}",
+        num_rows="dynamic",
         hide_index=True, placeholder="",
         column_config={
             "name": st.column_config.TextColumn("name", required=True),
@@ -111,6 +112,9 @@ with ui.guarded("the device tables"):
                                                             help="theoretical; the roofline profile uses 25 % of it"),
             "latency µs": st.column_config.NumberColumn("latency µs", format="%.4g", help="empty = 0"),
             "routes": st.column_config.TextColumn("routes", width="large"),
+            "transfer curve": st.column_config.TextColumn(
+                "transfer curve", help="optional: measured BYTES: SECONDS points (placement calibrate, placement "
+                                       "experiment e1) that replace latency and bandwidth for this channel"),
         })
     draft = (dev_df.to_dict("records"), chan_df.to_dict("records"))
     s.dev_draft = draft
@@ -172,9 +176,23 @@ with ui.guarded("adding a device"):
 with ui.guarded("the topology"):
     d = state.devices()
     st.markdown("##### Topology")
-    c1, c2 = st.columns([3, 2])
-    c1.plotly_chart(charts.links_figure(d), key="dev_links", config={"displaylogo": False})
-    c2.plotly_chart(charts.route_matrix_figure(d), key="dev_routes", config={"displaylogo": False})
+    shown = st.segmented_control("View", ["explorable graph", "charts"], default="explorable graph",
+                                 key=ui.persist("dev_view"),
+                                 help="Explorable graph: devices and the channels their routes pass through, with "
+                                      "what each channel carries under the current placement; click one for its "
+                                      "card. Charts: the links and the route matrix.")
+    if shown == "charts":
+        c1, c2 = st.columns([3, 2])
+        c1.plotly_chart(charts.links_figure(d), key="dev_links", config={"displaylogo": False})
+        c2.plotly_chart(charts.route_matrix_figure(d), key="dev_routes", config={"displaylogo": False})
+    else:
+        st.iframe(nodelink.current_devices_html(), height=nodelink.HEIGHT,
+                  alt=f"The device graph as an explorable graph ({len(d)} devices, {len(d.channels)} channels)")
+        st.caption(f"Devices (boxes) and channels (diamonds: a channel is a hub its routes pass through; routes on "
+                   f"one channel contend). Arrows: device → channel for a route's source, channel → device for its "
+                   f"destination; edge width ∝ bandwidth. Each channel says how much it carries under the current "
+                   f"placement ({ui.esc(s.placement_label)}, one simulated step). Click a device or a channel for "
+                   f"its card; scroll to zoom.")
     st.download_button("Download as JSON", json.dumps(devices_to_dict(d), indent=2),
                        file_name=f"{d.name}.json", mime="application/json", icon=":material/download:",
                        on_click="ignore")

@@ -2,9 +2,10 @@
 
 import streamlit as st
 
-from dashboard import charts, state, ui
+from dashboard import charts, nodelink, state, ui
 from dashboard.netview import torch_import_form
 from placement_core.analysis import fmt_bytes, fmt_flops, network_summary, op_table
+from placement_core.analysis.graphview import COLLAPSE_ABOVE
 
 ui.header("Network", "The computation graph of one training step: its ops, what they cost and how tensors "
           "flow between them. Choose a built-in network, upload a file, or import a PyTorch model; the "
@@ -67,14 +68,30 @@ with ui.guarded("the network summary"):
 with ui.guarded("the graph"):
     st.markdown("##### Graph")
     placement = state.current_placement()
-    color_by = st.segmented_control("Colour by", ["op kind", "device"], default="op kind", key=ui.persist("net_color"),
+    c1, c2 = st.columns([1, 1])
+    shown = c1.segmented_control("View", ["explorable graph", "layered chart"], default="explorable graph",
+                                 key=ui.persist("net_view"),
+                                 help="Explorable graph: click an op for its producers, consumers and card, search it "
+                                      "by name, zoom in for labels; networks over 1,000 ops open as modules. Layered "
+                                      "chart: every op at its exact depth, hover for numbers.")
+    color_by = c2.segmented_control("Colour by", ["op kind", "device"], default="op kind", key=ui.persist("net_color"),
                                     help="By device: the current placement (see the sidebar).")
     layout = state.layout()
-    fig = charts.network_figure(g, layout, "device" if color_by == "device" else "kind", placement,
-                                state.devices().names)
-    st.plotly_chart(fig, key="net_graph", config={"scrollZoom": True, "displaylogo": False})
-    st.caption(f"{layout.depth} layers, at most {layout.width} ops side by side. Drag to pan, scroll to zoom, "
-               "hover an op for its numbers; edge width grows with the tensor size.")
+    if shown == "layered chart":
+        fig = charts.network_figure(g, layout, "device" if color_by == "device" else "kind", placement,
+                                    state.devices().names)
+        st.plotly_chart(fig, key="net_graph", config={"scrollZoom": True, "displaylogo": False})
+        st.caption(f"{layout.depth} layers, at most {layout.width} ops side by side. Drag to pan, scroll to zoom, "
+                   "hover an op for its numbers; edge width grows with the tensor size.")
+    else:
+        st.iframe(nodelink.current_network_html("device" if color_by == "device" else "kind"),
+                  height=nodelink.HEIGHT, alt=f"The network as an explorable graph ({len(g)} ops)")
+        st.caption(f"{layout.depth} layers from left to right, arrows in the direction data flows; node area grows "
+                   "with compute (forward + backward FLOPs), edge width with the tensor; red dashes: tensors between "
+                   "devices under the current placement. Scroll to zoom (labels appear), drag to pan, click an op for "
+                   "its card, its producers (blue) and consumers (orange)."
+                   + (" Hexagons are modules (groups of ops found by coarsening): click one to expand it."
+                      if len(g) > COLLAPSE_ABOVE else ""))
 
 with ui.guarded("the op table"):
     st.markdown("##### Ops")

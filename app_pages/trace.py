@@ -4,10 +4,11 @@ import json
 
 import streamlit as st
 
-from dashboard import charts, state, traceview, ui
+from dashboard import charts, state, tracechart, traceview, ui
 from dashboard.traceview import placement_picker, trace_view
 from placement_core import placement_to_dict
 from placement_core.analysis import fmt_bytes, fmt_seconds
+from placement_core.analysis.trace_follow import matching_ops, op_events, op_flows, window_stats
 from placement_core.simulate.chrome import chrome_trace
 from placement_core.simulate.tracesize import estimate_trace_events
 
@@ -76,25 +77,91 @@ with ui.guarded("the trace"):
     m[4].metric("Events", f"{len(res.trace):,}", help="ops and transfers in the trace, and the send and receive "
                 "tasks of devices with a message overhead")
 
-    critical = st.toggle("Highlight the critical path", key=ui.persist("trace_critical"),
+    trace = res.trace
+    traceview.apply_chart_choice(trace, res.makespan)  # a bar clicked or a range dragged on the chart last run
+    op_names = [o.name for o in problem.graph.ops]  # in topological order
+    c1, c2, c3 = st.columns([2, 3, 2])
+    find = c1.text_input("Find ops by name", key=ui.persist(traceview.FIND), placeholder="part of a name, e.g. mixed_6",
+                         help="Outlines every op whose name contains this (in orange) and offers them to follow.")
+    found = matching_ops(op_names, find)
+    found_set = set(found)
+    offered = found if find.strip() else op_names
+    if s.get(traceview.FOLLOW) in op_names and s.get(traceview.FOLLOW) not in offered:
+        offered = [s[traceview.FOLLOW]] + offered  # clicked on the chart: followed even if the search misses it
+    follow = c2.selectbox("Follow an op (or click its bar)", offered, index=None,
+                          key=ui.persist(traceview.FOLLOW, offered), placeholder="choose or type an op's name",
+                          help="Outlines its events in red and draws its tensors that cross devices as arrows: "
+                               "producer's forward → transfer on the link → consumer's forward.")
+    critical = c3.toggle("Highlight the critical path", key=ui.persist("trace_critical"),
                          help="The chain of ops and transfers that fixes the makespan: speeding up anything "
                               "off this path cannot shorten the step.")
+    flows = op_flows(trace, problem.graph, follow) if follow else []
+    window = traceview.window_ms(res.makespan)
+    whole = window == (0.0, round(res.makespan * 1e3, 6))
+    extra = tracechart.gantt_extra(
+        trace, view["rows"], res.makespan, follow=op_events(trace, follow) if follow else [], flows=flows,
+        found=[i for i, e in enumerate(trace) if e.kind == "op" and e.op in found_set],
+        picked=traceview.picked_critical(res, view["critical"]) if critical else None,
+        window=None if whole else (window[0] / 1e3, window[1] / 1e3))
     fig = charts.gantt_figure(view["segments"], view["rows"], len(problem.devices), res.makespan,
-                              view["critical"] if critical else None, res.trace,
-                              unit="micro-batch" if pipelined else "batch")
-    st.plotly_chart(fig, key="trace_gantt", config={"scrollZoom": True, "displaylogo": False})
+                              view["critical"] if critical else None, trace,
+                              unit="micro-batch" if pipelined else "batch", extra=extra)
+    st.plotly_chart(fig, key=traceview.CHART, on_select="rerun", selection_mode=("points", "box"),
+                    config={"scrollZoom": True, "displaylogo": False})
+    st.caption(("Click a bar to follow its op. " if extra["bars"] else
+                f"A step of over {tracechart.CLICKABLE_EVENTS:,} events: choose the op to follow above. ")
+               + "To sum a time window, pick *Box Select* in the chart's toolbar and drag across the chart (or use "
+               "the slider below); scroll to zoom, drag to pan. "
+               + ("Names appear inside the bars wide enough to hold them (zoom in for more)." if extra["names"] else
+                  "Names are written inside the bars wide enough to hold them."))
+    if find.strip():
+        st.caption(f"{len(found)} op(s) match “{ui.esc(find.strip())}”"
+                   + (": " + ", ".join(ui.esc(n) for n in found[:12]) + (" …" if len(found) > 12 else "")
+                      if found else "."))
+    if follow:
+        if flows:
+            st.caption(f"**{ui.esc(follow)}**: {len(flows)} tensor(s) cross devices (red arrows: producer → "
+                       "transfer → consumer).")
+            st.dataframe(traceview.flow_rows(trace, flows), hide_index=True, key="trace_flows",
+                         column_config={k: st.column_config.NumberColumn(format="%.4g")
+                                        for k in ("size (MB)", "produced (ms)", "arrived (ms)", "consumed (ms)")})
+        else:
+            st.caption(f"**{ui.esc(follow)}**: none of its tensors crosses devices (its producers and consumers "
+                       "run where it runs).")
     if critical:
         path = view["critical"]
         on_links = sum(1 for i in path if res.trace[i].kind == "transfer")
         link_time = sum(res.trace[i].end - res.trace[i].start for i in path if res.trace[i].kind == "transfer")
         overhead = [i for i in path if res.trace[i].kind in ("send", "recv")]
-        extra = (f"; {len(overhead)} send/receive tasks (message overhead) take "
-                 f"{fmt_seconds(sum(res.trace[i].end - res.trace[i].start for i in overhead))}" if overhead else "")
+        extra_text = (f"; {len(overhead)} send/receive tasks (message overhead) take "
+                      f"{fmt_seconds(sum(res.trace[i].end - res.trace[i].start for i in overhead))}" if overhead else "")
         st.caption(f"Critical path: {len(path)} events, {on_links} of them transfers taking "
-                   f"{fmt_seconds(link_time)} of the {fmt_seconds(res.makespan)} makespan{extra}.")
-        st.dataframe(traceview.critical_rows(res, path), hide_index=True, key="trace_critical_table",
+                   f"{fmt_seconds(link_time)} of the {fmt_seconds(res.makespan)} makespan{extra_text}. Select a row "
+                   "to mark its event on the chart.")
+        st.dataframe(traceview.critical_rows(res, path), hide_index=True, key=traceview.TABLE,
+                     on_select="rerun", selection_mode="single-row",
                      column_config={k: st.column_config.NumberColumn(format="%.4g")
                                     for k in ("start (ms)", "duration (ms)", "share of the makespan (%)")})
+
+with ui.guarded("the time window"):
+    top = round(res.makespan * 1e3, 6)
+    st.slider("Time window (ms)", 0.0, top, (0.0, top), key=ui.persist(traceview.WINDOW), step=max(top / 2000, 1e-6),
+              format="%.3f", help="Or choose Box Select in the Gantt chart's toolbar and drag across the chart. The "
+                                   "table below sums what happened inside the window.")
+    win = window_stats(trace, s[traceview.WINDOW][0] / 1e3, s[traceview.WINDOW][1] / 1e3, problem.devices.names,
+                       [c.name for c in problem.devices.channels])
+    st.caption(f"From {win['start_s'] * 1e3:.4g} to {win['end_s'] * 1e3:.4g} ms ({fmt_seconds(win['span_s'])}): busy "
+               "time per device and bytes per channel inside the window (a transfer that straddles its edge "
+               "counts with the share of its duration inside).")
+    st.dataframe([{"device or channel": r["device"], "busy (ms)": r["busy_s"] * 1e3,
+                   "busy (% of the window)": r["share"] * 100, "moved (MB)": None} for r in win["devices"]]
+                 + [{"device or channel": f"{r['channel']} (link)", "busy (ms)": r["busy_s"] * 1e3,
+                     "busy (% of the window)": r["share"] * 100, "moved (MB)": r["bytes"] / 1e6}
+                    for r in win["channels"]], hide_index=True, key="trace_window_table", placeholder="",
+                 column_config={k: st.column_config.NumberColumn(format="%.4g")
+                                for k in ("busy (ms)", "busy (% of the window)", "moved (MB)")})
+
+with ui.guarded("the memory"):
     mem_fig, off = charts.memory_figure(view["memory"], problem.devices.names,
                                         [d.memory_bytes for d in problem.devices.devices])
     st.plotly_chart(mem_fig, key="trace_memory", config={"displaylogo": False})

@@ -1,6 +1,6 @@
 """Simulator speed: evaluations per second (placement -> objective, no trace), one core.
 
-    python benchmarks/simulator.py [--json] [--evaluations N]
+    python benchmarks/simulator.py [--json] [--evaluations N] [--curve-points K] [--cpu-time]
 
 Random placements of ResNet-50 and Inception-V3 on malvik-4gpu, one batch,
 default profile, through Problem.evaluate (the path optimizers use), plus the
@@ -24,23 +24,36 @@ from placement_core import Problem, load_devices, load_network  # noqa: E402
 from placement_core.simulate import kernel_available  # noqa: E402
 
 
-def measure(network: str, devices: str, evaluations: int, reference_evals: int) -> dict:
-    problem = Problem(load_network(network), load_devices(devices))
+def with_curves(devices, points: int):
+    """Every channel with a measured-style transfer curve of ``points`` sizes (4 B .. 256 MiB), on its own
+    latency + bytes / (bandwidth * 0.25) line: what a curve lookup costs, at the same results."""
+    from placement_core.devices import Channel, DeviceGraph
+    sizes = np.geomspace(4, 2**28, points)
+    chans = [Channel(c.name, c.bandwidth, c.latency, c.routes,
+                     transfer_curve=tuple((float(b), c.latency + float(b) / (c.bandwidth * 0.25)) for b in sizes))
+             for c in devices.channels]
+    return DeviceGraph(devices.name, list(devices.devices), chans)
+
+
+def measure(network: str, devices: str, evaluations: int, reference_evals: int, curve_points: int = 0,
+            clock=time.perf_counter) -> dict:
+    graph = load_devices(devices)
+    problem = Problem(load_network(network), with_curves(graph, curve_points) if curve_points else graph)
     rng = np.random.default_rng(0)
     placements = rng.integers(0, problem.n_devices, (evaluations, problem.n_ops)).astype(np.int32)
     problem.evaluate(placements[0])  # warm up
-    t = time.perf_counter()
+    t = clock()
     for p in placements:
         problem.evaluate(p)
-    single = evaluations / (time.perf_counter() - t)
-    t = time.perf_counter()
+    single = evaluations / (clock() - t)
+    t = clock()
     problem.evaluate_many(placements)
-    batched = evaluations / (time.perf_counter() - t)
+    batched = evaluations / (clock() - t)
     slow = Problem(problem.graph, problem.devices, fast=False)
-    t = time.perf_counter()
+    t = clock()
     for p in placements[:reference_evals]:
         slow.evaluate(p)
-    reference = reference_evals / (time.perf_counter() - t)
+    reference = reference_evals / (clock() - t)
     return {"ops": problem.n_ops, "evals_per_s": single, "batched_evals_per_s": batched,
             "reference_evals_per_s": reference}
 
@@ -50,15 +63,24 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print {network: evaluations per second}")
     ap.add_argument("--evaluations", type=int, default=5000)
     ap.add_argument("--devices", default="malvik-4gpu")
+    ap.add_argument("--curve-points", type=int, default=0,
+                    help="give every channel a transfer curve of this many sizes (default 0: none)")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="evaluations per CPU second of this process instead of per wall second (steadier on a "
+                         "shared machine, where other work takes turns on the core)")
     args = ap.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core
-    results = {net: measure(net, args.devices, args.evaluations, 200) for net in ("resnet50", "inception_v3")}
+    clock = time.process_time if args.cpu_time else time.perf_counter
+    results = {net: measure(net, args.devices, args.evaluations, 200, args.curve_points, clock)
+               for net in ("resnet50", "inception_v3")}
     if args.json:
         print(json.dumps({net: round(r["evals_per_s"], 1) for net, r in results.items()}))
         return
     print(f"compiled kernel: {'yes' if kernel_available() else 'NO (pure Python fallback)'}; "
-          f"devices {args.devices}; {args.evaluations} random placements; one core")
+          f"devices {args.devices}"
+          + (f" (every channel with a {args.curve_points}-point transfer curve)" if args.curve_points else "")
+          + f"; {args.evaluations} random placements; one core")
     for net, r in results.items():
         print(f"{net:13s} {r['ops']:4d} ops  {r['evals_per_s']:9.0f} evals/s  "
               f"(batched {r['batched_evals_per_s']:.0f}/s, Python reference {r['reference_evals_per_s']:.0f}/s)")

@@ -250,12 +250,14 @@ def top_k(source: tuple, k: int) -> tuple[list, str, int | None]:
     if key not in cache:
         if kind == "live":
             cands = [(f"best of {run.name}", run.result.best_placement)]
+            cands += [(f"#{i} evaluated by {run.name}", x) for i, (_, x) in enumerate(run.result.kept, start=1)]
             if run.result.archive is not None:
                 cands += [(f"elite #{i} of {run.name}", e.placement)
                           for i, e in enumerate(run.result.archive.ranked(), start=1)]
             ranked = distinct_top(run.problem, cands, int(k))
-            note = "" if len(ranked) == k else (f"{run.name} keeps {len(ranked)} distinct placement(s): only "
-                                                "MAP-Elites keeps a population (its archive) after a run.")
+            note = "" if len(ranked) == k else (f"{run.name} keeps {len(ranked)} distinct placement(s): a run "
+                                                "keeps the 50 best distinct placements it evaluated, a "
+                                                "deterministic placer proposes only a few.")
             cache[key] = (ranked, note, run.store_id)
         else:
             with stored.open_store() as store:
@@ -385,7 +387,8 @@ def _what_to_measure(mode: str) -> tuple[list, dict | None]:
     runs = top_runs()
     if not runs:
         st.info("No optimization run of this network and device graph yet: start one on the Optimize page "
-                "(MAP-Elites keeps an archive of diverse placements to choose the K best from).",
+                "(every run keeps the 50 best distinct placements it evaluated; MAP-Elites also an archive of diverse "
+                "ones).",
                 icon=":material/info:")
         return [], None
     c1, c2 = st.columns([3, 1])

@@ -13,7 +13,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from placement_core.analysis import GanttSegments, LayeredLayout, edge_buckets, fmt_bytes, scale_sizes
-from placement_core.analysis.layout import edge_path
+from placement_core.analysis.layout import edge_path, spread
 from placement_core.analysis.trace import PHASE_ORDER as TRACE_PHASE_ORDER
 from placement_core.analysis.archive_view import HeatmapData
 
@@ -135,7 +135,9 @@ def links_figure(devices) -> go.Figure:
         x=cx, y=[0] * nc, mode="markers+text", text=[f"{c.name}<br>{c.bandwidth / 1e9:.3g} GB/s" for c in devices.channels],
         textposition="bottom center", marker=dict(size=20, symbol="diamond", color=[color(c) for c in range(nc)]),
         hovertext=[f"<b>{ch.name}</b><br>{ch.bandwidth / 1e9:.3g} GB/s · latency {ch.latency * 1e6:.3g} µs"
-                   f"<br>{len(ch.routes)} route(s) share it" for ch in devices.channels],
+                   + (f"<br>measured transfer curve ({len(ch.transfer_curve)} points) replaces both"
+                      if ch.transfer_curve else "")
+                   + f"<br>{len(ch.routes)} route(s) share it" for ch in devices.channels],
         hoverinfo="text", showlegend=False))
     fig.update_layout(**BASE_LAYOUT, height=330, title="Links: devices (top) and the channels they use (bottom)",
                       xaxis=dict(visible=False), yaxis=dict(visible=False, range=[-0.45, 1.35]))
@@ -473,11 +475,36 @@ def critical_line(trace, critical: list, row_of: dict) -> dict:
 
 
 def gantt_figure(segments: list[GanttSegments], rows: list[str], n_devices: int, makespan: float,
-                 critical: list | None = None, trace=None, unit: str = "batch") -> go.Figure:
+                 critical: list | None = None, trace=None, unit: str = "batch", extra: dict | None = None
+                 ) -> go.Figure:
     """One row per device and channel; one filled outline per colour (a batch's forward, backward or weight
     update: its ops and the transfers they send), send and receive tasks as thin grey bars, the critical path
     as a thin black bar. Hover: each event's label at the top middle of its bar. ``unit`` names what the
-    trace's batches are ("micro-batch" for GPipe and 1F1B); they are numbered from 1."""
+    trace's batches are ("micro-batch" for GPipe and 1F1B); they are numbered from 1. ``extra``
+    (dashboard/tracechart.py) adds traces drawn on top (``data``: outlines, fixed labels), ``annotations`` (flow
+    arrows), ``shapes`` (a time window) and ``layout``; with ``bars`` each colour is a bar trace instead of an
+    outline (a click anywhere on a bar selects its event, whose trace position is its customdata), with
+    ``names`` the op's name written inside each bar (Plotly shows those that fit as drawn, on zoom too)."""
+    extra = extra or {}
+    bars, names = extra.get("bars", False), extra.get("names", False)
+
+    def draw(segs, half, fill, **props):
+        if not bars:
+            return _bars_trace(np.concatenate([sg.start for sg in segs]), np.concatenate([sg.end for sg in segs]),
+                               np.concatenate([sg.row for sg in segs]), half, fill,
+                               [h for sg in segs for h in sg.hover], **props)
+        index = np.concatenate([sg.index for sg in segs])
+        start = np.concatenate([sg.start for sg in segs]) * 1e3
+        bar = dict(type="bar", orientation="h", base=start, x=np.concatenate([sg.end for sg in segs]) * 1e3 - start,
+                   y=-np.concatenate([sg.row for sg in segs]), width=2 * half, customdata=index,
+                   marker=dict(color=fill, line=dict(width=0)), hovertext=[h for sg in segs for h in sg.hover],
+                   hovertemplate="%{hovertext}<extra></extra>", selected=dict(marker=dict(opacity=1)),
+                   unselected=dict(marker=dict(opacity=1)), **props)  # a clicked bar fades nothing
+        if names and trace is not None:
+            bar.update(text=[html.escape(trace[i].op, quote=False) for i in index], textposition="inside",
+                       insidetextanchor="middle", constraintext="inside", textfont=dict(size=10, color=ink(fill)))
+        return bar
+
     colours: dict[tuple[int, str], list[GanttSegments]] = {}
     overhead: list[GanttSegments] = []
     for seg in segments:
@@ -491,34 +518,39 @@ def gantt_figure(segments: list[GanttSegments], rows: list[str], n_devices: int,
         segs = colours[(b, phase)]
         group = f"b{b}" if per_batch else f"b{b}-{phase}"
         name = f"{unit} {b + 1}" + ("" if per_batch else f" · {PHASE_NAMES.get(phase, phase)}")
-        data.append(_bars_trace(
-            np.concatenate([sg.start for sg in segs]), np.concatenate([sg.end for sg in segs]),
-            np.concatenate([sg.row for sg in segs]), GANTT_HALF, shade(b, phase),
-            [h for sg in segs for h in sg.hover], name=name, legendgroup=group, showlegend=group not in shown))
+        data.append(draw(segs, GANTT_HALF, shade(b, phase), name=name, legendgroup=group,
+                         showlegend=group not in shown))
         shown.add(group)
     if overhead:
-        data.append(_bars_trace(
-            np.concatenate([sg.start for sg in overhead]), np.concatenate([sg.end for sg in overhead]),
-            np.concatenate([sg.row for sg in overhead]), OVERHEAD_HALF, OVERHEAD_COLOR,
-            [h for sg in overhead for h in sg.hover], name=OVERHEAD_NAME, legendgroup="overhead", showlegend=True))
+        data.append(draw(overhead, OVERHEAD_HALF, OVERHEAD_COLOR, name=OVERHEAD_NAME, legendgroup="overhead",
+                         showlegend=True))
     if critical and trace is not None:
         row_of = {name: i for i, name in enumerate(rows)}
         data.append(_bars_trace([trace[i].start for i in critical], [trace[i].end for i in critical],
                                 [row_of[trace[i].resource] for i in critical], CRITICAL_HALF, "#111111", None,
                                 name="critical path", legendgroup="critical", showlegend=True))
         data.append(critical_line(trace, critical, row_of))
+    data += extra.get("data", [])
     labels = [r if i < n_devices else f"{r} (link)" for i, r in enumerate(rows)]
-    shapes = []
+    shapes = list(extra.get("shapes", []))
     if 0 < n_devices < len(rows):
         shapes.append(dict(type="line", xref="paper", x0=0, x1=1, y0=-(n_devices - 0.5), y1=-(n_devices - 0.5),
                            line=dict(color="#999", width=1, dash="dot")))
     return _fast_figure(data, dict(
         BASE_LAYOUT, height=120 + 34 * len(rows), shapes=shapes, hovermode="closest",
+        annotations=list(extra.get("annotations", [])),
         xaxis=dict(title=dict(text="time (ms)"), range=[0, makespan * 1e3 * 1.01], showgrid=True),
         yaxis=dict(tickmode="array", tickvals=[-i for i in range(len(rows))], ticktext=labels,
                    range=[-(len(rows) - 0.5), 0.5], showgrid=False, zeroline=False),
         legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0, font=dict(size=11)),
-        margin=dict(l=10, r=10, t=60, b=10)))
+        margin=dict(l=10, r=10, t=60, b=10), **extra.get("layout", {}),
+        **(dict(barmode="overlay", uniformtext=dict(mode="hide", minsize=9)) if bars else {})))
+
+
+def ink(fill: str) -> str:
+    """Dark text on a light bar, white on a dark one (relative luminance of the bar's colour)."""
+    r, g, b = (int(fill[k:k + 2], 16) / 255 for k in (1, 3, 5))
+    return "#14171f" if 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.5 else "#ffffff"
 
 
 def memory_figure(series, device_names, capacity) -> go.Figure:
@@ -539,22 +571,33 @@ def memory_figure(series, device_names, capacity) -> go.Figure:
     same: dict[float, list[int]] = {}
     for d, cap in enumerate(capacity):
         same.setdefault(float(cap), []).append(d)
-    shapes, notes = [], []
+    shapes, drawn = [], []
     for cap, devs in same.items():
         names = ", ".join(device_names[d] for d in devs)
         if cap <= top:
             shapes.append(dict(type="line", xref="x domain", x0=0, x1=1, yref="y", y0=cap / 1e9, y1=cap / 1e9,
                                line=dict(color=color(devs[0]) if len(devs) == 1 else "#555", dash="dash", width=1.5)))
-            notes.append(dict(text=html.escape(f"capacity of {names}: {fmt_bytes(cap)}", quote=False),
-                              xref="x domain", x=1, xanchor="right", yref="y", y=cap / 1e9, yanchor="bottom",
-                              showarrow=False, font=dict(size=11)))
+            drawn.append((cap, names, devs))
         else:
             off += [device_names[d] for d in devs]
+    # Each capacity is named in the right margin, level with its line and outside the plotting area, so no
+    # memory line runs through a label; labels of nearby capacities are moved apart (about 15 px).
+    height, plot_px = 320, 320 - 60 - 70  # figure, and its plotting area: less the title and the legend below
+    at = spread([cap / 1e9 for cap, _, _ in drawn], gap=top / 1e9 * MEMORY_LABEL_PX / plot_px)
+    notes = [dict(text=html.escape(f"{names}: {fmt_bytes(cap)}", quote=False), xref="paper", x=1.0, xshift=6,
+                  xanchor="left", yref="y", y=y, yanchor="middle", showarrow=False, align="left",
+                  font=dict(size=11, color=color(devs[0]) if len(devs) == 1 else "#555"))
+             for (cap, names, devs), y in zip(drawn, at)]
+    width = max((len(n["text"]) for n in notes), default=0)
     fig = _fast_figure(data, dict(
-        BASE_LAYOUT, height=320, title=dict(text="Memory in use per device (dashed: capacity)"),
+        BASE_LAYOUT, height=height, title=dict(text="Memory in use per device (dashed: capacity, named on the right)"),
         xaxis=dict(title=dict(text="time (ms)")), yaxis=dict(title=dict(text="memory (GB)"), range=[0, top / 1e9]),
-        legend=dict(orientation="h", y=-0.25), shapes=shapes, annotations=notes))
+        legend=dict(orientation="h", y=-0.25), shapes=shapes, annotations=notes,
+        margin=dict(l=10, r=int(16 + 6.4 * width), t=40, b=10)))
     return fig, off
+
+
+MEMORY_LABEL_PX = 15  # the least distance between two capacity labels
 
 
 def utilisation_figure(rows: list[dict], key: str, title: str) -> go.Figure:

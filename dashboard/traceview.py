@@ -54,10 +54,15 @@ def sensitivity_figure(rows: list[dict]):
     return fig
 
 
+def critical_order(result, path: list[int]) -> list[int]:
+    """The critical path's events in time order: the rows of :func:`critical_rows`."""
+    return sorted(path, key=lambda k: (result.trace[k].start, result.trace[k].end))
+
+
 def critical_rows(result, path: list[int]) -> list[dict]:
     """The critical path as a table, in time order: what ran where, when, and its share of the makespan."""
     rows = []
-    for i in sorted(path, key=lambda k: (result.trace[k].start, result.trace[k].end)):
+    for i in critical_order(result, path):
         e = result.trace[i]
         what = {"op": e.op, "transfer": f"{e.op} ({e.src} → {e.dst})", "send": f"send {e.op} to {e.dst}",
                 "recv": f"receive {e.op} from {e.src}"}.get(e.kind, e.op)
@@ -145,3 +150,78 @@ def stored_run_picker() -> None:
             if note:
                 st.session_state.placement_note = note
             st.rerun()
+
+
+# -- what the Gantt chart and the critical-path table chose (read before they are drawn again) -----------
+
+FOLLOW, FIND, WINDOW, CHART, TABLE = "trace_follow", "trace_find", "trace_window", "trace_gantt", "trace_critical_table"
+
+
+def _selection(key: str) -> dict:
+    value = state.ss().get(key)
+    try:
+        return dict(value.get("selection") or {}) if value is not None else {}
+    except AttributeError:
+        return {}
+
+
+def apply_chart_choice(trace, makespan: float) -> None:
+    """A click on a bar follows its op; a box dragged across the chart becomes the time window. Applied once
+    per new choice, before the widgets they set are drawn (Streamlit hands back a chart's selection on the
+    run after it, and keeps it until the next one)."""
+    from .tracechart import box_window, clicked_event
+
+    s = state.ss()
+    sel = _selection(CHART)
+    seen = repr((sel.get("points"), sel.get("box")))
+    if s.get("_trace_chart_seen") == seen:
+        return
+    s._trace_chart_seen = seen
+    boxes = sel.get("box") or []
+    for box in boxes:
+        window = box_window(box, makespan)
+        if window is not None:
+            s[WINDOW] = (round(window[0] * 1e3, 6), round(window[1] * 1e3, 6))
+            break
+    if boxes:
+        return  # a box also selects the bars inside it: that is a window, not an op to follow
+    for point in sel.get("points") or []:
+        k = clicked_event(point, len(trace))
+        if k is not None:
+            s[FOLLOW] = trace[k].op
+            break
+
+
+def picked_critical(result, path: list[int]) -> int | None:
+    """The trace position of the critical-path row selected in the table, if any."""
+    rows = _selection(TABLE).get("rows") or []
+    order = critical_order(result, path)
+    if rows and isinstance(rows[0], int) and 0 <= rows[0] < len(order):
+        return order[rows[0]]
+    return None
+
+
+def flow_rows(trace, flows: list[dict]) -> list[dict]:
+    """The followed op's flows as a table: each tensor, its batch, the link, when it was produced, arrived and
+    was consumed."""
+    rows = []
+    for f in flows:
+        src, dst = trace[f["src"]], trace[f["dst"]]
+        hop = trace[f["hop"]] if f["hop"] is not None else None
+        rows.append({"producer": f["producer"], "consumer": f["consumer"], "batch": f["batch"] + 1,
+                     "route": f"{src.resource} → {dst.resource}", "channel": hop.resource if hop else "",
+                     "size (MB)": (hop.bytes if hop else 0.0) / 1e6, "produced (ms)": src.end * 1e3,
+                     "arrived (ms)": (hop.end if hop else src.end) * 1e3, "consumed (ms)": dst.start * 1e3})
+    return rows
+
+
+def window_ms(makespan: float) -> tuple[float, float]:
+    """The time window (ms) the slider shows: the one chosen for this step (same makespan), else all of it."""
+    s, top = state.ss(), round(makespan * 1e3, 6)
+    kept = s.get(WINDOW)
+    ok = (isinstance(kept, (tuple, list)) and len(kept) == 2 and all(isinstance(v, (int, float)) for v in kept)
+          and 0 <= kept[0] < kept[1] <= top)
+    if not ok or s.get("_trace_window_top") != top:  # a window belongs to one step: another starts whole
+        s._trace_window_top = top
+        s[WINDOW] = (0.0, top)
+    return tuple(s[WINDOW])

@@ -50,8 +50,10 @@ def distinct_top(problem: Problem, candidates, k: int) -> list[Ranked]:
 def run_candidates(store, run_id: int) -> tuple[Problem, list[tuple[str, np.ndarray]], str]:
     """A stored run's problem, the placements it keeps, and what they are in words.
 
-    The best placement; a MAP-Elites run's archive (every elite); a run stopped or interrupted mid-way
-    its population from the last checkpoint (GA). A finished run other than MAP-Elites keeps only its best."""
+    The best placement; the best distinct placements it evaluated (every run keeps its 50 best, stored when
+    it ends, in its checkpoint while it runs); a MAP-Elites run's archive (every elite); a run stopped or
+    interrupted mid-way also its population from the last checkpoint (GA). Runs stored before kept
+    placements existed keep only their best and their archive."""
     rec = store.get(run_id)
     problem = store.problem(run_id)
     cands: list[tuple[str, np.ndarray]] = []
@@ -59,6 +61,10 @@ def run_candidates(store, run_id: int) -> tuple[Problem, list[tuple[str, np.ndar
     if rec.best_placement is not None:
         cands.append((f"best of run {run_id}", rec.best_placement))
         kinds.append("its best placement")
+    kept = store.kept_of(run_id)
+    cands += [(f"#{i} evaluated by run {run_id}", x) for i, (_, x) in enumerate(kept, start=1)]
+    if kept:
+        kinds.append(f"the {len(kept)} best distinct placement(s) it evaluated")
     rows = store.archive_rows(run_id)
     for i, r in enumerate(rows, start=1):
         niche = ",".join(str(int(v)) for v in r["niche"])
@@ -84,7 +90,8 @@ def top_of_run(store, run_id: int, k: int) -> tuple[Problem, list[Ranked], str]:
     note = ""
     if len(ranked) < k:
         note = (f"run {run_id} keeps {len(ranked)} distinct placement(s) ({kinds}), fewer than the {k} asked "
-                "for; a finished run keeps its population only as a MAP-Elites archive")
+                "for (a run keeps the 50 best distinct placements it evaluated; a deterministic placer proposes only a "
+                "few, and runs stored by older versions kept only their best)")
     return problem, ranked, note
 
 

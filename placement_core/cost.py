@@ -6,7 +6,8 @@ latency and inverse rate. The simulator never calls back into Python for a
 cost, which is what keeps an evaluation in the tens of microseconds.
 
 Measured times (an op's ``times`` in the network file, or a calibration table)
-replace the formula for that op on that device.
+replace the formula for that op on that device; likewise a channel's measured
+``transfer_curve`` replaces latency + bytes / (bandwidth · η_comm) for that channel.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Mapping
 
 import numpy as np
 
-from .devices import DeviceGraph
+from .devices import DeviceGraph, curve_time
 from .errors import InputError
 from .graph import Graph
 
@@ -37,6 +38,43 @@ class CostArrays:
     # [devices] seconds a device spends on each message it sends or receives; None: each device's own
     # ``message_overhead`` (a device property that every profile applies; a profile may override it)
     message_overhead: np.ndarray | None = None
+    # Channels' measured transfer curves, packed: channel c's points are [curve_ptr[c], curve_ptr[c + 1]) of
+    # curve_bytes / curve_time; a channel without points uses latency + bytes * inv_rate. None: no curves.
+    curve_ptr: np.ndarray | None = None  # [channels + 1] int32
+    curve_bytes: np.ndarray | None = None
+    curve_time: np.ndarray | None = None
+
+    def transfer_time(self, ch: int, nbytes: float, src: int) -> float:
+        return transfer_time(self, ch, nbytes, src)
+
+
+def transfer_time(a, ch: int, nbytes: float, src: int) -> float:
+    """Seconds for ``nbytes`` from device ``src`` on channel ``ch`` of cost arrays ``a`` (CostArrays, or the
+    simulator's Compiled, which carries the same fields), exactly as both simulators charge it."""
+    if a.curve_ptr is not None and a.curve_ptr[ch + 1] > a.curve_ptr[ch]:
+        lo, hi = int(a.curve_ptr[ch]), int(a.curve_ptr[ch + 1])
+        t = curve_time(list(zip(a.curve_bytes[lo:hi].tolist(), a.curve_time[lo:hi].tolist())), nbytes)
+    else:
+        t = float(a.ch_latency[ch]) + nbytes * float(a.ch_inv_rate[ch])
+    return max(t, float(a.min_transfer[src]))
+
+
+def curve_arrays(devices: DeviceGraph, scale=None) -> dict:
+    """The channels' transfer curves as CostArrays' packed fields ({} when no channel has one).
+    ``scale`` (per channel) makes a channel that many times as wide: the time above the first point's
+    (the latency) is divided by it, as a what-if on bandwidth divides the formula's seconds per byte."""
+    if not any(c.transfer_curve for c in devices.channels):
+        return {}
+    ptr, nbytes, times = [0], [], []
+    for j, c in enumerate(devices.channels):
+        f = 1.0 if scale is None else float(scale[j])
+        t0 = c.transfer_curve[0][1] if c.transfer_curve else 0.0
+        for b, t in c.transfer_curve:
+            nbytes.append(b)
+            times.append(t if f == 1.0 else t0 + (t - t0) / f)
+        ptr.append(len(nbytes))
+    return {"curve_ptr": np.array(ptr, dtype=np.int32), "curve_bytes": np.array(nbytes, dtype=float),
+            "curve_time": np.array(times, dtype=float)}
 
 
 @dataclass(frozen=True)
@@ -62,7 +100,7 @@ class RooflineProfile:
         fwd, bwd, update = _apply_measured(graph, devices, fwd, bwd, update, self.timings, self.timings_batch)
         lat = np.array([c.latency for c in devices.channels], dtype=float)
         inv = np.array([1.0 / (c.bandwidth * self.comm_efficiency) for c in devices.channels], dtype=float)
-        return CostArrays(fwd, bwd, update, 2, lat, inv, np.zeros(len(devices)))
+        return CostArrays(fwd, bwd, update, 2, lat, inv, np.zeros(len(devices)), **curve_arrays(devices))
 
 
 @dataclass(frozen=True)
@@ -74,7 +112,8 @@ class Exprimo2020Profile:
     the compute efficiency divides the memory terms too; no weight update and
     no transfer latency. Ops imported from Exprimo files carry their exact
     terms; other networks fall back to their own FLOPs with input, weight and
-    output tensors as memory terms.
+    output tensors as memory terms. A channel's measured transfer curve, when a
+    device graph has one (the thesis' files do not), replaces the formula here too.
     """
 
     comp_efficiency: float = 0.9
@@ -108,7 +147,7 @@ class Exprimo2020Profile:
         lat = np.zeros(len(devices.channels))
         # Gbit/s -> bytes/s with G = 2^30: bandwidth_bytes * 8 / 1e9 * 2^30 / 8.
         inv = np.array([1.0 / (c.bandwidth / 1e9 * 2**30 * self.comm_efficiency) for c in devices.channels])
-        return CostArrays(fwd, bwd, update, 1, lat, inv, cycle, input_gradients=True)
+        return CostArrays(fwd, bwd, update, 1, lat, inv, cycle, input_gradients=True, **curve_arrays(devices))
 
 
 def _fallback_terms(graph: Graph, i: int) -> dict:

@@ -16,6 +16,7 @@ from .errors import (InputError, check_fields, require_list, require_mapping, re
 FORMAT = "placement-devices/1"
 KINDS = ("cpu", "gpu")
 MAX_MESSAGE_OVERHEAD = 1e3  # seconds, the bound a channel's latency has
+MAX_CURVE_POINTS = 64  # a transfer curve's knots (a measurement has one per message size: 10-20)
 # Rates and sizes that divide (FLOP/s, bytes/s, bytes, Hz) are at least 1: with a quantity of at most 1e24
 # and an efficiency of at least 0.001 every time stays below 1e27 s, while a subnormal 5e-324 gave inf.
 MIN_RATE = 1.0
@@ -44,6 +45,24 @@ class Channel:
     bandwidth: float  # bytes/s, theoretical
     latency: float  # s
     routes: tuple[tuple[str, str], ...]
+    # Measured transfer time against message size, ((bytes, seconds), ...) with the bytes increasing: when
+    # given it replaces latency + bytes / (bandwidth * efficiency) (thesis E1: the practical bandwidth depends
+    # on the message size). Empty: the formula.
+    transfer_curve: tuple[tuple[float, float], ...] = ()
+
+
+def curve_time(points, nbytes: float) -> float:
+    """Seconds to send ``nbytes`` on a link with this transfer curve: flat at the first point's time below
+    it (latency dominates), linear between points, the last segment's slope (the link's asymptotic
+    bandwidth) beyond the last. The compiled kernel computes exactly this, in this order of operations."""
+    b0, t0 = points[0]
+    if nbytes <= b0:
+        return float(t0)
+    k = 1
+    while k < len(points) - 1 and nbytes > points[k][0]:
+        k += 1
+    (b_lo, t_lo), (b_hi, t_hi) = points[k - 1], points[k]
+    return t_lo + (nbytes - b_lo) * (t_hi - t_lo) / (b_hi - b_lo)
 
 
 class DeviceGraph:
@@ -113,6 +132,7 @@ def _validate(g: DeviceGraph) -> None:
         ch_names[ch.name] = c
         require_number(ch.bandwidth, source=src, field=f"{at}.bandwidth", positive=True)
         require_number(ch.latency, source=src, field=f"{at}.latency")
+        check_curve(ch.transfer_curve, source=src, field=f"{at}.transfer_curve")
         for r, (a, b) in enumerate(ch.routes):
             for end in (a, b):
                 if end not in names:
@@ -138,7 +158,39 @@ def _validate(g: DeviceGraph) -> None:
 
 _DEVICE_FIELDS = {"name", "kind", "peak_flops", "memory_bytes", "mem_bandwidth", "model", "clock_hz",
                   "message_overhead"}
-_CHANNEL_FIELDS = {"name", "bandwidth", "latency", "routes"}
+_CHANNEL_FIELDS = {"name", "bandwidth", "latency", "routes", "transfer_curve"}
+_CURVE_FIX = 'Write [[BYTES, SECONDS], ...], e.g. [[4, 3e-5], [1e6, 2.5e-4], [1e8, 0.02]]'
+
+
+def check_curve(points, *, source: str | None, field: str) -> tuple[tuple[float, float], ...]:
+    """A transfer curve as the simulator needs it: 2 to 64 points of (bytes, seconds), sizes strictly
+    increasing, times never decreasing (a larger message never arrives sooner) and rising on the last
+    segment (its slope is the bandwidth beyond the last point). Returns it as a tuple of float pairs."""
+    if len(points) == 0:
+        return ()
+    if not 2 <= len(points) <= MAX_CURVE_POINTS:
+        raise InputError(f"a transfer curve needs 2 to {MAX_CURVE_POINTS} points, got {len(points)}",
+                         source=source, field=field, fix=_CURVE_FIX)
+    out = []
+    for k, pt in enumerate(points):
+        if not isinstance(pt, (list, tuple)) or len(pt) != 2:
+            raise InputError(f"expected a [BYTES, SECONDS] pair, got {pt!r}"[:200], source=source,
+                             field=f"{field}[{k}]", fix=_CURVE_FIX)
+        b = require_number(pt[0], source=source, field=f"{field}[{k}][0]")
+        t = require_number(pt[1], source=source, field=f"{field}[{k}][1]", maximum=1e3)
+        if out and b <= out[-1][0]:
+            raise InputError(f"message sizes must increase, but {b:g} B follows {out[-1][0]:g} B", source=source,
+                             field=f"{field}[{k}][0]", fix="List the points from the smallest message up")
+        if out and t < out[-1][1]:
+            raise InputError(f"{b:g} B takes {t:g} s, less than the smaller {out[-1][0]:g} B ({out[-1][1]:g} s)",
+                             source=source, field=f"{field}[{k}][1]",
+                             fix="A larger message never arrives sooner: make the times non-decreasing")
+        out.append((b, t))
+    if out[-1][1] <= out[-2][1]:
+        raise InputError("the last two points have the same time, so messages beyond the last point would "
+                         "take no time per byte", source=source, field=f"{field}[{len(out) - 1}][1]",
+                         fix="End the curve on a segment that rises (its slope is the link's bandwidth)")
+    return tuple(out)
 
 
 def devices_from_dict(data: Any, source: str | None = None) -> DeviceGraph:
@@ -198,6 +250,9 @@ def devices_from_dict(data: Any, source: str | None = None) -> DeviceGraph:
             latency=require_number(raw.get("latency", 0.0), source=source, field=f"{at}.latency",
                                    maximum=1e3),
             routes=tuple(routes),
+            transfer_curve=check_curve(require_list(raw.get("transfer_curve", []), source=source,
+                                                    field=f"{at}.transfer_curve", what="[[BYTES, SECONDS], ...]"),
+                                       source=source, field=f"{at}.transfer_curve"),
         ))
     return DeviceGraph(name, devices, channels, source=source)
 
@@ -212,8 +267,12 @@ def devices_to_dict(g: DeviceGraph) -> dict:
         if d.message_overhead:  # omitted when 0, so files without the field read and write back unchanged
             item["message_overhead"] = d.message_overhead
         devs.append(item)
-    chans = [{"name": c.name, "bandwidth": c.bandwidth, "latency": c.latency,
-              "routes": [list(r) for r in c.routes]} for c in g.channels]
+    chans = []
+    for c in g.channels:
+        item = {"name": c.name, "bandwidth": c.bandwidth, "latency": c.latency, "routes": [list(r) for r in c.routes]}
+        if c.transfer_curve:  # omitted when absent: files without it read and write back unchanged
+            item["transfer_curve"] = [list(p) for p in c.transfer_curve]
+        chans.append(item)
     return {"format": FORMAT, "name": g.name, "devices": devs, "channels": chans}
 
 

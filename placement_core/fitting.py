@@ -1,7 +1,8 @@
 """Turning calibration measurements into a device graph and a timing table (no torch).
 
 The worker processes (:mod:`placement_core.torch.calibrate`) measure; this module fits:
-link latency and bandwidth from ping-pong times (least squares on relative error),
+link latency and bandwidth from ping-pong times (least squares on relative error) and
+the link's measured transfer curve (the size-dependent model the simulator uses),
 each figure's least disturbed round, op times scaled to the measured single-device step,
 and the CPU devices' per-message overhead that makes the simulator reproduce whole
 steps. Device and channel figures are stored divided by the default efficiencies
@@ -35,6 +36,10 @@ class CalibrationSettings:
     fit_placements: int = 6  # whole-step runs to fit the CPU devices' message overhead to (0: none)
     fit_rounds: int = 2
     fit_steps: int = 3
+    # devices of one kind with the same hardware and core count (cpu:N ranks, GPUs of one model) are the same
+    # machine: each figure is taken from the fastest of them, as from the fastest round (a disturbed
+    # measurement only ever reads slow), so noise cannot make identical devices look different
+    pool_identical: bool = True
     seed: int = 0
     timeout: float = 1800.0
 
@@ -128,6 +133,24 @@ def fastest(rounds: list[dict]) -> dict:
     return out
 
 
+def pool_identical(devs, measured: dict) -> tuple[dict, list[list[str]]]:
+    """Devices' measurements with every group of identical devices (same kind, torch device type, model and
+    thread count) replaced by the group's fastest figures (:func:`fastest` over all their rounds); the groups."""
+    groups: dict[tuple, list[str]] = {}
+    for d in devs:
+        m = measured[d.name]
+        key = (d.kind, d.torch.split(":")[0], m.get("model"), m.get("threads"), len(m.get("cores") or []))
+        groups.setdefault(key, []).append(d.name)
+    out, pooled = dict(measured), []
+    for names in groups.values():
+        if len(names) > 1:
+            best = fastest([measured[n] for n in names])
+            for n in names:
+                out[n] = dict(best, memory_bytes=measured[n]["memory_bytes"], cores=measured[n].get("cores"))
+            pooled.append(names)
+    return out, pooled
+
+
 def fit_link(sizes, seconds) -> tuple[float, float]:
     """(latency s, bandwidth B/s) minimising the relative error of latency + size / bandwidth."""
     xs = [float(s) for s in sizes]
@@ -150,10 +173,45 @@ def fit_link(sizes, seconds) -> tuple[float, float]:
     return intercept, 1.0 / slope
 
 
+def isotonic(values, weights=None) -> list[float]:
+    """The non-decreasing sequence closest to ``values`` in weighted least squares (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [weighted mean, weight, count]
+    for v, w in zip(values, weights or [1.0] * len(values)):
+        blocks.append([float(v), float(w), 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m1, w1, n1), (m2, w2, n2) = blocks[-2], blocks.pop()
+            blocks[-1] = [(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2, n1 + n2]
+    return [m for m, _, n in blocks for _ in range(n)]
+
+
+def fit_curve(sizes, seconds) -> tuple[tuple[float, float], ...]:
+    """A channel's ``transfer_curve`` from transfer times measured at several sizes (one figure per size,
+    e.g. the median of repeats): the measured points made non-decreasing (isotonic regression of the log
+    times, so that a pooled run of sizes takes the geometric mean of their times: a larger message never
+    arrives sooner, so a dip is noise), then trimmed so the last segment rises (its slope is the bandwidth
+    beyond the last point). ``()`` when fewer than two sizes are left."""
+    pairs = sorted((float(b), float(t)) for b, t in zip(sizes, seconds))
+    merged: dict[float, list[float]] = {}
+    for b, t in pairs:
+        merged.setdefault(b, []).append(t)
+    xs = sorted(merged)
+    ys = [sum(merged[b]) / len(merged[b]) for b in xs]
+    logs = [math.log(max(y, 1e-300)) for y in ys]
+    ys = [y if v == lg else math.exp(v) for y, lg, v in zip(ys, logs, isotonic(logs))]  # unpooled: exactly as measured
+    points = list(zip(xs, ys))
+    while len(points) > 2 and points[-1][1] <= points[-2][1]:
+        del points[-2]
+    if len(points) < 2 or points[-1][1] <= points[-2][1]:
+        return ()
+    return tuple(points)
+
+
 def build_calibration(graph, source, shape, devs, measured: dict, links: dict,
                       settings: CalibrationSettings, shared: bool = False) -> Calibration:
     """The device graph and timing table from the workers' measurements."""
     devices, ops_table, report = [], {}, {"devices": {}, "channels": {}, "shared_cores": shared}
+    if settings.pool_identical:
+        measured, report["pooled"] = pool_identical(devs, measured)
     for d in devs:
         m = measured[d.name]
         sum_s = sum(t["fwd"] + t["bwd"] + t["update"] for t in m["ops"].values())
@@ -171,15 +229,17 @@ def build_calibration(graph, source, shape, devs, measured: dict, links: dict,
     channels = []
     for (a, b), ev in sorted(links.items()):
         latency, bandwidth = fit_link(ev["sizes"], ev["seconds"])
+        curve = fit_curve(ev["sizes"], ev["seconds"])
         channels.append(Channel(f"{a}-{b}", bandwidth=bandwidth / ETA_COMM, latency=latency,
-                                routes=((a, b), (b, a))))
+                                routes=((a, b), (b, a)), transfer_curve=curve))
         report["channels"][f"{a}-{b}"] = {"sizes": ev["sizes"], "seconds": ev["seconds"], "latency_s": latency,
-                                          "bandwidth": bandwidth}
+                                          "bandwidth": bandwidth, "transfer_curve": [list(p) for p in curve]}
     device_graph = DeviceGraph("local", devices, channels)
     timings = check_timings({
         "format": TIMINGS_FORMAT, "network": graph.name, "source": source, "input_shape": list(shape),
         "batch_size": graph.batch_size, "devices": "local", "reconcile": settings.reconcile,
         "ops": ops_table, "measured": report["devices"], "channels": report["channels"],
+        "pooled": report.get("pooled", []),
         "efficiencies": {"comp": ETA_COMP, "comm": ETA_COMM}})
     return Calibration(device_graph, timings, report)
 
@@ -198,6 +258,8 @@ def summary_rows(cal: Calibration) -> list[list[str]]:
                      f"fitted to {fit['placements']} steps"])
     for name, c in cal.report["channels"].items():
         fitted = f" (ping-pong {c['ping_pong_latency_s'] * 1e6:.0f} us)" if "ping_pong_latency_s" in c else ""
+        curve = c.get("transfer_curve") or []
         rows.append([name, "link", f"latency {c['latency_s'] * 1e6:.0f} us{fitted}",
-                     f"{c['bandwidth'] / 1e9:.3f} GB/s", "", ""])
+                     f"{c['bandwidth'] / 1e9:.3f} GB/s",
+                     f"measured curve: {len(curve)} sizes" if curve else "", ""])
     return rows

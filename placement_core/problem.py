@@ -217,14 +217,19 @@ class Problem:
         """Objective of one placement (seconds per batch plus memory penalty)."""
         return self.objective(self.simulator.run(check_placement(placement, self.graph, self.devices)))
 
-    def evaluate_many(self, placements) -> np.ndarray:
+    def checked(self, placements) -> np.ndarray:
+        """A batch of placements as the simulator takes it, ``(k, n_ops)`` int32, or a clear error
+        (the parallel backends check here, before anything is shipped)."""
         arr = np.ascontiguousarray(placements, dtype=np.int32)
         if arr.ndim != 2 or arr.shape[1] != self.n_ops:
             raise InputError(f"expected placements of shape (k, {self.n_ops}), got {arr.shape}", field="placement")
         if arr.size and (arr.min() < 0 or arr.max() >= self.n_devices):
             raise InputError("a placement uses a device index out of range", field="placement",
                              fix=f"Use indices 0..{self.n_devices - 1}")
-        return np.array([self.objective(r) for r in self.simulator.run_many(arr)])
+        return arr
+
+    def evaluate_many(self, placements) -> np.ndarray:
+        return np.array([self.objective(r) for r in self.simulator.run_many(self.checked(placements))])
 
     def simulate(self, placement, trace: bool = False) -> Evaluation:
         placement = check_placement(placement, self.graph, self.devices)

@@ -56,6 +56,9 @@ def resume_run(store: RunStore, run_id: int, *, workers: int = 1, dask=None, eva
     """
     rec = store.get(run_id)
     from .errors import InputError
+    if rec.algorithm.startswith("measured-"):
+        raise InputError(f"run {run_id} is a measured search (it times placements for real)", field="--resume",
+                         fix=f"Resume it with `placement optimize --resume {run_id}` (needs PyTorch and its devices)")
     if rec.status == "done":
         raise InputError(f"run {run_id} has already finished", field="--resume",
                          fix="Start a new run, or resume one that was stopped or interrupted")

@@ -117,7 +117,12 @@ def _blob(src, h, what: str) -> tuple:
 
 
 def _rows(src, sql: str, run_id: int) -> list[tuple]:
-    return [tuple(r) for r in src.execute(sql, (run_id,))]
+    try:
+        return [tuple(r) for r in src.execute(sql, (run_id,))]
+    except sqlite3.OperationalError as e:
+        if "no such table: kept" in str(e):  # a store from before kept placements: nothing to copy
+            return []
+        raise
 
 
 def _check_runs(src, report: Report) -> dict[int, dict]:
@@ -148,6 +153,7 @@ def _check_runs(src, report: Report) -> dict[int, dict]:
         for table, sql, check in (
                 ("history", "SELECT * FROM history WHERE run_id=?", None),
                 ("archive", "SELECT * FROM archive WHERE run_id=?", _check_archive_row),
+                ("kept", "SELECT * FROM kept WHERE run_id=?", _check_kept_row),
                 ("checkpoints", "SELECT * FROM checkpoints WHERE run_id=?", _check_checkpoint_row)):
             try:
                 rows = _rows(src, sql, run_id)
@@ -167,6 +173,10 @@ def _check_runs(src, report: Report) -> dict[int, dict]:
 def _check_archive_row(r: tuple) -> None:
     for value, what in ((r[1], "archive niche"), (r[3], "archive descriptors"), (r[4], "archive placement")):
         _json(value, what, list)
+
+
+def _check_kept_row(r: tuple) -> None:
+    _json(r[3], "kept placement", list)
 
 
 def _check_checkpoint_row(r: tuple) -> None:
@@ -243,6 +253,7 @@ def _fill(plans: dict[int, dict], benchmarks: list[dict], target: Path) -> None:
                 _insert(conn, "runs", plan["run"])
                 conn.executemany("INSERT OR IGNORE INTO history VALUES(?,?,?,?)", plan["history"])
                 conn.executemany("INSERT OR IGNORE INTO archive VALUES(?,?,?,?,?)", plan["archive"])
+                conn.executemany("INSERT OR IGNORE INTO kept VALUES(?,?,?,?)", plan["kept"])
                 conn.executemany("INSERT OR IGNORE INTO checkpoints VALUES(?,?,?,?)", plan["checkpoints"])
             for row in benchmarks:
                 if row.get("run_id") is not None and row["run_id"] not in plans:

@@ -6,7 +6,7 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-.venv/bin/pip install -q --disable-pip-version-check -e ".[app,torch,dask,test]"
+.venv/bin/pip install -q --disable-pip-version-check -e ".[app,torch,dask,learn,test]"
 if [ -f scripts/browser-deps.sh ]; then
   bash scripts/browser-deps.sh
 fi

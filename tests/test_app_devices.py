@@ -21,6 +21,8 @@ def test_default_devices_in_tables_and_pictures():
     assert dev.value["name"].tolist() == ["cpu0", "gpu0", "gpu1", "gpu2", "gpu3"]
     assert dev.value["memory GB"].tolist() == [755, 32, 32, 32, 32]
     assert chan.value["bandwidth GB/s"].tolist() == [16] * 4
+    assert not figures(at) and at.get("iframe")  # the explorable graph by default (tests/test_app_nodelink.py)
+    at.segmented_control(key="dev_view").set_value("charts").run()
     links, routes = figures(at)
     assert routes["layout"]["xaxis"]["title"]["text"] == "to device"
     assert routes["data"][0]["text"][2][0] == "pcie1"  # row gpu1, column cpu0: gpu1 -> cpu0 is on pcie1
@@ -99,3 +101,36 @@ def test_missing_values_are_empty_cells_in_numeric_columns():
     devices = editors[0].value
     assert str(devices["clock MHz"].dtype) == "float64" and devices["clock MHz"].isna().all()
     assert str(devices["µs per message"].dtype) == "float64"
+
+
+def test_a_measured_transfer_curve_is_shown_kept_through_navigation_and_editable():
+    at = devices_page()
+    curve = [[4, 4e-05], [1000000, 0.0011], [268435456, 0.29]]
+    doc = {"format": "placement-devices/1", "name": "local-e1", "devices": [
+        {"name": n, "kind": "cpu", "peak_flops": 5e10, "memory_bytes": 8e9, "mem_bandwidth": 1.8e10} for n in
+        ("cpu0", "cpu1")], "channels": [{"name": "cpu0-cpu1", "bandwidth": 3.5e9, "latency": 2.3e-4,
+                                         "routes": [["cpu0", "cpu1"], ["cpu1", "cpu0"]], "transfer_curve": curve}]}
+    at.file_uploader(key="dev_upload").upload("e1.json", json.dumps(doc).encode(), "application/json").run()
+    assert_clean(at)
+    assert at.data_editor[1].value["transfer curve"].tolist() == ["4: 4e-05, 1000000: 0.0011, 268435456: 0.29"]
+    assert [list(p) for p in at.session_state["devices"].channels[0].transfer_curve] == curve
+    # to another page and back: the curve is still the device graph's, and nothing was marked edited
+    goto(at, "network")
+    goto(at, "devices")
+    assert_clean(at)
+    assert [list(p) for p in at.session_state["devices"].channels[0].transfer_curve] == curve
+    assert "(edited)" not in sidebar_text(at)
+    # an edit of the curve applies; a point without its time is named
+    key = at.data_editor[1].key
+    at.session_state[key] = {"edited_rows": {0: {"transfer curve": "4: 5e-05, 1000000: 0.002"}}, "added_rows": [],
+                             "deleted_rows": []}
+    at.run()
+    assert_clean(at)
+    assert at.session_state["devices"].channels[0].transfer_curve == ((4.0, 5e-05), (1e6, 0.002))
+    at.session_state[key] = {"edited_rows": {0: {"transfer curve": "4: 5e-05, 1000000"}}, "added_rows": [],
+                             "deleted_rows": []}
+    at.run()
+    [err] = at.error
+    assert "Channels table, row 1 (cpu0-cpu1): column 'transfer curve': cannot read the point '1000000'" in \
+        err.value.replace("\\", "")
+    assert at.session_state["devices"].channels[0].transfer_curve == ((4.0, 5e-05), (1e6, 0.002))

@@ -19,6 +19,8 @@ def test_default_network_is_resnet50_with_summary_graph_and_table():
     assert m["Forward compute"] == "1.05 TFLOP" and m["Parameters"] == "102 MB"
     assert at.dataframe[0].value.shape[0] == len(g) == 176
     assert list(at.dataframe[0].value.columns[:3]) == ["#", "op", "kind"]
+    assert not figures(at) and at.get("iframe")  # the explorable graph by default (tests/test_app_nodelink.py)
+    at.segmented_control(key="net_view").set_value("layered chart").run()
     [fig] = figures(at)
     nodes = [t for t in fig["data"] if t["mode"] == "markers"]
     assert sum(len(t["hovertext"]) for t in nodes) == 176  # every op drawn once
@@ -34,6 +36,7 @@ def test_choosing_a_builtin_network_and_colouring_by_device():
     assert metrics(at)["Ops"] == str(len(load_network("alexnet")))
     assert "AlexNet" in sidebar_text(at)
     at.segmented_control(key="net_color").set_value("device").run()
+    at.segmented_control(key="net_view").set_value("layered chart").run()
     nodes = [t for t in figures(at)[0]["data"] if t["mode"] == "markers"]
     assert [t["name"] for t in nodes] == ["gpu0"]  # the default placement: everything on gpu0
 

@@ -22,17 +22,20 @@ def gantt(at):
 
 
 def line_rows(fig):
-    """The rows (as y = -row) that have bars: every trace is a filled outline of bars centred on y = -row."""
+    """The rows (as y = -row) that have bars: bar traces at y = -row, or (a step too large to click) filled
+    outlines of bars centred on y = -row."""
     ys = set()
     for t in fig["data"]:
-        if t.get("fill") == "toself":
+        if t.get("fill") == "toself" or t.get("type") == "bar":
             ys |= {round(v) for v in decode(t["y"])}
     return ys
 
 
 def hover_labels(fig, traces=None):
-    """The events' hover labels (one per bar, at its top middle; the outline's other vertices have none)."""
-    return [h for t in (traces if traces is not None else fig["data"]) for h in t.get("text", []) if h]
+    """The events' hover labels: the transparent clickable bars' (one per event), or on a step too large to click
+    the outlines' (one per bar, at its top middle; the outline's other vertices have none)."""
+    return [h for t in (traces if traces is not None else fig["data"]) if t.get("hoverinfo") != "skip"
+            for h in t.get("hovertext", t.get("text", [])) if h]
 
 
 def test_gantt_has_one_row_per_device_and_channel():
@@ -82,7 +85,11 @@ def test_memory_chart_has_capacity_lines():
     mem = next(f for f in figures(at) if "Memory" in str(f["layout"].get("title", "")))
     assert mem["layout"]["yaxis"]["title"]["text"] == "memory (GB)"
     assert [s["y0"] for s in mem["layout"]["shapes"]] == [32]  # the four 32 GB GPUs share one line
-    assert "capacity of gpu0, gpu1, gpu2, gpu3: 32 GB" in [a["text"] for a in mem["layout"]["annotations"]]
+    [note] = mem["layout"]["annotations"]
+    assert note["text"] == "gpu0, gpu1, gpu2, gpu3: 32 GB" and note["y"] == 32
+    # named in the right margin, outside the plotting area where the memory lines run: never over a line
+    assert note["xref"] == "paper" and note["x"] >= 1 and note["xanchor"] == "left"
+    assert mem["layout"]["margin"]["r"] >= 6 * len(note["text"])
     assert "Capacity far above the chart (not drawn): cpu0 755 GB" in text(at)
 
 
@@ -171,11 +178,10 @@ def test_message_overhead_is_drawn_as_thin_grey_bars_on_the_device_rows():
     assert_clean(at)
     fig = gantt(at)
     [grey] = [t for t in fig["data"] if t.get("legendgroup") == "overhead"]
-    assert grey["fillcolor"] == "#707070" and grey["name"] == "send / receive (message overhead)"
-    ys = decode(grey["y"])
-    assert {round(v) for v in ys} <= {-i for i in range(5)}  # device rows only
-    assert {round(abs(v - round(v)), 2) for v in ys} == {0.12}  # thin bars (ops: 0.3 either side)
-    hover = hover_labels(fig, [grey])
+    assert grey["marker"]["color"] == "#707070" and grey["name"] == "send / receive (message overhead)"
+    assert set(decode(grey["y"])) <= {-i for i in range(5)}  # device rows only
+    assert grey["width"] == 0.24  # thin bars (ops: 0.3 either side)
+    hover = hover_labels(fig)  # the clickable bars over every event carry the hover
     assert any(re.match(r"<b>send to (gpu|cpu)\d</b> \(op .+, .+B\)", h) for h in hover)
     assert any(h.startswith("<b>receive from ") for h in hover)
     assert len(hover_labels(fig)) == int(metrics(at)["Events"].replace(",", ""))

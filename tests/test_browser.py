@@ -30,7 +30,7 @@ def test_whole_workflow_in_a_browser(page):
     main = pg.locator("[data-testid='stMain']")
     main.get_by_text("ResNet-50", exact=True).first.wait_for()
     assert "176" in main.locator("[data-testid='stMetricValue']").first.inner_text()
-    pg.locator("[data-testid='stPlotlyChart']").first.wait_for()
+    pg.frame_locator("iframe[title^='The network as an explorable graph']").locator("body[data-drawn='1']").wait_for()
     no_errors(pg)
     shot(pg, "1-network")
 
@@ -38,7 +38,8 @@ def test_whole_workflow_in_a_browser(page):
     open_page(pg, "Devices")
     choose(pg, "Start from a preset", "malvik-4gpu-limited-resnet50")
     pg.locator("[data-testid='stSidebar']").get_by_text("malvik-4gpu-limited-resnet50").first.wait_for()
-    pg.get_by_text("Which channel carries a transfer").first.wait_for()
+    pg.frame_locator("iframe[title^='The device graph as an explorable graph']").locator(
+        "body[data-drawn='1']").wait_for()
     no_errors(pg)
     shot(pg, "2-devices")
 

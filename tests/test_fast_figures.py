@@ -45,6 +45,27 @@ def test_gantt_and_memory_figures_are_what_validation_builds():
     _same_as_validated(mem)
 
 
+@pytest.mark.parametrize("clickable", [6000, 10])
+def test_the_gantt_with_what_the_trace_page_draws_over_it_is_what_validation_builds(clickable, monkeypatch):
+    """Followed op, its flows, ops found, a picked event, a window; clickable bars, or fixed names on a step too
+    large to click (tracechart.CLICKABLE_EVENTS)."""
+    from dashboard import tracechart
+    from placement_core.analysis.trace_follow import op_events, op_flows
+
+    monkeypatch.setattr(tracechart, "CLICKABLE_EVENTS", clickable)
+    p, res, rows = _traced(batches=1, in_flight=1)
+    segs = gantt_segments(res.trace, rows)
+    producer = next(e.op for e in res.trace if e.kind == "transfer")
+    extra = tracechart.gantt_extra(res.trace, rows, res.makespan, follow=op_events(res.trace, producer),
+                                   flows=op_flows(res.trace, p.graph, producer), found=[0, 1, 2], picked=3,
+                                   window=(0.1 * res.makespan, 0.2 * res.makespan))
+    fig = charts.gantt_figure(segs, rows, len(p.devices), res.makespan, None, res.trace, extra=extra)
+    _same_as_validated(fig)
+    assert fig.layout.dragmode is None  # panning stays the default (Streamlit's): a click selects a bar
+    assert {"followed op", "found", "picked"} <= {t.name for t in fig.data}
+    assert {t.type for t in fig.data if t.legendgroup == "b0-fwd"} == {"bar" if clickable == 6000 else "scatter"}
+
+
 def test_progress_and_history_figures_are_what_validation_builds():
     views = [{"id": 1, "name": "GA #1", "curve": [(50.0, 0.9), (100.0, 0.5), (400.0, 0.5)]},
              {"id": 2, "name": "MAP-Elites #2", "curve": []}]

@@ -184,6 +184,7 @@ def test_a_policy_file_round_trips_exactly(trained, tmp_path):
     (["--algorithm", "placeto", "--budget", "0"], "--algorithm placeto applies a trained policy"),
     (["--algorithm", "ga", "--policy", "p.json"], "--policy is for --algorithm placeto or gdp"),
     (["--algorithm", "placeto", "--policy", "/nonexistent/p.json"], "cannot read the policy"),
+    (["--algorithm", "placeto", "--policy", "p.json", "--init", "heft"], "a learned placer starts from its policy"),
 ])
 def test_bad_learned_options_say_what_to_do(nets, capsys, argv, message):
     code, out, err = run(capsys, "optimize", "--network", nets[0], "--devices", "malvik-4gpu", "--no-store", *argv)

@@ -1,6 +1,7 @@
 """Invariants of the simulator on random DAGs, random device graphs and random placements.
 
-Every instance draws per-device message overheads (none, some devices, every device), a cost profile (the default roofline, or ``exprimo-2020`` with its one-clock-cycle
+Every instance draws per-device message overheads (none, some devices, every device), channels with or
+without a measured transfer curve, a cost profile (the default roofline, or ``exprimo-2020`` with its one-clock-cycle
 minimum per transfer and per cost term, gradients sent back to the input op and no weight update) and
 the simulator settings: random ones (batches in flight, admission, priorities, stage caps, per-step
 updates) or those of the thesis', GPipe's and 1F1B's schedules.
@@ -15,6 +16,17 @@ from placement_core.graph import Graph, Op
 from placement_core.problem import Problem
 from placement_core.simulate import ADMIT_EAGER, SimSettings, reference
 from placement_core.simulate.schedules import schedule_settings
+
+
+@st.composite
+def curves(draw):
+    """A measured transfer curve: 2 to 5 points over 0..1500 bytes (messages reach 1000), times rising."""
+    k = draw(st.integers(2, 5))
+    sizes = sorted(draw(st.lists(st.floats(0.0, 1500.0), min_size=k, max_size=k, unique=True)))
+    steps = draw(st.lists(st.floats(0.0, 2.0), min_size=k - 1, max_size=k - 1))
+    steps[-1] = max(steps[-1], 1e-3)  # the last segment rises (its slope is the bandwidth beyond)
+    times = np.cumsum([draw(st.floats(0.0, 0.5))] + steps).tolist()
+    return tuple(zip(sizes, times))
 
 
 @st.composite
@@ -49,7 +61,8 @@ def instances(draw):
         for b in range(nd):
             if a != b:
                 routes[draw(st.integers(0, k - 1))].append((f"dev{a}", f"dev{b}"))
-    chans = [Channel(f"ch{c}", draw(st.floats(10.0, 1000.0)), draw(st.floats(0.0, 0.5)), tuple(r))
+    chans = [Channel(f"ch{c}", draw(st.floats(10.0, 1000.0)), draw(st.floats(0.0, 0.5)), tuple(r),
+                     transfer_curve=draw(curves()) if draw(st.integers(0, 2)) == 0 else ())
              for c, r in enumerate(routes)]
     placement = draw(st.lists(st.integers(0, nd - 1), min_size=n, max_size=n))
     schedule = draw(st.sampled_from(["random", "random", "thesis", "gpipe", "1f1b"]))

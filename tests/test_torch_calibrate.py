@@ -27,6 +27,20 @@ def test_link_fit_recovers_latency_and_bandwidth():
     assert latency == 0 and bandwidth == pytest.approx(1e9)
 
 
+def test_curve_fit_keeps_the_measured_points_and_removes_dips():
+    from placement_core.fitting import fit_curve, isotonic
+    # pool adjacent violators by hand: 3, 1 -> 2, 2 (equal weights)
+    assert isotonic([1.0, 3.0, 1.0, 4.0]) == [1.0, 2.0, 2.0, 4.0]
+    # sizes out of order, a dip at 1e5 (noise: a larger message never arrives sooner) pooled with 1e4 in log
+    # time: the geometric mean of 2e-5 and 1e-5 is sqrt(2) * 1e-5
+    curve = fit_curve([1e6, 1e3, 1e4, 1e5], [1e-4, 1e-5, 2e-5, 1e-5])
+    assert [b for b, _ in curve] == [1e3, 1e4, 1e5, 1e6]
+    assert [t for _, t in curve] == pytest.approx([1e-5, 2 ** 0.5 * 1e-5, 2 ** 0.5 * 1e-5, 1e-4])
+    # a flat tail is trimmed so that the last segment rises; all flat: no curve
+    assert fit_curve([1e3, 1e4, 1e5], [1e-5, 3e-5, 3e-5]) == ((1e3, 1e-5), (1e5, 3e-5))
+    assert fit_curve([1e3, 1e4], [1e-5, 1e-5]) == ()
+
+
 @pytest.fixture(scope="module")
 def calibration(tmp_path_factory):
     pytest.importorskip("torch")
@@ -44,6 +58,11 @@ def test_calibration_measures_every_op_and_the_link(calibration):
     assert link.bandwidth > 0 and link.latency >= 0 and set(link.routes) == {("cpu0", "cpu1"), ("cpu1", "cpu0")}
     measured = t["channels"]["cpu0-cpu1"]
     assert len(measured["seconds"]) == 3 and all(s > 0 for s in measured["seconds"])
+    # the size-dependent link model: the measured points (made non-decreasing), which the simulator then uses
+    curve = link.transfer_curve
+    assert [b for b, _ in curve] == [1000, 100_000, 10_000_000][-len(curve):] and len(curve) >= 2
+    assert [list(p) for p in curve] == measured["transfer_curve"]
+    assert curve[-1][1] >= max(measured["seconds"][:-1]) and curve[-1][1] == measured["seconds"][-1]
     for d in devices.devices:
         assert d.peak_flops > 0 and d.mem_bandwidth > 0 and d.memory_bytes > 0
     assert t["network"] == "branchy" and t["batch_size"] == 4
@@ -155,3 +174,17 @@ def test_calibrating_a_gpu_measures_its_ops_and_its_link():
     assert cal.devices.names == ["cpu0", "gpu0"]
     assert all(cal.timings["ops"]["stem"][d]["fwd"] > 0 for d in cal.devices.names)
     assert all(c.bandwidth > 0 for c in cal.devices.channels)
+
+
+@pytest.mark.timeout(300)
+def test_three_ranks_measure_every_pair_without_waiting_on_each_other():
+    """Each pair's ping-pong synchronises only that pair (it used to wait on a barrier the third rank never
+    entered, so calibrating three devices hung)."""
+    pytest.importorskip("torch")
+    from placement_core.fitting import CalibrationSettings
+    from placement_core.torch.calibrate import calibrate
+    cal = calibrate(SOURCE, SHAPE, "cpu:3", batch_size=4, name="branchy",
+                    settings=CalibrationSettings(sizes=(1000, 100_000), steps=2, min_time=0.005, rounds=1,
+                                                 fit_placements=0, timeout=240))
+    assert sorted(cal.timings["channels"]) == ["cpu0-cpu1", "cpu0-cpu2", "cpu1-cpu2"]
+    assert all(len(c["seconds"]) == 2 and min(c["seconds"]) > 0 for c in cal.timings["channels"].values())

@@ -101,6 +101,10 @@ def test_calibrate_then_e5(capsys, tmp_path, monkeypatch):
     # --max-transfer: the link is measured from 1 kB up to 1 MB only (10^3, 10^3.5, ..., 10^6 bytes)
     channels = json.loads((tmp_path / "cal" / "timings.json").read_text())["channels"]
     assert channels["cpu0-cpu1"]["sizes"] == [1000, 3162, 10000, 31622, 100000, 316227, 1000000]
+    # the two CPU ranks are the same hardware: one set of op times, the fastest of both (--separate: two)
+    timings = json.loads((tmp_path / "cal" / "timings.json").read_text())
+    assert timings["pooled"] == [["cpu0", "cpu1"]]
+    assert all(t["cpu0"] == t["cpu1"] for t in timings["ops"].values())
     assert (tmp_path / "cal" / "devices.json").is_file() and (tmp_path / "cal" / "timings.json").is_file()
     assert (tmp_path / "home" / "devices" / "local.json").is_file()
     assert "cpu0-cpu1" in out and "latency" in out
@@ -118,7 +122,21 @@ def test_calibrate_then_e5(capsys, tmp_path, monkeypatch):
         assert m["n"] >= 5
     for name in ("results.csv", "scatter.png", "placements.json", "report.md"):
         assert (tmp_path / "e5" / name).stat().st_size > 0
-    assert "placement experiment e5 --model" in (tmp_path / "e5" / "report.md").read_text()
+    report = (tmp_path / "e5" / "report.md").read_text()
+    assert "placement experiment e5 --model" in report
+    assert "identical devices share the fastest of their measurements: cpu0, cpu1" in report
+    assert "the simulator uses the measured transfer curve" in report and "Load average" in report
+
+
+def test_calibrate_separate_keeps_identical_devices_apart(capsys, tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setenv("PLACEMENT_HOME", str(tmp_path / "home"))
+    code, out, err = run(capsys, "calibrate", "--model", SMALL, "--input-shape", "2,3,8,8", "--batch-size", "4",
+                         "--devices", "cpu:2", "--steps", "1", "--rounds", "1", "--fit-placements", "0",
+                         "--max-transfer", "4kB", "--separate", "--out", tmp_path / "cal")
+    assert code == 0, err
+    timings = json.loads((tmp_path / "cal" / "timings.json").read_text())
+    assert timings["pooled"] == [] and set(timings["measured"]) == {"cpu0", "cpu1"}
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -31,6 +31,7 @@ CHANNEL_COLUMNS = {
     "bandwidth GB/s": ("bandwidth", 1e9),
     "latency µs": ("latency", 1e-6),
     "routes": ("routes", None),
+    "transfer curve": ("transfer_curve", None),
 }
 _FIELD_TO_COLUMN = {
     "devices": {f: c for c, (f, _) in DEVICE_COLUMNS.items()},
@@ -57,6 +58,30 @@ def parse_routes(text, where: str = "routes") -> list[list[str]]:
             raise InputError(f"cannot read route {part!r}", field=where,
                              fix="Write routes as SRC→DST (or SRC->DST), separated by commas")
         out.append(pieces)
+    return out
+
+
+def format_curve(points) -> str:
+    """``((4, 3.1e-05), (1e6, 0.0002))`` -> ``"4: 3.1e-05, 1000000: 0.0002"`` (bytes: seconds, exact)."""
+    return ", ".join(f"{b:.17g}: {t!r}" for b, t in points)
+
+
+def parse_curve(text, where: str = "transfer_curve") -> list[list[float]]:
+    """A transfer curve written as ``BYTES: SECONDS`` pairs separated by commas; empty: none."""
+    if text is None or (isinstance(text, float) and math.isnan(text)):
+        return []
+    out = []
+    for part in re.split(r"[,;\n]+", str(text)):
+        if not part.strip():
+            continue
+        pieces = part.split(":")
+        try:
+            out.append([float(pieces[0]), float(pieces[1])] if len(pieces) == 2 else None)
+        except ValueError:
+            out.append(None)
+        if out[-1] is None:
+            raise InputError(f"cannot read the point {part.strip()!r}", field=where,
+                             fix="Write BYTES: SECONDS pairs separated by commas, e.g. 4: 3e-05, 1e6: 0.0002")
     return out
 
 
@@ -90,7 +115,8 @@ def devices_to_tables(g: DeviceGraph) -> tuple[list[dict], list[dict]]:
             row[col] = (_tidy(v / k) if v is not None else None) if k else v
         devices.append(row)
     channels = [{"name": c.name, "bandwidth GB/s": _tidy(c.bandwidth / 1e9), "latency µs": _tidy(c.latency / 1e-6),
-                 "routes": format_routes(c.routes)} for c in g.channels]
+                 "routes": format_routes(c.routes), "transfer curve": format_curve(c.transfer_curve)}
+                for c in g.channels]
     return devices, channels
 
 
@@ -119,6 +145,11 @@ def devices_from_tables(name: str, device_rows: list[dict], channel_rows: list[d
             if f == "routes":
                 try:
                     v = parse_routes(v, where=f"channels[{i}].routes")
+                except InputError as e:
+                    raise _in_table(e, device_rows, channel_rows) from None
+            elif f == "transfer_curve":
+                try:
+                    v = parse_curve(v, where=f"channels[{i}].transfer_curve")
                 except InputError as e:
                     raise _in_table(e, device_rows, channel_rows) from None
             elif f == "latency" and v is None:

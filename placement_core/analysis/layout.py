@@ -59,6 +59,17 @@ def _pack(desired: list[float], gap: float = 1.0) -> list[float]:
     return [v + k * gap for k, v in enumerate(out)]
 
 
+def spread(values, gap: float) -> list[float]:
+    """Label positions for ``values`` (in their order), at least ``gap`` apart and as close as possible to the
+    values (least squares): labels at nearby heights move apart instead of overlapping."""
+    order = sorted(range(len(values)), key=lambda k: (values[k], k))
+    packed = _pack([float(values[k]) for k in order], gap)
+    out = [0.0] * len(values)
+    for k, v in zip(order, packed):
+        out[k] = v
+    return out
+
+
 def layered_layout(graph: Graph, sweeps: int = 4) -> LayeredLayout:
     """Layers by longest path; order in a layer by barycenters; each op then placed as close to
     the mean position of its parents as the spacing allows, so a chain stays on one line and
@@ -118,7 +129,7 @@ def scale_sizes(values, low: float = 6.0, high: float = 30.0) -> np.ndarray:
     top = v.max() if v.size else 0.0
     if top <= 0:
         return np.full(v.shape, low)
-    return low + (high - low) * v / top
+    return low + (high - low) * (v / top)  # the ratio first: the largest is exactly ``high``
 
 
 def edge_buckets(edges: list[tuple[int, int, float]], buckets: int = 4) -> list[dict]:

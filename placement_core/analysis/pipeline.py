@@ -148,7 +148,7 @@ class IdealPipelineProfile:
         a = self.base.arrays(graph, devices)
         return replace(a, update=np.zeros_like(a.update), ch_latency=np.zeros_like(a.ch_latency),
                        ch_inv_rate=np.zeros_like(a.ch_inv_rate), min_transfer=np.zeros_like(a.min_transfer),
-                       message_overhead=np.zeros(len(devices)))
+                       message_overhead=np.zeros(len(devices)), curve_ptr=None, curve_bytes=None, curve_time=None)
 
 
 def ideal_profile(profile: str | object = "default", **kw) -> IdealPipelineProfile:

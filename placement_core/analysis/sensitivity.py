@@ -13,6 +13,7 @@ from typing import Mapping
 
 import numpy as np
 
+from ..cost import curve_arrays
 from ..errors import InputError
 from ..problem import Problem
 
@@ -37,8 +38,10 @@ class ScaledCosts:
     def arrays(self, graph, devices):
         a = self.base.arrays(graph, devices)
         speed = np.asarray(self.speed, dtype=float)
+        # a measured transfer curve: the time above its first point's (the latency) shrinks as the per-byte time
+        curves = curve_arrays(devices, self.bandwidth) if a.curve_ptr is not None else {}
         return replace(a, fwd=a.fwd / speed, bwd=a.bwd / speed, update=a.update / speed,
-                       ch_inv_rate=a.ch_inv_rate / np.asarray(self.bandwidth, dtype=float))
+                       ch_inv_rate=a.ch_inv_rate / np.asarray(self.bandwidth, dtype=float), **curves)
 
 
 def _multipliers(names: list[str], given: Mapping[str, float] | None, what: str) -> tuple[float, ...]:

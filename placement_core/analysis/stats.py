@@ -181,3 +181,18 @@ def correlation_stats(simulated, measured) -> dict:
     slope, intercept = linear_fit(simulated, measured)
     return {"n": len(simulated), "pearson_r": pearson_r(simulated, measured),
             "kendall_tau": kendall_tau(simulated, measured), "slope": slope, "intercept": intercept}
+
+
+# -- over seeds ---------------------------------------------------------------------------------------
+
+_T95 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365, 9: 2.306, 10: 2.262}
+
+
+def mean_ci(values) -> tuple[float, float]:
+    """Mean and the half-width of its 95 % confidence interval (Student's t; 1.96 beyond ten values)."""
+    values = [float(v) for v in values]
+    m = sum(values) / len(values)
+    if len(values) < 2:
+        return m, 0.0
+    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
+    return m, _T95.get(len(values), 1.96) * sd / math.sqrt(len(values))

@@ -10,6 +10,7 @@ from ..errors import InputError, escape
 from ..jsonio import write_json
 from ..placement import placement_to_dict
 from ..analysis.units import fmt_seconds
+from . import measured_cmds
 from .common import add_problem_options, build_problem, print_json, printable
 from .core_cmds import batch_summary, describe_batches
 from .validate import check_output_file, count_int, positive_seconds, run_id as run_id_arg, seed_int, workers_int
@@ -34,11 +35,19 @@ def register(sub) -> None:
                    help="random seed, 0 to 2^63-1 (same seed, same result; default 0)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="algorithm parameter, repeatable (see `placement algorithms`)")
+    p.add_argument("--init", metavar="KINDS",
+                   help="seed the search with initial mappings (dissertation Ch. 4), comma-separated: heft, "
+                        "heft-nocomm, heft-memory, min-cut, m-etf, m-topo, expert, single (every device), random:N, "
+                        "bayes:T (T trials of optuna's TPE from the single-device mappings); e.g. heft,min-cut,bayes:100")
     par = p.add_mutually_exclusive_group()
-    par.add_argument("--workers", type=workers_int, default=1, help="local worker processes (default 1)")
+    par.add_argument("--workers", type=workers_int, default=1,
+                     help="local worker processes evaluating placements (default 1: this process); pays off with "
+                          "slow evaluations or the asynchronous variants ga-steady and map-elites-async "
+                          "(docs/scaling.md)")
     par.add_argument("--dask", metavar="ADDRESS",
-                     help="evaluate on a Dask cluster (tcp://host:8786); Dask exchanges pickles, which run code "
-                          "where they are loaded: connect only to a scheduler you trust (docs/security.md)")
+                     help="evaluate on a Dask cluster (tcp://host:8786; docs/scaling.md); Dask exchanges pickles, "
+                          "which run code where they are loaded: connect only to a scheduler you trust "
+                          "(docs/security.md)")
     p.add_argument("--out", metavar="FILE", help="write the result: placement/1 + history (+ archive, plan)")
     p.add_argument("--resume", type=run_id_arg, metavar="RUN_ID",
                    help="continue a stopped or interrupted stored run from its last checkpoint (the problem, "
@@ -51,6 +60,7 @@ def register(sub) -> None:
     p.add_argument("--home", metavar="DIR", help="data directory (default $PLACEMENT_HOME or ~/.placement)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    measured_cmds.add_options(p)
     p.set_defaults(handler=cmd_optimize)
 
     p = sub.add_parser("algorithms", help="list the algorithms and their parameters (thesis defaults)")
@@ -165,8 +175,13 @@ def cmd_optimize(args) -> int:
 
     bar = ProgressBar(enabled=not args.quiet and sys.stderr.isatty())
     out_path = check_output_file(args.out, "--out") if args.out is not None else None
-    run_id = None
+    run_id = initial = seeded = None
+    if args.objective == "measured" or args.resume is not None and _measured_run(args):
+        return measured_cmds.cmd_measured(args)
     if args.resume is not None:
+        if args.init:
+            raise InputError("--init starts a new run; a resumed run keeps the seeds it was started with",
+                             field="--init", fix="Leave --init out with --resume")
         with RunStore(home=args.home) as store:
             algorithm = store.get(args.resume).algorithm
             if algorithm.startswith("train-"):
@@ -190,6 +205,9 @@ def cmd_optimize(args) -> int:
             if not args.policy:
                 raise InputError(f"--algorithm {args.algorithm} applies a trained policy", field="--policy",
                                  fix="Give --policy FILE (see assets/policies/, or `placement train-policy`)")
+            if args.init:
+                raise InputError("--init seeds a search; a learned placer starts from its policy's own placement",
+                                 field="--init", fix=f"Leave --init out with --algorithm {args.algorithm}")
             require_learned()
             params["policy"] = args.policy
         elif args.policy:
@@ -200,17 +218,25 @@ def cmd_optimize(args) -> int:
                              field="--budget", fix="Give --budget 1 or more, or use --algorithm placeto or gdp")
         # zero-shot: the one evaluation of the policy's own placement
         evaluations = 1 if args.budget == 0 else args.budget if args.budget or args.seconds else 20000
+        if args.init:
+            from ..optimize.seeding import initial_placements
+            seeds = initial_placements(problem, args.init, seed=args.seed)
+            initial = seeds.placements
+            seeded = {"init": args.init, "placements": len(seeds.labels), "evaluations": seeds.evaluations,
+                      "best_label": seeds.labels[0], "best_objective_s": seeds.objectives[0]}
         if args.no_store:
             result = run(problem, args.algorithm, evaluations=evaluations, seconds=args.seconds, seed=args.seed,
-                         params=params, workers=args.workers, dask=args.dask, progress=bar)
+                         params=params, workers=args.workers, dask=args.dask, progress=bar, initial=initial)
         else:
             with RunStore(home=args.home) as store:
                 run_id, result = start_run(store, problem, args.algorithm, evaluations=evaluations,
                                            seconds=args.seconds, seed=args.seed, params=params, label=args.label,
-                                           workers=args.workers, dask=args.dask, progress=bar)
+                                           workers=args.workers, dask=args.dask, progress=bar, initial=initial)
     data = result_to_dict(result, problem)
     if run_id is not None:
         data["run_id"] = run_id
+    if seeded is not None:
+        data["seeded"] = seeded
     if out_path is not None:
         write_json(out_path, data)
     if args.json:
@@ -223,6 +249,10 @@ def cmd_optimize(args) -> int:
           f"{result.best_objective:.6g} s (batch time {fmt_seconds(data['batch_time_s'])}, "
           + ("fits in memory" if data["feasible"] else "overflows memory")
           + f") after {result.evaluations} evaluations in {result.wall_s:.1f} s")
+    if seeded is not None:
+        print(f"seeded with {seeded['placements']} distinct initial placement(s) ({args.init}; "
+              f"{seeded['evaluations']} evaluations, not counted in the budget); best seed "
+              f"{printable(seeded['best_label'])}: {seeded['best_objective_s']:.6g} s")
     if "planned_makespan_s" in data:
         unit = (f"one micro-batch of {summary['micro_batch_size']}, not the whole batch"
                 if data["planned_for"] == "micro-batch" else "one batch")
@@ -239,6 +269,14 @@ def cmd_optimize(args) -> int:
     if run_id is not None:
         print(f"stored as run {run_id} (see `placement runs show {run_id}`)")
     return 0
+
+
+def _measured_run(args) -> bool:
+    from ..measured import is_measured
+    from ..store import RunStore
+
+    with RunStore(home=args.home) as store:
+        return is_measured(store.get(args.resume).algorithm)
 
 
 def cmd_algorithms(args) -> int:

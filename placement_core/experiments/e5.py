@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -31,6 +32,7 @@ from ..analysis.stats import kendall_tau, mape, pearson_r
 from ..errors import InputError
 from ..jsonio import write_json
 from ..problem import Problem
+from .e2 import STATISTICS, estimate
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,8 @@ class E5Settings:
     rounds: int = 4
     seed: int = 0
     timeout: float = 600.0
+    statistic: str = "median"  # what a placement's measured step time is (E2: which one orders placements best)
+    shuffle: bool = True  # each round benchmarks the placements in its own random order
 
 
 @dataclass
@@ -59,6 +63,8 @@ class E5Result:
     rows: list[dict]
     metrics: dict  # profile -> statistic -> {"pearson_r", "kendall_tau", "mape_pct", "n"}
     files: dict = field(default_factory=dict)
+    statistic: str = "median"  # the measured statistic the headline figures use
+    load: tuple = ()  # the load average (1, 5, 15 min) before and after
 
 
 # -- statistics -----------------------------------------------------------------------------------
@@ -140,6 +146,7 @@ def run_e5(source: str, input_shape, devices: str, *, batch_size: int | None, ou
 
     settings = settings or E5Settings()
     say = progress or (lambda _: None)
+    load_before = os.getloadavg()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     shape = parse_input_shape(input_shape)
@@ -173,14 +180,14 @@ def run_e5(source: str, input_shape, devices: str, *, batch_size: int | None, ou
     results = benchmark(source, shape, assignments, devs, runner="ranks", batch_size=batch, name=graph.name,
                         settings=BenchmarkSettings(steps=settings.steps, warmup=settings.warmup,
                                                    rounds=settings.rounds, seed=settings.seed,
-                                                   timeout=settings.timeout),
+                                                   timeout=settings.timeout, shuffle=settings.shuffle),
                         progress=lambda done, total: say(f"  {done}/{total} runs") if done % 10 == 0 else None)
     rows = []
     for c, r in zip(candidates, results):
         row = {"label": c.label, "kind": c.kind, "status": r.status, "message": r.message,
                "sim_calibrated_s": calibrated.simulate(c.placement).result.batch_time,
                "sim_default_s": default.simulate(c.placement).result.batch_time,
-               "measured_median_s": r.median_step_s, "measured_min_s": min(r.steps_s) if r.steps_s else None,
+               **{f"measured_{stat}_s": estimate(r.steps_s, stat) if r.steps_s else None for stat in STATISTICS},
                "q1_s": r.quartiles_s[0] if r.steps_s else None, "q3_s": r.quartiles_s[1] if r.steps_s else None,
                "steps": len(r.steps_s), "bytes_per_step": r.bytes_per_step, "messages_per_step": r.messages_per_step,
                "cross_device_edges": int(sum(1 for p, ch, _ in graph.edges() if c.placement[p] != c.placement[ch]))}
@@ -194,19 +201,18 @@ def run_e5(source: str, input_shape, devices: str, *, batch_size: int | None, ou
     result_metrics = {}
     for profile in ("calibrated", "default"):
         sim = [r[f"sim_{profile}_s"] for r in ok]
-        result_metrics[profile] = {
-            "median": metrics(sim, [r["measured_median_s"] for r in ok]),
-            "min": metrics(sim, [r["measured_min_s"] for r in ok])}
+        result_metrics[profile] = {stat: metrics(sim, [r[f"measured_{stat}_s"] for r in ok]) for stat in STATISTICS}
     files = {"csv": out / "results.csv", "png": out / "scatter.png", "placements": out / "placements.json",
              "report": out / "report.md"}
     _write_csv(files["csv"], rows)
     write_json(files["placements"], {"network": graph.name, "devices": names, "placements": [
         {"label": c.label, "kind": c.kind, "assignment": a} for c, a in zip(candidates, assignments)]}, indent=None)
     plot(ok, result_metrics, files["png"], title=f"{graph.name} (batch {batch}, input {'x'.join(map(str, shape[1:]))})"
-                                                 f" on {devices}")
+                                                 f" on {devices}", statistic=settings.statistic)
+    load = (load_before, os.getloadavg())
     files["report"].write_text(report(graph.name, source, shape, batch, devices, rows, result_metrics,
-                                      timings_doc, settings, command))
-    return E5Result(rows, result_metrics, {k: str(v) for k, v in files.items()})
+                                      timings_doc, settings, command, load))
+    return E5Result(rows, result_metrics, {k: str(v) for k, v in files.items()}, settings.statistic, load)
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
@@ -218,8 +224,9 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
             w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
 
 
-def plot(rows: list[dict], result_metrics: dict, path: Path, title: str) -> None:
-    """Simulated against measured median step time, one panel per profile, y = x and the fitted line."""
+def plot(rows: list[dict], result_metrics: dict, path: Path, title: str, statistic: str = "median") -> None:
+    """Simulated against measured step time (``statistic`` of the steps), one panel per profile, y = x and the
+    fitted line."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -227,7 +234,7 @@ def plot(rows: list[dict], result_metrics: dict, path: Path, title: str) -> None
     colors = {"ga": "tab:blue", "random": "tab:red", "zones": "tab:orange", "split": "tab:green",
               "single": "black"}
     fig, axes = plt.subplots(1, 2, figsize=(11, 5))
-    measured = np.array([r["measured_median_s"] for r in rows]) * 1e3
+    measured = np.array([r[f"measured_{statistic}_s"] for r in rows]) * 1e3
     for ax, profile in zip(axes, ("calibrated", "default")):
         sim = np.array([r[f"sim_{profile}_s"] for r in rows]) * 1e3
         for kind, color in colors.items():
@@ -241,10 +248,10 @@ def plot(rows: list[dict], result_metrics: dict, path: Path, title: str) -> None
         xs = np.array([lo, hi])
         ax.plot(xs, slope * xs + intercept, color="gray", lw=1.2,
                 label=f"fit: y = {slope:.2f} x {'+' if intercept >= 0 else '-'} {abs(intercept):.1f} ms")
-        m = result_metrics[profile]["median"]
+        m = result_metrics[profile][statistic]
         ax.set_title(f"{profile}: r = {m['pearson_r']:.3f}, τ = {m['kendall_tau']:.3f}, "
                      f"MAPE = {m['mape_pct']:.1f} %", fontsize=10)
-        ax.set_xlabel("measured step time, median (ms)")
+        ax.set_xlabel(f"measured step time, {statistic} (ms)")
         ax.set_ylabel("simulated step time (ms)")
         ax.set_xlim(lo, hi)
         ax.set_ylim(lo, hi)
@@ -257,7 +264,7 @@ def plot(rows: list[dict], result_metrics: dict, path: Path, title: str) -> None
 
 
 def report(network, source, shape, batch, devices, rows, result_metrics, timings_doc, settings: E5Settings,
-           command: str) -> str:
+           command: str, load: tuple = ()) -> str:
     ok = [r for r in rows if r["status"] == "ok"]
     failed = len(rows) - len(ok)
     kinds = {}
@@ -266,13 +273,19 @@ def report(network, source, shape, batch, devices, rows, result_metrics, timings
     lines = [f"# E5 on this machine: {network}, batch {batch}, input {'x'.join(map(str, shape[1:]))}, {devices}",
              "", f"Command: `{command}`" if command else "", "",
              f"Model `{source}`; {len(ok)} placements benchmarked ({', '.join(f'{v} {k}' for k, v in kinds.items())})"
-             + (f", {failed} failed" if failed else "") + f"; {settings.rounds} interleaved rounds of "
-             f"{settings.steps} timed steps after {settings.warmup} warm-up steps each.", "",
+             + (f", {failed} failed" if failed else "") + f"; {settings.rounds} interleaved rounds "
+             + ("(each in its own random order) " if settings.shuffle else "") + f"of "
+             f"{settings.steps} timed steps after {settings.warmup} warm-up steps each; a placement's measured "
+             f"step time is the **{settings.statistic}** of its steps (the others for comparison; trimmed: the "
+             f"mean without the fastest and slowest 20 %)."
+             + (" Load average (1, 5, 15 min) before: {:.2f}, {:.2f}, {:.2f}; after: {:.2f}, {:.2f}, {:.2f}."
+                .format(*load[0], *load[1]) if load else ""), "",
              "| profile | measured statistic | Pearson r | Kendall τ | MAPE |", "|---|---|---|---|---|"]
     for profile in ("calibrated", "default"):
-        for stat in ("median", "min"):
+        for stat in sorted(result_metrics[profile], key=lambda k: (k != settings.statistic, k)):
             m = result_metrics[profile][stat]
-            lines.append(f"| {profile} | {stat} | {m['pearson_r']:.3f} | {m['kendall_tau']:.3f} | "
+            name = f"**{stat}**" if stat == settings.statistic else stat
+            lines.append(f"| {profile} | {name} | {m['pearson_r']:.3f} | {m['kendall_tau']:.3f} | "
                          f"{m['mape_pct']:.1f} % |")
     meas = timings_doc.get("measured", {})
     lines += ["", "Calibration (per device: measured single-device step, sum of per-op times, scale applied):", ""]
@@ -280,17 +293,24 @@ def report(network, source, shape, batch, devices, rows, result_metrics, timings
         lines.append(f"- {name}: step {m['step_s'] * 1e3:.1f} ms, ops {m['ops_sum_s'] * 1e3:.1f} ms, x{m['scale']:.2f}, "
                      f"GEMM {m['gemm_flops'] / 1e9:.1f} GFLOP/s, copy {m['copy_bandwidth'] / 1e9:.1f} GB/s")
     lines += overhead_lines(timings_doc)
+    pooled = [", ".join(g) for g in timings_doc.get("pooled") or []]
+    if pooled:
+        lines.append(f"- identical devices share the fastest of their measurements: {'; '.join(pooled)}")
     for name, c in timings_doc.get("channels", {}).items():
         # calibrations before the message overhead fitted the links' latency instead ("latency_fit")
         fitted = (f" (fitted to {timings_doc['latency_fit']['placements']} whole-step runs of calibration "
                   f"placements; ping-pong: {c['ping_pong_latency_s'] * 1e6:.0f} us)"
                   if "ping_pong_latency_s" in c and "latency_fit" in timings_doc else " (ping-pong)")
+        curve = c.get("transfer_curve")
         lines.append(f"- {name}: latency {c['latency_s'] * 1e6:.0f} us{fitted}, bandwidth "
-                     f"{c['bandwidth'] / 1e9:.3f} GB/s (ping-pong, 1e3..1e8 bytes)")
-    lines += ["", "| placement | kind | measured median (ms) | IQR (ms) | calibrated (ms) | default (ms) | "
-                  "messages/step |", "|---|---|---|---|---|---|---|"]
-    for r in sorted(ok, key=lambda r: r["measured_median_s"]):
-        lines.append(f"| {r['label']} | {r['kind']} | {r['measured_median_s'] * 1e3:.1f} | "
+                     f"{c['bandwidth'] / 1e9:.3f} GB/s (ping-pong, 1e3..1e8 bytes)"
+                     + (f"; the simulator uses the measured transfer curve ({len(curve)} sizes, "
+                        f"{curve[0][1] * 1e6:.0f} us at {curve[0][0]:.0f} B to {curve[-1][1] * 1e3:.1f} ms at "
+                        f"{curve[-1][0] / 1e6:.0f} MB)" if curve else ""))
+    lines += ["", f"| placement | kind | measured {settings.statistic} (ms) | IQR (ms) | calibrated (ms) | "
+                  "default (ms) | messages/step |", "|---|---|---|---|---|---|---|"]
+    for r in sorted(ok, key=lambda r: r[f"measured_{settings.statistic}_s"]):
+        lines.append(f"| {r['label']} | {r['kind']} | {r[f'measured_{settings.statistic}_s'] * 1e3:.1f} | "
                      f"{(r['q3_s'] - r['q1_s']) * 1e3:.1f} | {r['sim_calibrated_s'] * 1e3:.1f} | "
                      f"{r['sim_default_s'] * 1e3:.1f} | {r['messages_per_step']:.0f} |")
     return "\n".join(lines) + "\n"
@@ -311,8 +331,8 @@ def overhead_lines(timings_doc: dict) -> list[str]:
 def summary_line(result: E5Result) -> str:
     parts = []
     for profile in ("calibrated", "default"):
-        m = result.metrics[profile]["median"]
-        parts.append(f"{profile}: r {m['pearson_r']:.3f}, tau {m['kendall_tau']:.3f}, MAPE {m['mape_pct']:.1f} %")
+        m = result.metrics[profile][result.statistic]
+        parts.append(f"{profile} ({result.statistic}): r {m['pearson_r']:.3f}, tau {m['kendall_tau']:.3f}, MAPE {m['mape_pct']:.1f} %")
     return "; ".join(parts)
 
 

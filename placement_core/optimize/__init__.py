@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..errors import InputError
 from ..problem import Problem
 # Importing an algorithm's module registers it (@register); this order is the order users see.
-from . import genetic, map_elites, local, cem, policy_gradient, baselines, mincut, heft  # noqa: F401,E401  isort: skip
+from . import genetic, map_elites, local, cem, policy_gradient, baselines, mincut, heft, asynchronous  # noqa: F401,E401  isort: skip
 from .base import ALGORITHMS, LEARNED, LEARNED_NAMES, OptimizeResult, Optimizer, Param, Progress, register
 from .driver import drive
 

@@ -9,6 +9,7 @@ Descriptors are plain objects, so users can plug in their own.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,6 +119,9 @@ class Archive:
         self.descriptors = descriptors
         self.shape = tuple(d.size for d in descriptors)
         self.elites: dict[tuple[int, ...], Elite] = {}
+        # arrays() kept up to date by add() instead of rebuilt per batch (a 10,000-op archive is tens of MB):
+        # (the elites dict it describes, niches sorted, placements, objectives)
+        self._sorted: tuple[dict, list, np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.elites)
@@ -145,7 +149,19 @@ class Archive:
             if old is None or f < old.objective:
                 self.elites[niche] = Elite(niche, x.copy(), float(f), tuple(float(v) for v in r))
                 improved += 1
+                self._keep_sorted(niche, x, float(f), new=old is None)
         return improved
+
+    def _keep_sorted(self, niche, x, f, new: bool) -> None:
+        if self._sorted is None or self._sorted[0] is not self.elites:
+            return  # none built yet, or the elites were replaced wholesale: arrays() rebuilds
+        owner, keys, xs, fs = self._sorted
+        i = bisect.bisect_left(keys, niche)
+        if new:
+            keys.insert(i, niche)
+            self._sorted = (owner, keys, np.insert(xs, i, x, axis=0), np.insert(fs, i, f))
+        else:
+            xs[i], fs[i] = x, f
 
     def best(self) -> Elite:
         return min(self.elites.values(), key=lambda e: e.objective)
@@ -154,9 +170,16 @@ class Archive:
         return sorted(self.elites.values(), key=lambda e: (e.objective, e.niche))
 
     def arrays(self) -> tuple[list[tuple[int, ...]], np.ndarray, np.ndarray]:
-        niches = sorted(self.elites)
-        return (niches, np.array([self.elites[k].placement for k in niches], dtype=np.int32).reshape(-1, self.problem.n_ops),
-                np.array([self.elites[k].objective for k in niches]))
+        """Niches in sorted order with their placements and objectives. The arrays are the archive's own:
+        valid until the next ``add`` (which updates them in place), not to be modified."""
+        cached = self._sorted
+        if cached is None or cached[0] is not self.elites or len(cached[1]) != len(self.elites):
+            niches = sorted(self.elites)
+            cached = self._sorted = (
+                self.elites, niches,
+                np.array([self.elites[k].placement for k in niches], dtype=np.int32).reshape(-1, self.problem.n_ops),
+                np.array([self.elites[k].objective for k in niches], dtype=float))
+        return list(cached[1]), cached[2], cached[3]
 
     def to_dict(self) -> dict:
         return {"dimensions": [{"name": d.name, "label": d.label, "size": d.size} for d in self.descriptors],

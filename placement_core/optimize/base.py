@@ -118,6 +118,9 @@ class Optimizer:
     # Set by the driver while it drives this optimizer (None otherwise): work that takes long inside
     # one ask(), such as HEFT planning 125,000 tasks, reports a snapshot through it.
     report: Callable[[dict], None] | None = None
+    # Batches the driver may have asked for and not yet told (FIFO): 1 is the classic ask/tell
+    # alternation; asynchronous variants raise it so workers never wait for the driver.
+    in_flight: int = 1
 
     def __init__(self, problem: Problem, *, seed: int = 0, initial: np.ndarray | None = None, **params):
         self.problem = problem
@@ -145,6 +148,27 @@ class Optimizer:
     def tell(self, placements: np.ndarray, objectives: np.ndarray) -> None:
         """Objectives of a prefix of the last ``ask`` (the budget may cut a batch short)."""
         raise NotImplementedError
+
+    def next_recipe(self, limit: int):
+        """The next batch as a :class:`~.variation.Recipe` (the driver's side of ``ask``): placements as they
+        are, unless the algorithm lets its children be made where they are evaluated."""
+        from .variation import Recipe
+        return Recipe("given", np.ascontiguousarray(self.ask(limit)[:limit], dtype=np.int32))
+
+    def take_results(self, placements: np.ndarray, objectives: np.ndarray, rates=None) -> None:
+        """A proposed batch's children and objectives, in the order proposed (the driver's ``tell``)."""
+        self.tell(placements, objectives)
+
+    def ready(self) -> bool:
+        """Whether ``ask`` may be called before the outstanding batches are told (an asynchronous
+        variant waits for its first population)."""
+        return True
+
+    def configure(self, evaluator, budget: int | None) -> None:
+        """Called once by the driver before the first ``ask`` (not on a resume) with the evaluation
+        backend (its ``workers`` and measured ``pacing``) and the evaluation budget: an asynchronous
+        variant resolves its "auto" batch sizes here and writes them into ``params``, so the result
+        says what was used."""
 
     # -- what the UI and the result show --------------------------------------------------------
     def snapshot(self) -> dict:
@@ -182,6 +206,7 @@ class OptimizeResult:
     wall_s: float
     stopped: bool = False
     extras: dict = field(default_factory=dict)
+    kept: list = field(default_factory=list)  # (objective, placement): the best distinct ones evaluated, best first
 
     @property
     def archive(self):

@@ -84,6 +84,8 @@ class Links:
         self.channel = np.full((d, d), -1, dtype=np.int64)
         for (a, b), c in problem.devices.route.items():
             self.channel[a, b] = c
+        self.costs = costs
+        self.curves = costs.curve_ptr is not None  # measured transfer curves: time them point by point
         self.latency = np.asarray(costs.ch_latency, dtype=float)
         self.inv_rate = np.asarray(costs.ch_inv_rate, dtype=float)
         self.min_transfer = np.asarray(costs.min_transfer, dtype=float)
@@ -101,11 +103,16 @@ class Links:
         if src == dst:
             return 0.0
         c = self.channel[src, dst]
+        if self.curves:
+            return self.costs.transfer_time(int(c), nbytes, src)
         return max(float(self.latency[c] + nbytes * self.inv_rate[c]), float(self.min_transfer[src]))
 
     def mean_time(self, nbytes: float) -> float:
         if self.d < 2:
             return 0.0
+        if self.curves:  # no single rate to average: the mean of the pairs' times
+            pairs = [(a, b) for a in range(self.d) for b in range(self.d) if a != b]
+            return sum(self.time(a, b, nbytes) for a, b in pairs) / len(pairs)
         return max(self.mean_latency + nbytes / self.mean_rate, self.mean_min)
 
 

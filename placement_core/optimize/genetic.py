@@ -43,11 +43,10 @@ class GeneticAlgorithm(Optimizer):
     def __init__(self, problem, **kw):
         super().__init__(problem, **kw)
         p = self.params
-        kind = p["crossover"]
-        if kind not in ("uniform", "single-point", "1-point") and not (
-                kind.endswith("-point") and kind.split("-")[0].isdigit() and int(kind.split("-")[0]) >= 1):
+        if not ops.valid_crossover(p["crossover"]):
             from ..errors import InputError
-            raise InputError(f"crossover must be single-point, N-point or uniform, got {kind!r}", field="crossover")
+            raise InputError(f"crossover must be single-point, N-point or uniform, got {p['crossover']!r}",
+                             field="crossover")
         if p["elite"] >= p["population"]:
             from ..errors import InputError
             raise InputError("elite must be smaller than the population", field="elite")

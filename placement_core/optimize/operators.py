@@ -64,6 +64,14 @@ def uniform_crossover(rng: np.random.Generator, a: np.ndarray, b: np.ndarray) ->
     return np.where(mask, a, b).astype(np.int32), np.where(mask, b, a).astype(np.int32)
 
 
+def valid_crossover(kind: str) -> bool:
+    """single-point (1-point), N-point with N >= 1, or uniform."""
+    if kind in ("uniform", "single-point", "1-point"):
+        return True
+    head, _, tail = kind.partition("-")
+    return tail == "point" and head.isdigit() and int(head) >= 1
+
+
 def crossover(rng: np.random.Generator, a: np.ndarray, b: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray]:
     if kind == "uniform":
         return uniform_crossover(rng, a, b)
@@ -123,3 +131,79 @@ def mix_rates(rng: np.random.Generator, rate_a: float, rate_b: float) -> tuple[f
 def drift_rate(rng: np.random.Generator, rate: float, sd: float, low: float, high: float) -> float:
     """A child's inherited rate plus Gaussian drift N(0, sd), clamped to [low, high]."""
     return float(np.clip(rate + rng.normal(0, sd), low, high))
+
+
+# -- the same operators on a whole batch at once (the asynchronous variants: one numpy call per batch
+#    instead of Python per child, so the driver keeps up with several workers) -------------------------
+
+def batch_crossover_mask(rng: np.random.Generator, k: int, n: int, kind: str) -> np.ndarray:
+    """(k, n) booleans, True where a child takes its second parent's gene: ``kind`` as in ``crossover``
+    (N cut points, distinct per row, the segments after odd cuts from the second parent; or uniform)."""
+    if kind == "uniform":
+        return rng.random((k, n)) < 0.5
+    points = 1 if kind in ("single-point", "1-point") else int(kind.split("-")[0])
+    points = min(points, n - 1)
+    if points < 1:
+        return np.zeros((k, n), dtype=bool)
+    if 4 * points <= n - 1:  # few cuts among many positions: draw and redraw the rows with a repeat
+        cuts = np.sort(rng.integers(1, n, (k, points)), axis=1)
+        while True:
+            again = np.flatnonzero((np.diff(cuts, axis=1) == 0).any(axis=1))
+            if not len(again):
+                break
+            cuts[again] = np.sort(rng.integers(1, n, (len(again), points)), axis=1)
+    else:  # many: a random subset by sorting random keys
+        cuts = np.sort(np.argsort(rng.random((k, n - 1)), axis=1)[:, :points] + 1, axis=1)
+    crossed = (np.arange(n)[None, :, None] >= cuts[:, None, :]).sum(axis=2)
+    return crossed % 2 == 1
+
+
+def batch_point_mutation(rng: np.random.Generator, xs: np.ndarray, rates: np.ndarray, n_devices: int) -> np.ndarray:
+    """Each gene of row i gets a random device with probability ``rates[i]``."""
+    mask = _uniform(rng, xs.shape) < np.asarray(rates, dtype=np.float32).reshape(-1, 1)
+    return np.where(mask, _devices(rng, xs.shape, n_devices), _narrow(xs, n_devices)).astype(np.int32)
+
+
+def batch_zone_mutation(rng: np.random.Generator, xs: np.ndarray, n_devices: int, p_length: float = 0.2
+                        ) -> np.ndarray:
+    """Per row, a run of consecutive genes (geometric length, from a random start) set to one random device."""
+    k, n = xs.shape
+    start = rng.integers(0, n, k)
+    end = np.minimum(start + rng.geometric(p_length, k), n)
+    device = rng.integers(0, n_devices, k)
+    pos = np.arange(n)[None, :]
+    return np.where((pos >= start[:, None]) & (pos < end[:, None]), device[:, None], xs).astype(np.int32)
+
+
+def batch_replace_mutation(rng: np.random.Generator, xs: np.ndarray, n_devices: int) -> np.ndarray:
+    """Per row, every gene on device a moves to device b (a uniform among the row's used devices)."""
+    k = len(xs)
+    used = np.stack([(xs == d).any(axis=1) for d in range(n_devices)], axis=1)
+    a = np.argmax(rng.random((k, n_devices)) * used, axis=1)
+    b = rng.integers(0, n_devices, k)
+    return np.where(xs == a[:, None], b[:, None], xs).astype(np.int32)
+
+
+def batch_copy_point_mutation(rng: np.random.Generator, xs: np.ndarray, copy_rate: float, point_rate: float,
+                              n_devices: int) -> np.ndarray:
+    """Per gene: the predecessor's device (as it was) with ``copy_rate``, else a random device with
+    ``point_rate`` (MAP-Elites' gene mutation)."""
+    point = _uniform(rng, xs.shape) < np.float32(point_rate)
+    copy = _uniform(rng, xs.shape) < np.float32(copy_rate)
+    copy[:, 0] = False
+    narrow = _narrow(xs, n_devices)
+    y = np.where(point, _devices(rng, xs.shape, n_devices), narrow)
+    return np.where(copy, np.roll(narrow, 1, axis=1), y).astype(np.int32)
+
+
+# Whole-batch draws in the narrowest types that hold them: a batch of a 10,000-op network is millions of genes.
+def _uniform(rng: np.random.Generator, shape) -> np.ndarray:
+    return rng.random(shape, dtype=np.float32)
+
+
+def _devices(rng: np.random.Generator, shape, n_devices: int) -> np.ndarray:
+    return rng.integers(0, n_devices, shape, dtype=np.uint8 if n_devices <= 256 else np.int32)
+
+
+def _narrow(xs: np.ndarray, n_devices: int) -> np.ndarray:
+    return xs.astype(np.uint8) if n_devices <= 256 else xs

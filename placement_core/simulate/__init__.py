@@ -45,7 +45,11 @@ class Simulator:
                 in_flight=int(settings.in_flight), forward_only=int(settings.forward_only),
                 admission=int(settings.admission), update_per_step=int(settings.update_per_step),
                 stage_caps=int(settings.stage_caps), priority=prio, device_cap=cap,
-                msg_overhead=np.ascontiguousarray(c.msg_overhead, dtype=float))
+                msg_overhead=np.ascontiguousarray(c.msg_overhead, dtype=float),
+                **({} if c.curve_ptr is None else {
+                    "curve_ptr": np.ascontiguousarray(c.curve_ptr, dtype=np.int32),
+                    "curve_bytes": np.ascontiguousarray(c.curve_bytes, dtype=float),
+                    "curve_time": np.ascontiguousarray(c.curve_time, dtype=float)}))
         elif fast:
             warnings.warn("the compiled simulator is not built; using the slow Python reference "
                           "(reinstall with `.venv/bin/pip install -e .` and a C compiler)", RuntimeWarning, stacklevel=2)

@@ -68,7 +68,7 @@ static void *arena_take(Arena *ar, size_t bytes) {
 
 /* --------------------------------------------------------------- problem */
 
-#define NBUF 23
+#define NBUF 26
 
 typedef struct {
     PyObject_HEAD
@@ -79,12 +79,24 @@ typedef struct {
     const double *par_bytes, *par_grad, *ch_bytes, *ch_grad;
     const double *fwd, *bwd, *upd, *out_bytes, *static_mem, *ch_lat, *ch_inv, *min_xfer, *prio;
     const double *ovh;  /* per device: seconds of device time per message sent or received */
+    const int *cv_ptr;  /* per channel: its transfer curve's points [cv_ptr[j], cv_ptr[j+1]); NULL: none */
+    const double *cv_b, *cv_t;
     const unsigned char *has_update;
     int U, K, fwd_only, admission, upd_step, stage_caps, has_ovh;
 } KernelObject;
 
 /* A message; prio is its producing task's, used by its channel queue and its send/receive tasks. */
 typedef struct { int u, dir, op, src, dst, entry; double bytes, prio; } Xfer;
+
+/* A channel's transfer curve at b bytes: flat below the first point, linear between points, the last
+   segment's slope beyond (devices.curve_time, in the same order of operations). */
+static double curve_len(const KernelObject *k, int j, double b) {
+    const int lo = k->cv_ptr[j], last = k->cv_ptr[j + 1] - 1;
+    int i = lo + 1;
+    if (b <= k->cv_b[lo]) return k->cv_t[lo];
+    while (i < last && b > k->cv_b[i]) i++;
+    return k->cv_t[i - 1] + (b - k->cv_b[i - 1]) * (k->cv_t[i] - k->cv_t[i - 1]) / (k->cv_b[i] - k->cv_b[i - 1]);
+}
 
 /* Returns 0 on success, -1 if the simulation stalled, -2 out of memory, -3 bad placement. */
 static int simulate(const KernelObject *k, const int *place, double *out) {
@@ -357,7 +369,8 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
         for (j = 0; j < nc; j++) {
             if (chan_running[j] || chan_q[j].n == 0) continue;
             const Xfer *x = &xf[chan_q[j].a[0].id];
-            double len = k->ch_lat[j] + x->bytes * k->ch_inv[j];
+            double len = k->cv_ptr && k->cv_ptr[j + 1] > k->cv_ptr[j] ? curve_len(k, j, x->bytes)
+                                                                      : k->ch_lat[j] + x->bytes * k->ch_inv[j];
             if (len < k->min_xfer[x->src]) len = k->min_xfer[x->src];
             if (instant_only && len > 0.0) continue;
             Item it = heap_pop(&chan_q[j]);
@@ -547,13 +560,16 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
                              "ch_idx", "ch_bytes", "ch_grad", "fwd", "bwd", "upd", "has_update", "out_bytes",
                              "static_mem", "route", "ch_latency", "ch_inv_rate", "min_transfer", "input_ops",
                              "batches", "in_flight", "forward_only", "admission", "update_per_step", "stage_caps",
-                             "priority", "device_cap", "msg_overhead", NULL};
+                             "priority", "device_cap", "msg_overhead", "curve_ptr", "curve_bytes", "curve_time",
+                             NULL};
     if (self->nviews) { PyErr_SetString(PyExc_RuntimeError, "Kernel is already initialised"); return -1; }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiiOOOOOOOOOOOOOOOOOOOiiiiiiOOO", kwlist, &self->n, &self->nd, &self->nc,
+    o[22] = o[23] = o[24] = Py_None;  /* the transfer curves are optional */
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiiOOOOOOOOOOOOOOOOOOOiiiiiiOOO|OOO", kwlist, &self->n, &self->nd,
+                          &self->nc,
                           &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10], &o[11],
                           &o[12], &o[13], &o[14], &o[15], &o[16], &o[17], &o[18],
                           &self->U, &self->K, &self->fwd_only, &self->admission, &self->upd_step,
-                          &self->stage_caps, &o[19], &o[20], &o[21]))
+                          &self->stage_caps, &o[19], &o[20], &o[21], &o[22], &o[23], &o[24]))
         return -1;
     const int n = self->n, nd = self->nd, nc = self->nc;
     if (n < 1 || nd < 1 || nc < 0 || self->U < 1 || self->K < 1) {
@@ -584,6 +600,24 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
         take_view(self, o[21], 'd', nd, (const void **)&self->ovh, "msg_overhead"))
         return -1;
     if (!self->ovh) { PyErr_SetString(PyExc_ValueError, "msg_overhead is required"); return -1; }
+    if (take_view(self, o[22], 'i', nc + 1, (const void **)&self->cv_ptr, "curve_ptr")) return -1;
+    if (self->cv_ptr) {  /* every channel: no points, or at least two inside the point arrays */
+        Py_ssize_t points = self->cv_ptr[nc];
+        for (int j = 0; j < nc; j++) {
+            int m = self->cv_ptr[j + 1] - self->cv_ptr[j];
+            if (self->cv_ptr[j] < 0 || m < 0 || m == 1 || self->cv_ptr[j + 1] > points || self->cv_ptr[0] != 0) {
+                PyErr_SetString(PyExc_ValueError, "curve_ptr: bad offsets");
+                return -1;
+            }
+        }
+        if (take_view(self, o[23], 'd', points, (const void **)&self->cv_b, "curve_bytes") ||
+            take_view(self, o[24], 'd', points, (const void **)&self->cv_t, "curve_time"))
+            return -1;
+        if (!self->cv_b || !self->cv_t) {
+            PyErr_SetString(PyExc_ValueError, "curve_ptr needs curve_bytes and curve_time");
+            return -1;
+        }
+    }
     self->has_ovh = 0;
     for (int d = 0; d < nd; d++) {
         if (!(self->ovh[d] >= 0.0)) { PyErr_SetString(PyExc_ValueError, "msg_overhead must be >= 0"); return -1; }

@@ -51,30 +51,40 @@ def chrome_trace(result: SimResult, device_names: list[str], channel_names: list
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"title": title}}
 
 
-def flow_events(result: SimResult, graph: Graph, tid: dict, ctid: dict) -> list[dict]:
-    """``s`` / ``t`` / ``f`` flow events, producer forward -> transfer -> consumer forward, per crossing edge
-    and batch. Each point sits mid-slice so that Perfetto binds it to that slice."""
-    def mid(e) -> float:
-        return (e.start + e.end) / 2 * 1e6
-
-    forward = {(e.op, e.batch): e for e in result.trace if e.kind == "op" and e.phase == "fwd"}
+def tensor_flows(trace, graph: Graph) -> list[tuple[str, str, int, int, int | None, int]]:
+    """Every tensor that crosses devices, per batch, as trace positions: (producer, consumer, batch, the
+    producer's forward, the transfer that carried it or None, the consumer's forward). The Chrome export
+    draws these as flow arrows; the dashboard's Trace page draws those of the op a user follows."""
+    forward = {(e.op, e.batch): i for i, e in enumerate(trace) if e.kind == "op" and e.phase == "fwd"}
     batches: dict[str, list[int]] = {}
     for op, batch in forward:
         batches.setdefault(op, []).append(batch)
-    sends = {(e.op, e.batch, e.dst): e for e in result.trace if e.kind == "transfer" and e.phase == "fwd"}
+    sends = {(e.op, e.batch, e.dst): i for i, e in enumerate(trace) if e.kind == "transfer" and e.phase == "fwd"}
     names = [op.name for op in graph.ops]
-    out, flow_id = [], 0
+    out = []
     for a, b, _ in graph.edges():
         producer, consumer = names[a], names[b]
         for batch in batches.get(producer, ()):
             src, dst = forward[(producer, batch)], forward.get((consumer, batch))
-            if dst is None or dst.resource == src.resource:
+            if dst is None or trace[dst].resource == trace[src].resource:
                 continue
-            flow_id += 1
-            common = {"name": f"{producer} → {consumer}", "cat": "tensor", "id": flow_id}
-            out.append({**common, "ph": "s", "ts": mid(src), "pid": 1, "tid": tid[src.resource]})
-            hop = sends.get((producer, batch, dst.resource))
-            if hop is not None:
-                out.append({**common, "ph": "t", "ts": mid(hop), "pid": 2, "tid": ctid[hop.resource]})
-            out.append({**common, "ph": "f", "bp": "e", "ts": mid(dst), "pid": 1, "tid": tid[dst.resource]})
+            out.append((producer, consumer, batch, src, sends.get((producer, batch, trace[dst].resource)), dst))
+    return out
+
+
+def flow_events(result: SimResult, graph: Graph, tid: dict, ctid: dict) -> list[dict]:
+    """``s`` / ``t`` / ``f`` flow events, producer forward -> transfer -> consumer forward, per crossing edge
+    and batch. Each point sits mid-slice so that Perfetto binds it to that slice."""
+    trace = result.trace
+
+    def mid(e) -> float:
+        return (e.start + e.end) / 2 * 1e6
+
+    out = []
+    for flow_id, (producer, consumer, _, src, hop, dst) in enumerate(tensor_flows(trace, graph), start=1):
+        common = {"name": f"{producer} → {consumer}", "cat": "tensor", "id": flow_id}
+        out.append({**common, "ph": "s", "ts": mid(trace[src]), "pid": 1, "tid": tid[trace[src].resource]})
+        if hop is not None:
+            out.append({**common, "ph": "t", "ts": mid(trace[hop]), "pid": 2, "tid": ctid[trace[hop].resource]})
+        out.append({**common, "ph": "f", "bp": "e", "ts": mid(trace[dst]), "pid": 1, "tid": tid[trace[dst].resource]})
     return out

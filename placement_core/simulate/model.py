@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..cost import CostArrays
+from ..cost import CostArrays, transfer_time
 from ..devices import DeviceGraph
 from ..errors import InputError
 from ..graph import Graph
@@ -81,6 +81,10 @@ class Compiled:
     input_ops: np.ndarray
     # [devices] seconds of device time per message sent and per message received (0: none)
     msg_overhead: np.ndarray | None = None
+    # channels' transfer curves, packed as in CostArrays (None: every channel uses latency + bytes * inv_rate)
+    curve_ptr: np.ndarray | None = None
+    curve_bytes: np.ndarray | None = None
+    curve_time: np.ndarray | None = None
     op_names: tuple[str, ...] = ()
     dev_names: tuple[str, ...] = ()
     ch_names: tuple[str, ...] = ()
@@ -88,6 +92,10 @@ class Compiled:
     def __post_init__(self) -> None:
         if self.msg_overhead is None:
             self.msg_overhead = np.zeros(self.n_dev)
+
+    def transfer_time(self, ch: int, nbytes: float, src: int) -> float:
+        """A message's time on a channel: its curve, or latency + bytes * inv_rate; at least min_transfer."""
+        return transfer_time(self, ch, nbytes, src)
 
 
 def compile_problem(graph: Graph, devices: DeviceGraph, costs: CostArrays) -> Compiled:
@@ -137,6 +145,7 @@ def compile_problem(graph: Graph, devices: DeviceGraph, costs: CostArrays) -> Co
         min_transfer=np.asarray(costs.min_transfer, dtype=float),
         input_ops=np.array(graph.sources, dtype=np.int32),
         msg_overhead=np.ascontiguousarray(overhead, dtype=float),
+        curve_ptr=costs.curve_ptr, curve_bytes=costs.curve_bytes, curve_time=costs.curve_time,
         op_names=tuple(o.name for o in graph.ops),
         dev_names=tuple(devices.names),
         ch_names=tuple(c.name for c in devices.channels),

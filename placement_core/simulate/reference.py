@@ -283,7 +283,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
 
     def xfer_length(ch: int, x: int) -> float:
         _, _, _, src, _, nbytes = xfers[x]
-        return max(float(c.ch_latency[ch]) + nbytes * float(c.ch_inv_rate[ch]), float(c.min_transfer[src]))
+        return c.transfer_time(ch, nbytes, src)
 
     def task_length(d: int, task: int) -> float:
         if task >= ovh_base:

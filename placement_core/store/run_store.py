@@ -130,14 +130,20 @@ class RunStore(StoreFile):
                                             for d in archive.descriptors]
         with self._tx() as c:
             self._owned(c, run_id)
+            # the parameters as used: an asynchronous variant resolves its "auto" batch sizes when it starts
             c.execute("UPDATE runs SET status=?, updated=?, evaluations=?, best_objective=?, best_placement=?, "
-                      "wall_s=?, extras=? WHERE id=?",
+                      "wall_s=?, extras=?, params=? WHERE id=?",
                       (status, time.time(), int(result.evaluations), _finite(result.best_objective),
                        _dumps(result.best_placement.tolist()), float(result.wall_s), _dumps(_jsonable(extras)),
-                       run_id))
+                       _dumps(_jsonable(result.params)), run_id))
             c.execute("DELETE FROM history WHERE run_id=?", (run_id,))
             c.executemany("INSERT OR REPLACE INTO history VALUES(?,?,?,?)",
                           [(run_id, int(e), _finite(b), _finite(cu)) for e, b, cu in result.history.tolist()])
+            c.execute("DELETE FROM kept WHERE run_id=?", (run_id,))
+            c.executemany("INSERT INTO kept VALUES(?,?,?,?)",
+                          [(run_id, rank, float(f), _dumps(np.asarray(x).tolist()))
+                           for rank, (f, x) in enumerate(getattr(result, "kept", []) or [], start=1)
+                           if np.isfinite(f)])
             if archive is not None:
                 c.execute("DELETE FROM archive WHERE run_id=?", (run_id,))
                 c.executemany("INSERT INTO archive VALUES(?,?,?,?,?)",
@@ -275,6 +281,22 @@ class RunStore(StoreFile):
                  "descriptors": tuple(json.loads(r["descriptors"])),
                  "placement": np.array(json.loads(r["placement"]), dtype=np.int32)}
                 for r in self._conn.execute("SELECT * FROM archive WHERE run_id=? ORDER BY objective", (run_id,))]
+
+    @_guarded("read")
+    def kept_rows(self, run_id: int) -> list[dict]:
+        """The best distinct placements a finished or stopped run evaluated, best first (a running or
+        interrupted run's are in its checkpoint: :meth:`kept_of`)."""
+        return [{"rank": r["rank"], "objective": r["objective"],
+                 "placement": np.array(json.loads(r["placement"]), dtype=np.int32)}
+                for r in self._conn.execute("SELECT * FROM kept WHERE run_id=? ORDER BY rank", (run_id,))]
+
+    def kept_of(self, run_id: int) -> list[tuple[float, np.ndarray]]:
+        """(objective, placement) of the best distinct placements a run evaluated, stored or checkpointed."""
+        rows = self.kept_rows(run_id)
+        if rows:
+            return [(r["objective"], r["placement"]) for r in rows]
+        state = self.load_checkpoint(run_id) or {}
+        return [(float(f), np.asarray(x, dtype=np.int32)) for f, _, x in state.get("kept") or []]
 
     @_guarded("read")
     def archive_sizes(self) -> dict[int, int]:

@@ -45,6 +45,13 @@ CREATE TABLE IF NOT EXISTS archive(
     placement TEXT NOT NULL,
     PRIMARY KEY(run_id, niche)
 );
+CREATE TABLE IF NOT EXISTS kept(
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    rank INTEGER NOT NULL,
+    objective REAL NOT NULL,
+    placement TEXT NOT NULL,
+    PRIMARY KEY(run_id, rank)
+);
 CREATE TABLE IF NOT EXISTS checkpoints(
     run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
     evaluations INTEGER NOT NULL,

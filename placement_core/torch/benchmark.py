@@ -47,6 +47,12 @@ class BenchmarkSettings:
     timeout: float = 600.0  # seconds per placement
     seed: int = 0
     threads: int | None = None  # in-process runner: torch threads (default: torch's)
+    # measure peak memory on the first warm-up step (its dispatch-mode tracker slows that step); E2 turns it
+    # off to time the first step as it is
+    track_memory: bool = True
+    # each round visits the placements in its own seeded random order (a shared machine's slow spells then
+    # fall on different placements in different rounds) instead of the given order
+    shuffle: bool = False
 
     def check(self) -> "BenchmarkSettings":
         for name in ("steps", "rounds"):
@@ -58,6 +64,8 @@ class BenchmarkSettings:
                              field="--warmup")
         if not self.timeout > 0:
             raise InputError(f"timeout must be positive, got {self.timeout!r}", field="--timeout")
+        if self.memory_limit is not None and not self.track_memory:
+            raise InputError("a memory limit needs the memory measured", field="--memory-limit")
         if self.memory_limit is not None and not self.memory_limit > 0:
             raise InputError(f"memory limit must be positive, got {self.memory_limit!r}", field="--memory-limit")
         return self
@@ -144,6 +152,7 @@ def benchmark(source: str, input_shape, placements: list[Mapping[str, object]], 
                 "input_shape": list(shape), "batch_size": batch, "state_dict": str(state),
                 "devices": [asdict(d) for d in devs], "placements": indexed, "steps": settings.steps,
                 "warmup": settings.warmup, "memory_limit": settings.memory_limit,
+                "track_memory": settings.track_memory,
                 "comm_timeout": settings.timeout}
         return _run_items(spec, devs, runner, settings, len(indexed), progress)
 
@@ -159,6 +168,10 @@ def _run_items(spec: dict, devs: list[LocalDevice], runner: str, settings: Bench
         world, affinity, threads, shared = 1, None, [settings.threads], False
     spec = dict(spec, affinity=affinity, threads=threads)
     todo = [(k, r) for r in range(settings.rounds) for k in range(n)]
+    if settings.shuffle:
+        import random
+        order = [random.Random(settings.seed * 100_003 + r).sample(range(n), n) for r in range(settings.rounds)]
+        todo = [(k, r) for r in range(settings.rounds) for k in order[r]]
     merged: dict[tuple[int, int], dict] = {}
     total = len(todo)
     while todo:

@@ -38,7 +38,7 @@ class _Worker:
         """Warm-up (memory measured on the first step), the limit check, then the timed steps."""
         warm = []
         for w in range(self.spec["warmup"]):
-            warm.append(step(w == 0))
+            warm.append(step(w == 0 and self.spec.get("track_memory", True)))
         peaks = self.peaks()
         if limit_exceeded(peaks):
             # a rank sees only its own peak; the caller names the devices from every rank's (_merge_ranks)

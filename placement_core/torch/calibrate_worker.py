@@ -38,8 +38,11 @@ def worker_main(spec: dict, rank: int, events) -> None:
         for a in range(len(devs)):
             for b in range(a + 1, len(devs)):
                 if ranks:
+                    # every rank creates every pair's group (a collective), only the pair uses it
+                    pair = dist.new_group([a, b]) if len(devs) > 2 else None
                     if rank in (a, b):
-                        seconds = ping_pong(spec["sizes"], a, b, rank, torch.device(devs[rank].torch), backend)
+                        seconds = ping_pong(spec["sizes"], a, b, rank, torch.device(devs[rank].torch), backend,
+                                            pair)
                         if rank == a:
                             events.write({"event": "channel", "src": devs[a].name, "dst": devs[b].name,
                                           "sizes": spec["sizes"], "seconds": seconds})
@@ -263,32 +266,15 @@ def device_model(device) -> str:
     return "CPU"
 
 
-def ping_pong(sizes, a: int, b: int, rank: int, device, backend: str) -> list[float]:
+def ping_pong(sizes, a: int, b: int, rank: int, device, backend: str, group=None) -> list[float]:
     """One-way seconds per size between ranks a and b: round trips halved, median of repeats."""
     import torch
-    import torch.distributed as dist
-    stage = backend == "gloo" and device.type == "cuda"
-    out = []
-    for size in sizes:
-        n = max(1, int(size) // 4)
-        t = torch.randn(n, device="cpu" if stage else device)
-        reps = max(5, min(40, int(3e8 / max(size, 1))))
-        times = []
-        for i in range(reps + 1):
-            dist.barrier()
-            _sync(device)
-            t0 = time.perf_counter()
-            if rank == a:
-                dist.send(t, b)
-                dist.recv(t, b)
-            else:
-                dist.recv(t, a)
-                dist.send(t, a)
-            _sync(device)
-            if i:  # the first exchange sets the connection up
-                times.append((time.perf_counter() - t0) / 2)
-        out.append(statistics.median(times))
-    return out
+
+    from .transfer_probe import ping_pong_samples
+    stage = backend == "gloo" and device.type == "cuda"  # gloo moves CPU tensors only
+    device = torch.device("cpu") if stage else device
+    return [statistics.median(ping_pong_samples(int(size), max(5, min(40, int(3e8 / max(size, 1)))), rank, device,
+                                                peer=b if rank == a else a, group=group)) for size in sizes]
 
 
 def copy_times(sizes, src: str, dst: str) -> list[float]:

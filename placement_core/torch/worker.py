@@ -47,6 +47,8 @@ def main(argv: list[str]) -> int:
             from .calibrate_worker import worker_main
         elif spec["mode"] == "import":
             from .isolated import worker_main
+        elif spec["mode"] == "transfers":
+            from .transfers import worker_main
         else:
             from .benchmark_worker import worker_main
         worker_main(spec, rank, events)

@@ -1,0 +1,100 @@
+"""Making children from parents anywhere: a batch's recipe is applied by the driver or by a worker alike.
+
+The asynchronous variants split a batch in two steps. Selection (which elites or individuals are
+parents) needs the whole population and stays with the driver. Variation (crossover, mutation) needs
+only the parents, the parameters and a seed, so it can run where the children are evaluated. On a
+10,000-op network variation costs the driver a few hundred microseconds per child. That alone would
+cap a cluster at a few dozen workers. A :class:`Recipe` carries what variation needs. Its seed is
+derived from the run's seed and the batch number, so the children are the same bytes whichever
+process makes them, and a run is the same with variation in the driver or on the workers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import operators as ops
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One batch to make and evaluate. ``kind``: "given" (``a`` are the placements themselves), "ga"
+    (``a``/``b`` parent pairs with their mutation rates) or "map-elites" (``a``/``b`` parent pairs)."""
+
+    kind: str
+    a: np.ndarray
+    b: np.ndarray | None = None
+    rates_a: np.ndarray | None = None
+    rates_b: np.ndarray | None = None
+    seed: tuple[int, int] = (0, 0)  # (run seed, batch number)
+    params: tuple = ()  # the algorithm's parameters, as sorted (name, value) pairs
+    n_devices: int = 1
+
+    def __len__(self) -> int:
+        return len(self.a)
+
+    def to_dict(self) -> dict:
+        """JSON for a checkpoint: a resumed run makes and evaluates the batches that were in flight."""
+        arr = lambda v: None if v is None else np.asarray(v).tolist()  # noqa: E731
+        return {"kind": self.kind, "a": arr(self.a), "b": arr(self.b), "rates_a": arr(self.rates_a),
+                "rates_b": arr(self.rates_b), "seed": list(self.seed), "params": [list(p) for p in self.params],
+                "n_devices": self.n_devices}
+
+    @classmethod
+    def from_dict(cls, data: dict, n_ops: int) -> "Recipe":
+        def arr(v, dtype):
+            return None if v is None else np.asarray(v, dtype=dtype)
+        a = np.asarray(data["a"], dtype=np.int32).reshape(-1, n_ops)
+        b = None if data["b"] is None else np.asarray(data["b"], dtype=np.int32).reshape(-1, n_ops)
+        return cls(data["kind"], a, b, arr(data["rates_a"], float), arr(data["rates_b"], float),
+                   tuple(data["seed"]), tuple(tuple(p) for p in data["params"]), int(data["n_devices"]))
+
+
+def apply(recipe: Recipe) -> tuple[np.ndarray, np.ndarray | None]:
+    """(children as int32 placements, their mutation rates or None)."""
+    if recipe.kind == "given":
+        return np.ascontiguousarray(recipe.a, dtype=np.int32), recipe.rates_a
+    rng = np.random.default_rng(list(recipe.seed))
+    p = dict(recipe.params)
+    a = np.asarray(recipe.a, dtype=np.int32)
+    b = np.asarray(recipe.b, dtype=np.int32)
+    k, n = a.shape
+    kids = a.copy()
+    crossover = p.get("crossover", "single-point")
+    cross = np.flatnonzero(rng.random(k) < p["crossover_rate"])
+    if len(cross):
+        take_b = ops.batch_crossover_mask(rng, len(cross), n, crossover)
+        kids[cross] = np.where(take_b, b[cross], kids[cross])
+    d = recipe.n_devices
+    if recipe.kind == "ga":
+        alpha = rng.random(k)
+        rates = alpha * recipe.rates_a + (1 - alpha) * recipe.rates_b
+        if p["self_adaptive"]:
+            rates = np.clip(rates + rng.normal(0, p["rate_drift"], k), p["min_mutation_rate"],
+                            p["max_mutation_rate"])
+        kids = ops.batch_point_mutation(rng, kids, rates, d)
+        zone = np.flatnonzero(rng.random(k) < p["zone_mutation_rate"])
+        if len(zone):
+            kids[zone] = ops.batch_zone_mutation(rng, kids[zone], d)
+        return kids, rates
+    if recipe.kind == "map-elites":
+        u = rng.random(k)
+        replace = u < p["replace_mutation_rate"]
+        zone = ~replace & (rng.random(k) < p["zone_mutation_rate"])
+        gene = ~replace & ~zone
+        if replace.any():
+            kids[replace] = ops.batch_replace_mutation(rng, kids[replace], d)
+        if zone.any():
+            kids[zone] = ops.batch_zone_mutation(rng, kids[zone], d)
+        if gene.any():
+            kids[gene] = ops.batch_copy_point_mutation(rng, kids[gene], p["copy_mutation_rate"], p["mutation_rate"], d)
+        return kids, None
+    raise ValueError(f"unknown recipe kind {recipe.kind!r}")
+
+
+def apply_and_evaluate(problem, recipe: Recipe) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """What a worker does with a recipe: (children, their objectives, their rates)."""
+    kids, rates = apply(recipe)
+    return kids, problem.evaluate_many(kids) if len(kids) else np.zeros(0), rates

@@ -1,0 +1,317 @@
+"""Parallel evaluation: what travels, how tasks are sized, asynchronous variants that give the same run on
+every backend, resuming with batches in flight, and runs that survive a killed worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+
+import numpy as np
+import pytest
+
+from placement_core import Problem, load_devices, load_network
+from placement_core.optimize import make_optimizer, run
+from placement_core.optimize import operators as ops
+from placement_core.optimize.driver import drive
+from placement_core.parallel import (DaskEvaluator, Pacing, ProcessPoolEvaluator, SerialEvaluator, WorkerError,
+                                     WorkerPool, make_evaluator)
+from placement_core.parallel import wire
+
+ASYNC = ("ga-steady", "map-elites-async")
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    return Problem(load_network("resnet50"), load_devices("malvik-4gpu"))
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from distributed import Client, LocalCluster
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as c, \
+            Client(c) as client:
+        yield c, client
+
+
+# -- what travels -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("devices, dtype, width", [(4, np.uint8, 1), (256, np.uint8, 1), (257, np.uint16, 2),
+                                                   (70000, np.int32, 4)])
+def test_placements_travel_in_the_smallest_type_and_come_back_equal(devices, dtype, width):
+    rng = np.random.default_rng(devices)
+    xs = rng.integers(0, devices, (7, 13), dtype=np.int32)
+    packed = wire.compact(xs, devices)
+    assert packed.dtype == dtype
+    frame = wire.task_frame(42, packed)
+    assert len(frame) == wire.TASK.size + 7 * 13 * width
+    task_id, back = wire.read_task(frame)
+    assert task_id == 42 and back.dtype == np.int32 and np.array_equal(back, xs)
+    f = rng.random(7)
+    assert wire.read_reply(wire.reply_frame(42, f))[1].tolist() == f.tolist()
+    assert wire.read_reply(wire.error_frame(3, "boom")) == (3, None, "boom")
+
+
+# -- how tasks are sized ----------------------------------------------------------------------------------
+
+def test_task_size_is_twenty_times_the_overhead_or_the_floor():
+    assert Pacing(2, eval_s=1e-4, task_overhead_s=1e-3).task_size() == 200  # 20 ms of work at 0.1 ms each
+    assert Pacing(2, eval_s=1e-4, task_overhead_s=1e-3, floor_s=0.05).task_size() == 500  # Dask's 50 ms floor
+    assert Pacing(2, eval_s=0.01, task_overhead_s=1e-5).task_size() == 1  # a slow evaluation is a task alone
+    # the driver's cost per batch counts with the round trip: a 10,000-op graph (4 ms an evaluation, 1.1 ms a
+    # batch in the driver) gets 20 x 1.175 ms = 23.5 ms of work, 6 placements, not one
+    assert Pacing(2, eval_s=4e-3, task_overhead_s=7.5e-5, batch_cost_s=1.1e-3).task_size() == 6
+    # the pool's 5 ms floor wins over 20 x (90 + 19) us for ResNet-50: 5 ms / 46 us = 108.7 -> 109
+    assert Pacing(2, eval_s=4.6e-5, task_overhead_s=9e-5, floor_s=0.005, batch_cost_s=1.9e-5).task_size() == 109
+
+
+def test_the_pool_sizes_tasks_from_its_floor_and_the_genome():
+    from placement_core.parallel import ProcessPoolEvaluator
+    from placement_core.parallel.pacing import DRIVER_S_PER_OP
+    from placement_core.parallel.pool import POOL_FLOOR_S
+    problem = Problem(load_network("resnet50"), load_devices("malvik-4gpu"))
+    with ProcessPoolEvaluator(problem, 2) as ev:
+        assert ev.pacing.floor_s == POOL_FLOOR_S
+        assert ev.pacing.batch_cost_s == DRIVER_S_PER_OP * 176
+        assert ev.pacing.task_s >= POOL_FLOOR_S
+
+
+def test_a_waited_for_batch_is_split_only_when_splitting_is_faster():
+    p = Pacing(2, eval_s=1e-3, task_overhead_s=1e-4)
+    assert p.parts(1) == 0  # one placement: nothing to split
+    assert p.parts(2) == 2  # 1 ms each against 0.1 ms of overhead
+    assert p.parts(100) == 2  # never more parts than workers
+    slow = Pacing(2, eval_s=4e-5, task_overhead_s=0.01)  # Dask's round trip against ResNet-50's 40 us
+    assert slow.parts(45) == 0  # a GA generation (1.8 ms) stays in the driver
+    assert slow.parts(1000) == 2  # 40 ms of work: two halves of 20 ms beat 40 ms locally
+    assert Pacing(1, eval_s=1.0, task_overhead_s=0.0).parts(100) == 0  # serial never ships
+
+
+# -- the batch operators ----------------------------------------------------------------------------------
+
+def test_batch_crossover_takes_the_second_parent_between_odd_and_even_cuts():
+    rng = np.random.default_rng(0)
+    for kind, points in (("single-point", 1), ("2-point", 2), ("3-point", 3)):
+        mask = ops.batch_crossover_mask(rng, 500, 12, kind)
+        switches = (mask[:, 1:] != mask[:, :-1]).sum(axis=1)
+        assert (switches == points).all()  # distinct cuts, each one switch of parent
+        assert not mask[:, 0].any()  # a child starts with its first parent
+        first_cut = np.argmax(mask, axis=1)
+        assert set(first_cut.tolist()) == set(range(1, 12 - points + 1))  # every position a first cut can take
+    uniform = ops.batch_crossover_mask(rng, 400, 50, "uniform")
+    assert 0.45 < uniform.mean() < 0.55
+
+
+def test_batch_mutations_do_what_their_scalar_versions_do():
+    rng = np.random.default_rng(1)
+    xs = np.zeros((300, 40), dtype=np.int32)
+    zoned = ops.batch_zone_mutation(rng, xs, 4)
+    for row in zoned:
+        changed = np.flatnonzero(row != 0)
+        if len(changed):  # one contiguous run on one device
+            assert (np.diff(changed) == 1).all() and len(set(row[changed].tolist())) == 1
+    rates = np.linspace(0, 1, 300)
+    pointed = ops.batch_point_mutation(rng, np.zeros((300, 2000), dtype=np.int32), rates, 2)
+    # a changed gene needs the mutation (rate r) and a draw of device 1 (1/2)
+    assert np.allclose(pointed.mean(axis=1), rates / 2, atol=0.05)
+    two = np.tile(np.array([0, 0, 1, 1, 2], dtype=np.int32), (2000, 1))
+    moved = ops.batch_replace_mutation(rng, two, 4)
+    source = np.array([[int(r[0] != 0), int(r[2] != 1), int(r[4] != 2)] for r in moved])
+    assert (source.sum(axis=1) <= 1).all()  # at most one device's genes move, and all of them together
+    counts = np.bincount(np.argmax(np.c_[source, np.zeros(len(source))], axis=1)[source.any(axis=1)], minlength=3)
+    assert counts.min() > 0.25 * counts.sum()  # each used device is picked about equally (b = a leaves no trace)
+    shifted = ops.batch_copy_point_mutation(rng, np.tile(np.arange(10, dtype=np.int32), (1, 1)), 1.0, 0.0, 10)
+    assert shifted.tolist() == [[0, 0, 1, 2, 3, 4, 5, 6, 7, 8]]  # every gene copies its predecessor as it was
+
+
+# -- the same run on every backend --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("algorithm", ASYNC)
+def test_asynchronous_variants_give_the_same_run_on_every_backend(resnet, cluster, algorithm):
+    params = {"batch": 40, "in_flight": 3}
+    ref = run(resnet, algorithm, evaluations=700, seed=3, params=params)
+    assert ref.evaluations == 700
+    _, client = cluster
+    for vary_on_workers in (True, False):
+        for ev in (ProcessPoolEvaluator(resnet, workers=2), DaskEvaluator(resnet, client)):
+            with ev:
+                r = run(resnet, algorithm, evaluations=700, seed=3, evaluator=ev,
+                        params={**params, "vary_on_workers": vary_on_workers})
+                assert ev.tasks_sent >= 700 // 40  # every batch was a task
+                # with vary_on_workers every batch after the first population was made by a worker
+                assert ev.recipes_sent == (ev.tasks_sent if vary_on_workers else 0)
+            assert np.array_equal(r.history, ref.history), (ev.name, vary_on_workers)
+            assert np.array_equal(r.best_placement, ref.best_placement), (ev.name, vary_on_workers)
+
+
+def test_a_recipe_survives_json_and_makes_the_same_children(resnet):
+    from placement_core.optimize import variation
+    opt = make_optimizer(resnet, "ga-steady", seed=1, params={"batch": 8, "in_flight": 2})
+    first = opt.next_recipe(100)
+    opt.take_results(*variation.apply_and_evaluate(resnet, first))
+    recipe = opt.next_recipe(100)
+    back = variation.Recipe.from_dict(json.loads(json.dumps(recipe.to_dict())), resnet.n_ops)
+    kids, rates = variation.apply(recipe)
+    kids2, rates2 = variation.apply(back)
+    assert kids.shape == (8, resnet.n_ops) and np.array_equal(kids, kids2) and np.array_equal(rates, rates2)
+    assert not np.array_equal(kids, recipe.a)  # variation did something
+
+
+def test_auto_sizes_are_resolved_from_the_backend_and_recorded(resnet):
+    r = run(resnet, "ga-steady", evaluations=2000, seed=0)
+    assert r.params["in_flight"] == 1 and r.params["batch"] == 50  # serial: fresh parents, one at a time
+    with ProcessPoolEvaluator(resnet, workers=2) as ev:
+        r = run(resnet, "map-elites-async", evaluations=2000, seed=0, evaluator=ev)
+        assert r.params["in_flight"] == 4
+        assert r.params["batch"] == min(ev.pacing.task_size(), 2000 // (10 * 4))
+    again = run(resnet, "map-elites-async", evaluations=2000, seed=0, params=r.params)  # recorded -> reproduced
+    assert np.array_equal(again.history, r.history)
+
+
+class Spy(SerialEvaluator):
+    """Records the order of submissions and results, evaluating only when a result is asked for."""
+
+    def __init__(self, problem):
+        super().__init__(problem)
+        self.events = []
+
+    def submit(self, placements):
+        k = len([e for e in self.events if e[0] == "submit"])
+        self.events.append(("submit", k))
+        spy = self
+
+        class Later:
+            def result(self):
+                spy.events.append(("result", k))
+                return spy.problem.evaluate_many(placements)
+        return Later()
+
+
+def test_batch_k_is_generated_after_batch_k_minus_in_flight_is_told(resnet):
+    spy = Spy(resnet)
+    run(resnet, "ga-steady", evaluations=50 + 6 * 10, seed=0, params={"batch": 10, "in_flight": 3}, evaluator=spy)
+    # the first population alone (nothing to breed from), then three batches ahead, then one per result
+    assert spy.events[:3] == [("submit", 0), ("result", 0), ("submit", 1)]
+    order = [e for e in spy.events if e[0] == "submit"]
+    for k in range(1, len(order)):
+        told_before = {i for kind, i in spy.events[:spy.events.index(("submit", k))] if kind == "result"}
+        assert max(told_before) == max(0, k - 3)  # batch k was asked knowing exactly batches < k - 2
+    results = [i for kind, i in spy.events if kind == "result"]
+    assert results == sorted(results)  # told in the order asked
+
+
+@pytest.mark.parametrize("algorithm", ASYNC)
+def test_resume_with_batches_in_flight_reaches_the_uninterrupted_result(resnet, algorithm):
+    params = {"batch": 30, "in_flight": 4}
+    full = run(resnet, algorithm, evaluations=600, seed=9, params=params)
+    states = []
+    drive(make_optimizer(resnet, algorithm, seed=9, params=params), evaluations=600,
+          checkpoint=states.append, checkpoint_every=1)
+    mid = states[len(states) // 2]
+    assert len(mid["pending"]) == 3  # asked for, not told: saved to be evaluated again on resume
+    resumed = drive(make_optimizer(resnet, algorithm, seed=9, params=params), evaluations=600, state=mid)
+    assert np.array_equal(resumed.history, full.history)
+    assert np.array_equal(resumed.best_placement, full.best_placement)
+
+
+def test_a_stop_tells_what_is_in_flight_and_counts_it_once(resnet):
+    stop = threading.Event()
+    seen = []
+
+    def progress(pr):
+        seen.append(pr.evaluations)
+        if pr.evaluations >= 200:
+            stop.set()
+
+    r = run(resnet, "map-elites-async", evaluations=10_000, seed=0, params={"batch": 25, "in_flight": 4},
+            progress=progress, stop=stop)
+    assert r.stopped and r.evaluations == seen[-1] == r.history[-1, 0]
+    at_stop = next(e for e in seen if e >= 200)
+    assert r.evaluations == at_stop + 3 * 25  # the three batches in flight at the stop, and nothing more
+
+
+# -- surviving a dead worker ------------------------------------------------------------------------------
+
+def _kill_one_after(first_evaluations: int, pids):
+    done = []
+
+    def progress(pr):
+        if not done and pr.evaluations >= first_evaluations:
+            os.kill(pids()[0], signal.SIGKILL)
+            done.append(pr.evaluations)
+    return progress, done
+
+
+@pytest.mark.parametrize("algorithm, params", [("ga", None), ("map-elites-async", {"batch": 40, "in_flight": 4})])
+def test_a_killed_pool_worker_loses_no_evaluation(resnet, algorithm, params):
+    ref = run(resnet, algorithm, evaluations=1500, seed=2, params=params)
+    with ProcessPoolEvaluator(resnet, workers=2, min_batch=2) as ev:
+        progress, killed = _kill_one_after(300, lambda: ev.pool.pids)
+        r = run(resnet, algorithm, evaluations=1500, seed=2, params=params, evaluator=ev, progress=progress)
+        assert killed and ev.pool.restarts >= 1 and ev.pool.size == 2  # a replacement took its place
+    assert r.evaluations == 1500 and r.history[-1, 0] == 1500
+    assert np.array_equal(r.history, ref.history)  # its unanswered tasks ran again elsewhere, once
+
+
+def test_a_killed_dask_worker_loses_no_evaluation(resnet, cluster):
+    _, client = cluster
+    params = {"batch": 40, "in_flight": 4}
+    ref = run(resnet, "map-elites-async", evaluations=1500, seed=5, params=params)
+    pids = lambda: sorted(client.run(os.getpid).values())  # noqa: E731
+    before = set(pids())
+    with DaskEvaluator(resnet, client) as ev:
+        progress, killed = _kill_one_after(300, pids)
+        r = run(resnet, "map-elites-async", evaluations=1500, seed=5, params=params, evaluator=ev, progress=progress)
+    assert killed
+    assert r.evaluations == 1500 and np.array_equal(r.history, ref.history)
+    client.wait_for_workers(2, timeout=60)  # the nanny brings the worker back for the next test
+    assert len(set(pids()) - before) == 1  # a new process took the killed one's place
+
+
+def test_one_client_serves_a_hundred_consecutive_runs(resnet, cluster):
+    _, client = cluster
+    small = Problem(load_network("alexnet"), load_devices("malvik-4gpu"))
+    ref = run(small, "map-elites-async", evaluations=90, seed=0, params={"batch": 30, "in_flight": 2})
+    for i in range(100):
+        r = run(small, "map-elites-async", evaluations=90, seed=0, params={"batch": 30, "in_flight": 2}, dask=client)
+        assert np.array_equal(r.history, ref.history), i
+    assert client.status == "running"  # the caller's client stays open
+    assert not any(name.startswith("placement-problem-") for name in
+                   client.run(lambda dask_worker: list(dask_worker.plugins)).popitem()[1])  # each run cleaned up
+
+
+def test_a_worker_error_names_what_failed(resnet):
+    pool = WorkerPool(resnet, 1)
+    try:
+        task = pool.submit(np.full((1, resnet.n_ops), 7, dtype=np.int32))  # no device 7: past the driver's check
+        with pytest.raises(WorkerError, match="out of range"):
+            pool.result(task)
+    finally:
+        pool.close()
+
+
+def _die(payload, tasks, replies):  # a worker that dies on its first task
+    tasks.recv_bytes()
+    os._exit(3)
+
+
+def test_a_task_that_kills_every_worker_stops_the_run(resnet, monkeypatch):
+    import placement_core.parallel.pool as pool_module
+    monkeypatch.setattr(pool_module, "_serve", _die)
+    pool = WorkerPool(resnet, 2, start_method="fork")
+    try:
+        task = pool.submit(np.zeros((2, resnet.n_ops), dtype=np.int32))
+        with pytest.raises(WorkerError, match="ended 2 evaluation workers"):
+            pool.result(task)
+    finally:
+        pool.close()
+
+
+def test_backends_check_placements_before_shipping_them(resnet):
+    from placement_core.errors import InputError
+    with make_evaluator(resnet, workers=2) as ev:
+        with pytest.raises(InputError, match="out of range"):
+            ev.evaluate(np.full((3, resnet.n_ops), 9, dtype=np.int32))
+        with pytest.raises(InputError, match="shape"):
+            ev.submit(np.zeros((3, 5), dtype=np.int32))
