@@ -122,3 +122,14 @@ def test_post_comparison_table_is_the_mean_over_seeds(tmp_path):
         mean = statistics.fmean(float(r["objective_s"]) for r in rows if r["algorithm"] == algorithm)
         assert f"{mean:.4f} ±" in md
     assert (tmp_path / "post.png").stat().st_size > 1000
+
+
+def test_post_comparison_on_two_workers_gives_the_same_rows_in_job_order(tmp_path):
+    argv = ["experiment", "post", "--networks", "alexnet", "--algorithms", "pg,cem", "--budget", "120", "--seeds",
+            "2"]
+    assert main(argv + ["--out", str(tmp_path / "one")]) == 0
+    assert main(argv + ["--workers", "2", "--out", str(tmp_path / "two")]) == 0
+
+    def strip(rows):
+        return [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]
+    assert strip(read(tmp_path / "two" / "post.csv")) == strip(read(tmp_path / "one" / "post.csv"))

@@ -19,7 +19,6 @@ import argparse
 import csv
 import statistics
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -165,6 +164,7 @@ def _write(path: Path, rows: list[dict]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from ..families import FAMILIES, family_graphs, graph_name
+    from ..parallel.tasks import map_unordered
     from ..torch import require_torch
     ap = argparse.ArgumentParser(prog="placement experiment generalization", description=__doc__.splitlines()[0])
     ap.add_argument("--families", default="nmt,ptb,cifar10")
@@ -216,13 +216,14 @@ def main(argv: list[str] | None = None) -> int:
                 kept_jobs.append(replace(j, schemes=missing, reference=ref))
         jobs = kept_jobs
     start = time.perf_counter()
-    with ProcessPoolExecutor(max(1, args.workers)) as pool:
-        for i, graph_rows in enumerate(pool.map(run_graph, jobs), 1):
-            rows += graph_rows
-            z = next((r for r in graph_rows if r["scheme"] == "zero-shot"), graph_rows[0])
-            print(f"[{i}/{len(jobs)}] {z['graph']}: {z['scheme']} {z['ratio']:.3f} x MAP-Elites "
-                  f"({time.perf_counter() - start:.0f} s elapsed)", flush=True)
-            _write(out / "generalization.csv", rows)  # after every graph: an interrupted run keeps its rows
+    # in this process with one worker; more run in fresh processes (a fork of a process holding torch's or any
+    # other thread's locks can hang), each graph's rows written as it finishes
+    for i, (_, graph_rows) in enumerate(map_unordered(run_graph, jobs, workers=max(1, args.workers)), 1):
+        rows += graph_rows
+        z = next((r for r in graph_rows if r["scheme"] == "zero-shot"), graph_rows[0])
+        print(f"[{i}/{len(jobs)}] {z['graph']}: {z['scheme']} {z['ratio']:.3f} x MAP-Elites "
+              f"({time.perf_counter() - start:.0f} s elapsed)", flush=True)
+        _write(out / "generalization.csv", rows)  # after every graph: an interrupted run keeps its rows
     command = "placement experiment generalization " + " ".join(a for a in (argv or []) if a != "--keep")
     (out / "generalization.md").write_text(markdown(rows, command.strip()) + "\n")
     plot(rows, out / "generalization.png")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import csv
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -105,12 +104,16 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     rows, histories = [], {}
     start = time.perf_counter()
-    with ProcessPoolExecutor(max(1, args.workers)) as pool:
-        for i, row in enumerate(pool.map(run_job, jobs), 1):
-            histories.setdefault((row["network"], row["algorithm"]), []).append(row.pop("_history"))
-            rows.append(row)
-            print(f"[{i}/{len(jobs)}] {row['network']} {row['algorithm']} seed {row['seed']}: "
-                  f"{row['objective_s']:.4f} s ({time.perf_counter() - start:.0f} s elapsed)", flush=True)
+    from ..parallel.tasks import map_unordered
+    done = []
+    # in this process with one worker; more run in fresh processes (never a fork of this one)
+    for i, (k, row) in enumerate(map_unordered(run_job, jobs, workers=max(1, args.workers)), 1):
+        done.append((k, row))
+        print(f"[{i}/{len(jobs)}] {row['network']} {row['algorithm']} seed {row['seed']}: "
+              f"{row['objective_s']:.4f} s ({time.perf_counter() - start:.0f} s elapsed)", flush=True)
+    for _, row in sorted(done, key=lambda kr: kr[0]):  # job order, however they finished
+        histories.setdefault((row["network"], row["algorithm"]), []).append(row.pop("_history"))
+        rows.append(row)
     with open(out / "post.csv", "w", newline="") as f:
         w = csv.DictWriter(f, FIELDS)
         w.writeheader()
