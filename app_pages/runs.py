@@ -89,8 +89,13 @@ with ui.guarded("the run"), stored.open_store() as store:
             st.warning("Its process ended without finishing (killed or crashed). Resume continues from its last "
                        "checkpoint.", icon=":material/warning:")
         history = store.history(rec.id)
+        training = rec.algorithm.startswith("train-")
+        if training:
+            st.caption("A policy training (Learned policies page, or `placement train-policy`): its history is the "
+                       "reward curve, each graph's objective divided by its best single device, and its best "
+                       f"placement the best training found for {rec.network_name}, its first training graph.")
         if len(history):
-            st.plotly_chart(charts.history_figure(history, stored.run_name(rec)), key="runs_history",
+            st.plotly_chart(charts.history_figure(history, stored.run_name(rec), ratio=training), key="runs_history",
                             config={"displaylogo": False})
 
         has_best = rec.best_placement is not None
@@ -106,7 +111,7 @@ with ui.guarded("the run"), stored.open_store() as store:
         if b[2].button("Open its archive", key="runs_archive", disabled=rec.id not in store.archive_sizes()):
             s.arch_run = f"stored:{rec.id}"
             st.switch_page("app_pages/archive.py")
-        resumable = status in stored.RESUMABLE and not live
+        resumable = status in stored.RESUMABLE and not live and not training
         if b[3].button("Resume", key="runs_resume", disabled=not resumable, icon=":material/play_arrow:",
                        help="Continue from the last checkpoint in the background, in this process and serially, "
                             "so it ends exactly where an uninterrupted run with the same seed would."):
@@ -157,9 +162,12 @@ def short_name(i: int) -> str:
 
 
 ids = list(by_id)
+# a training's curve is a ratio, not seconds: it is drawn with its run above, not overlaid on optimizations
+searches = [i for i in ids if not by_id[i].algorithm.startswith("train-")]
 with ui.guarded("the comparison of runs"), stored.open_store() as store:
     st.subheader("Compare runs")
-    chosen = st.multiselect("Runs on the chart", ids, default=[run_id], key=ui.persist("runs_overlay", ids),
+    chosen = st.multiselect("Runs on the chart", searches, default=[run_id] if run_id in searches else [],
+                            key=ui.persist("runs_overlay", searches),
                             format_func=short_name, help="The best objective each run had found after every "
                             "number of evaluations, from the run store.")
     c1, c2 = st.columns(2)

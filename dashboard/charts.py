@@ -227,22 +227,41 @@ def progress_figure(views: list[dict]) -> go.Figure:
         legend=dict(orientation="h", y=-0.25)))
 
 
-def history_figure(history: np.ndarray, name: str) -> go.Figure:
+RATIO_TITLE = "objective ÷ best single device (reward = −this)"
+
+
+def history_figure(history: np.ndarray, name: str, ratio: bool = False) -> go.Figure:
     """A stored run's history: best so far and the optimizer's current objective against evaluations (SVG:
-    one path per line draws thousands of points faster than starting WebGL)."""
+    one path per line draws thousands of points faster than starting WebGL). ``ratio``: a policy training's
+    reward curve, objectives divided by each graph's best single device (no unit)."""
     h = np.asarray(history, dtype=float).reshape(-1, 3)
+    scale = 1.0 if ratio else 1e3
     data = []
-    current = h[:, 2] * 1e3
+    current = h[:, 2] * scale
     finite = np.isfinite(current)
     if finite.any():
         data.append(dict(type="scatter", x=h[finite, 0], y=current[finite], mode="lines", name="current",
                          line=dict(color=_mix(color(0), "#ffffff", 0.55), width=1.5)))
-    data.append(dict(type="scatter", x=h[:, 0], y=h[:, 1] * 1e3, mode="lines", name="best so far",
+    data.append(dict(type="scatter", x=h[:, 0], y=h[:, 1] * scale, mode="lines", name="best so far",
                      line=dict(color=color(0), width=2.5, shape="hv")))
+    what = "reward curve" if ratio else "objective over the run"
     return _fast_figure(data, dict(
-        **BASE_LAYOUT, height=300, title=dict(text=f"{html.escape(name, quote=False)}: objective over the run"),
-        xaxis=dict(title=dict(text="evaluations")), yaxis=dict(title=dict(text="objective (ms per batch)")),
+        **BASE_LAYOUT, height=300, title=dict(text=f"{html.escape(name, quote=False)}: {what}"),
+        xaxis=dict(title=dict(text="evaluations")),
+        yaxis=dict(title=dict(text=RATIO_TITLE if ratio else "objective (ms per batch)")),
         legend=dict(orientation="h", y=-0.3)))
+
+
+def reward_curve_figure(points: list[tuple[float, float]], title: str) -> go.Figure:
+    """A policy's training, live: the mean objective of the last round of graphs (÷ each graph's best single
+    device) against simulator evaluations."""
+    xy = np.asarray(points, dtype=float).reshape(-1, 2)
+    data = [dict(type="scatter", x=xy[:, 0], y=xy[:, 1], mode="lines", name="last round's mean",
+                 line=dict(color=color(0), width=2))]
+    return _fast_figure(data, dict(
+        **BASE_LAYOUT, height=300, title=dict(text=html.escape(title, quote=False)),
+        xaxis=dict(title=dict(text="evaluations")), yaxis=dict(title=dict(text=RATIO_TITLE)),
+        showlegend=False))
 
 
 # -- Archive ----------------------------------------------------------------------------------------

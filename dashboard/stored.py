@@ -36,6 +36,8 @@ def title(algorithm: str) -> str:
     if not ALGORITHM_TITLES:
         from placement_core.optimize import ALGORITHMS
         ALGORITHM_TITLES.update({k: (cls.title or k) for k, cls in ALGORITHMS.items()})
+        ALGORITHM_TITLES.update({"placeto": "Placeto (trained policy)", "gdp": "GDP (trained policy)",
+                                 "train-placeto": "Placeto training", "train-gdp": "GDP training"})
     return ALGORITHM_TITLES.get(algorithm, algorithm)
 
 

@@ -14,8 +14,8 @@ from placement_core.placement import random_placement
 
 
 def test_every_algorithm_is_registered_once_in_the_order_users_see():
-    assert list(ALGORITHMS) == ["ga", "map-elites", "hill-climbing", "annealing", "random", "cem", "single", "expert",
-                                "m-topo", "m-etf", "min-cut", "heft", "heft-nocomm", "heft-memory",
+    assert list(ALGORITHMS) == ["ga", "map-elites", "hill-climbing", "annealing", "random", "cem", "pg", "ppo", "post",
+                                "single", "expert", "m-topo", "m-etf", "min-cut", "heft", "heft-nocomm", "heft-memory",
                                 "ga-steady", "map-elites-async", "data-parallel", "hybrid-parallel", "heft-sharded"]
     assert all(cls.name == name for name, cls in ALGORITHMS.items())
 

@@ -314,13 +314,24 @@ def cmd_sharding(args) -> int:
     return 0
 
 
+def register_learned(sub) -> None:
+    """The learned placers' experiments (docs/learned.md)."""
+    passthrough(sub, "generalization", "Placeto's generalization: zero-shot and fine-tuned policies against "
+                "MAP-Elites, the GA and baselines on unseen family graphs", "placement_core.experiments.generalization:main")
+    passthrough(sub, "traversal", "Placeto's traversal orders: train under fixed node orders, place under unseen ones",
+                "placement_core.experiments.traversal:main")
+    passthrough(sub, "post", "Post's comparison: PG, PPO, CE and Post learning curves and best placements",
+                "placement_core.experiments.post_compare:main")
+
+
 EXPERIMENTS = [register_e1, register_e2, register_e3, register_e4, register_e5, register_assisted,
-               register_seeding, register_sharding]
+               register_seeding, register_sharding, register_learned]
 
 
 def register(sub) -> None:
     p = sub.add_parser("experiment", help="run one of the thesis' experiments (e1: link bandwidth, e2: step times, "
-                                          "e3: optimizers, e4: sim -> real, e5: simulator accuracy)",
+                                          "e3: optimizers, e4: sim -> real, e5: simulator accuracy; generalization, "
+                                          "traversal, post: learned placers)",
                        description="Reproduce the thesis' experiments on this machine.")
     experiments = p.add_subparsers(dest="experiment", metavar="EXPERIMENT", parser_class=Parser)
     experiments.required = True

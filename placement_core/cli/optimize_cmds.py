@@ -17,14 +17,18 @@ from .validate import check_output_file, count_int, positive_seconds, run_id as 
 
 
 def register(sub) -> None:
-    from ..optimize import ALGORITHMS
+    from ..optimize import ALGORITHMS, LEARNED_NAMES
 
     p = sub.add_parser("optimize", help="search for a good placement with one algorithm",
                        description="Search for a placement with one algorithm against the simulator.")
     add_problem_options(p, required=False)  # not needed with --resume
-    p.add_argument("--algorithm", choices=list(ALGORITHMS), metavar="NAME",
-                   help="one of: " + ", ".join(ALGORITHMS))
-    p.add_argument("--budget", type=count_int, help="evaluations (default 20000)")
+    p.add_argument("--algorithm", choices=list(ALGORITHMS) + list(LEARNED_NAMES), metavar="NAME",
+                   help="one of: " + ", ".join(list(ALGORITHMS) + list(LEARNED_NAMES)) + " (placeto and gdp apply "
+                        "a trained --policy; they need the torch extra)")
+    p.add_argument("--budget", type=budget_int, help="evaluations (default 20000); with placeto or gdp, 0 means "
+                                                     "zero-shot: the policy's own placement, no fine-tuning")
+    p.add_argument("--policy", metavar="FILE", help="placeto / gdp: the trained policy (placement-policy/1, e.g. "
+                                                   "assets/policies/placeto-nmt-malvik-4gpu.json)")
     p.add_argument("--seconds", type=positive_seconds,
                    help="wall-clock budget; with --budget, whichever ends first")
     p.add_argument("--seed", type=seed_int, default=0,
@@ -62,6 +66,11 @@ def register(sub) -> None:
     p = sub.add_parser("algorithms", help="list the algorithms and their parameters (thesis defaults)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_algorithms)
+
+
+def budget_int(text: str) -> int:
+    """An evaluation budget: 0 (zero-shot, learned placers only) to 2**63 - 1."""
+    return 0 if text.strip() == "0" else count_int(text)
 
 
 def note(text: str) -> str:
@@ -151,8 +160,17 @@ def result_to_dict(result, problem) -> dict:
     return out
 
 
+def require_learned():
+    """Import the learned placers (torch, registering placeto and gdp), or say which extra to install."""
+    import importlib
+
+    from ..torch import require_torch
+    require_torch()
+    return importlib.import_module("placement_core.torch.learned")
+
+
 def cmd_optimize(args) -> int:
-    from ..optimize import run
+    from ..optimize import LEARNED_NAMES, run
     from ..runs import resume_run, start_run
     from ..store import RunStore
 
@@ -166,6 +184,12 @@ def cmd_optimize(args) -> int:
             raise InputError("--init starts a new run; a resumed run keeps the seeds it was started with",
                              field="--init", fix="Leave --init out with --resume")
         with RunStore(home=args.home) as store:
+            algorithm = store.get(args.resume).algorithm
+            if algorithm.startswith("train-"):
+                raise InputError(f"run {args.resume} is a policy training, not an optimization", field="--resume",
+                                 fix="Train again with `placement train-policy` (a training is not resumed)")
+            if algorithm in LEARNED_NAMES:
+                require_learned()
             problem = store.problem(args.resume)
             run_id = args.resume
             result = resume_run(store, args.resume, workers=args.workers, dask=args.dask, progress=bar,
@@ -182,8 +206,24 @@ def cmd_optimize(args) -> int:
             from ..optimize.seeding import parse_init
             for kind, _ in parse_init(args.init):
                 problem = problem_for(problem, kind)
-        evaluations = args.budget if args.budget or args.seconds else 20000
         params = parse_params(args.param)
+        if args.algorithm in LEARNED_NAMES:
+            if not args.policy:
+                raise InputError(f"--algorithm {args.algorithm} applies a trained policy", field="--policy",
+                                 fix="Give --policy FILE (see assets/policies/, or `placement train-policy`)")
+            if args.init:
+                raise InputError("--init seeds a search; a learned placer starts from its policy's own placement",
+                                 field="--init", fix=f"Leave --init out with --algorithm {args.algorithm}")
+            require_learned()
+            params["policy"] = args.policy
+        elif args.policy:
+            raise InputError("--policy is for --algorithm placeto or gdp", field="--policy",
+                             fix="Drop --policy, or choose a learned placer")
+        elif args.budget == 0:
+            raise InputError("a budget of 0 evaluations means zero-shot, which only a trained policy can do",
+                             field="--budget", fix="Give --budget 1 or more, or use --algorithm placeto or gdp")
+        # zero-shot: the one evaluation of the policy's own placement
+        evaluations = 1 if args.budget == 0 else args.budget if args.budget or args.seconds else 20000
         if args.init:
             from ..optimize.seeding import initial_placements
             seeds = initial_placements(problem, args.init, seed=args.seed)

@@ -9,13 +9,19 @@ from __future__ import annotations
 from ..errors import InputError
 from ..problem import Problem
 # Importing an algorithm's module registers it (@register); this order is the order users see.
-from . import genetic, map_elites, local, cem, baselines, mincut, heft, asynchronous  # noqa: F401,E401  isort: skip
+from . import genetic, map_elites, local, cem, policy_gradient, baselines, mincut, heft, asynchronous  # noqa: F401,E401  isort: skip
 from . import dataparallel, heft_sharded  # noqa: F401,E401  isort: skip
-from .base import ALGORITHMS, OptimizeResult, Optimizer, Param, Progress, register
+from .base import ALGORITHMS, LEARNED, LEARNED_NAMES, OptimizeResult, Optimizer, Param, Progress, register
 from .driver import drive
 
 
 def algorithm_class(name: str) -> type[Optimizer]:
+    if name in LEARNED:
+        return LEARNED[name]
+    if name in LEARNED_NAMES:
+        raise InputError(f"{name} applies a trained policy and needs PyTorch's side of placement_core loaded",
+                         field="algorithm", fix="Import placement_core.torch.learned first (the CLI and the "
+                                                "dashboard do), with the torch extra installed")
     if name not in ALGORITHMS:
         raise InputError(f"unknown algorithm {name!r}", field="algorithm", fix="Use one of: " + ", ".join(ALGORITHMS))
     return ALGORITHMS[name]
@@ -56,5 +62,5 @@ def run(problem: Problem, algorithm: str, *, evaluations: int | None = None, sec
             evaluator.close()
 
 
-__all__ = ["ALGORITHMS", "OptimizeResult", "Optimizer", "Param", "Progress", "algorithm_class", "drive",
-           "make_optimizer", "problem_for", "register", "run"]
+__all__ = ["ALGORITHMS", "LEARNED", "LEARNED_NAMES", "OptimizeResult", "Optimizer", "Param", "Progress",
+           "algorithm_class", "drive", "make_optimizer", "problem_for", "register", "run"]

@@ -88,17 +88,22 @@ def _short(value: Any) -> str:
 # Every optimizer by name, in the order their modules are imported (optimize/__init__ imports them all):
 # the CLI's --algorithm choices and the dashboard's list.
 ALGORITHMS: dict[str, type["Optimizer"]] = {}
+# Optimizers that apply a trained policy (they need torch): registered when placement_core.torch.learned is
+# imported, kept apart so that the everyday list never depends on what happened to be imported.
+LEARNED_NAMES = ("placeto", "gdp")
+LEARNED: dict[str, type["Optimizer"]] = {}
 
 
 def register(cls: type["Optimizer"]) -> type["Optimizer"]:
     """Class decorator making an optimizer available by its ``name``; a name taken twice fails at import."""
     if not cls.name:
         raise ValueError(f"{cls.__qualname__} has no name to register under")
-    other = ALGORITHMS.get(cls.name)
+    table = LEARNED if cls.name in LEARNED_NAMES else ALGORITHMS
+    other = ALGORITHMS.get(cls.name) or LEARNED.get(cls.name)
     if other is not None and other.__qualname__ != cls.__qualname__:
         raise ValueError(f"two optimizers are named {cls.name!r}: {other.__module__}.{other.__qualname__} and "
                          f"{cls.__module__}.{cls.__qualname__}")
-    ALGORITHMS[cls.name] = cls
+    table[cls.name] = cls
     return cls
 
 

@@ -25,8 +25,8 @@ hit after a median of 180 evaluations. Every miss has converged on one of the 15
 placements that are local minima under single-op moves, 4 ops away from the
 nearest optimum; leaving it needs 4 specific ops to draw a specific other
 device at once, ≈ (ε/|D|)^4 ≈ 1e-6 per sample, so more budget does not help.
-This is the method as published (Post interleaves it with PPO steps, which are
-not implemented here), not a defect of this implementation; the knobs that
+This is the method as published (Post interleaves it with PPO steps: the ``post``
+optimizer, :mod:`.policy_gradient`), not a defect of this implementation; the knobs that
 delay the collapse are measured on that instance (hits in 30 seeds at 300 /
 600 / 2,000 evaluations; defaults 19 / 21 / 24): smoothing 0.5 → 23 / 28 / 28,
 elite_fraction 0.2 → 21 / 26 / 27, epsilon 0.3 → 21 / 26 / 28. Counting every
@@ -69,10 +69,7 @@ class CrossEntropy(Optimizer):
     def ask(self, limit: int) -> np.ndarray:
         k = min(self.params["samples"], limit)
         seeds = self.initial[:k] if self.updates == 0 else self.initial[:0]
-        cum = np.cumsum(self.probs, axis=1)
-        cum[:, -1] = 1.0
-        u = self.rng.random((k - len(seeds), self.n, 1))
-        drawn = (u > cum[None, :, :]).sum(axis=2).astype(np.int32)
+        drawn = sample_categorical(self.probs, self.rng, k - len(seeds))
         return np.concatenate([seeds, drawn]).astype(np.int32)
 
     def tell(self, placements: np.ndarray, objectives: np.ndarray) -> None:
@@ -80,11 +77,12 @@ class CrossEntropy(Optimizer):
         if not len(placements):
             return
         self.current = float(objectives.min())
-        n_elite = max(1, int(round(self.params["elite_fraction"] * len(placements))))
-        elites = placements[np.argsort(objectives, kind="stable")[:n_elite]]
-        freq = np.zeros(self.probs.shape)
-        np.add.at(freq, (np.repeat(np.arange(self.n)[None, :], len(elites), axis=0), elites), 1.0)
-        freq /= len(elites)
+        self.cross_entropy_update(placements, objectives)
+
+    def cross_entropy_update(self, placements: np.ndarray, objectives: np.ndarray) -> None:
+        """Eq. 10: each op's new distribution is its device frequencies among the elites, mixed with ε times the
+        uniform draw (ε/|D|, or the gene space's draw when ops may be split)."""
+        freq = elite_frequencies(placements, objectives, self.params["elite_fraction"], self.probs.shape[1])
         eps = self.epsilon()
         a = self.params["smoothing"]
         self.probs = (1 - eps) * (a * freq + (1 - a) * self.probs) + eps * self.base
@@ -101,3 +99,21 @@ class CrossEntropy(Optimizer):
         super().load_state_dict(state)
         self.probs = np.array(state["probs"], dtype=float)
         self.used, self.updates = state["used"], state["updates"]
+
+
+def sample_categorical(probs: np.ndarray, rng: np.random.Generator, k: int) -> np.ndarray:
+    """k placements, op i on device j with probability probs[i, j] (one uniform draw per op)."""
+    cum = np.cumsum(probs, axis=1)
+    cum[:, -1] = 1.0
+    u = rng.random((k, probs.shape[0], 1))
+    return (u > cum[None, :, :]).sum(axis=2).astype(np.int32)
+
+
+def elite_frequencies(placements: np.ndarray, objectives: np.ndarray, elite_fraction: float, d: int) -> np.ndarray:
+    """[ops, devices] device frequencies among the best ``elite_fraction`` (ties: the earlier sample first)."""
+    n_elite = max(1, int(round(elite_fraction * len(placements))))
+    elites = placements[np.argsort(objectives, kind="stable")[:n_elite]]
+    n = placements.shape[1]
+    freq = np.zeros((n, d))
+    np.add.at(freq, (np.repeat(np.arange(n)[None, :], len(elites), axis=0), elites), 1.0)
+    return freq / len(elites)

@@ -1,0 +1,126 @@
+"""Post's comparison (Post §4, Fig. 2 and Table 1): the policy gradient, PPO, the cross-entropy method and Post.
+
+Every algorithm learns the same per-op softmax distributions from the same
+budget of simulator evaluations, with several seeds, on each network. Writes
+``post.csv`` (one row per run), ``post.md`` (best objective found: mean ± 95 %
+confidence half-width over seeds; **bold** = best mean) and ``post.png``
+(the median over seeds of the best objective so far against evaluations).
+The paper's ordering, from worst to best: PG, PPO, CE, Post.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .e3 import mean_ci
+
+ALGORITHMS = ("pg", "ppo", "cem", "post")
+FIELDS = ["network", "devices", "algorithm", "seed", "objective_s", "feasible", "evaluations", "wall_s"]
+
+
+def run_job(job: tuple) -> dict:
+    from ..catalog import load_devices, load_network
+    from ..optimize import run
+    from ..problem import ProblemSpec
+    network, devices, algorithm, seed, budget = job
+    problem = ProblemSpec().build(load_network(network), load_devices(devices))
+    t = time.perf_counter()
+    r = run(problem, algorithm, evaluations=budget, seed=seed)
+    return {"network": network, "devices": devices, "algorithm": algorithm, "seed": seed,
+            "objective_s": r.best_objective, "feasible": int(r.best.feasible), "evaluations": r.evaluations,
+            "wall_s": round(time.perf_counter() - t, 3), "_history": r.history[:, :2].tolist()}
+
+
+def markdown(rows: list[dict], command: str) -> str:
+    networks = list(dict.fromkeys(r["network"] for r in rows))
+    algorithms = [a for a in ALGORITHMS if any(r["algorithm"] == a for r in rows)]
+    cells = {(n, a): mean_ci([float(r["objective_s"]) for r in rows if r["network"] == n and r["algorithm"] == a])
+             for n in networks for a in algorithms}
+    seeds = len({r["seed"] for r in rows})
+    lines = [f"Reproduce with `{command}`.", "",
+             f"Best objective found (s per batch; mean ± 95 % half-width over {seeds} seeds; **bold** = best mean).",
+             "", "| algorithm | " + " | ".join(networks) + " |", "|---|" + "---|" * len(networks)]
+    for a in algorithms:
+        row = []
+        for n in networks:
+            m, h = cells[(n, a)]
+            text = f"{m:.4f} ± {h:.4f}"
+            row.append(f"**{text}**" if m == min(cells[(n, b)][0] for b in algorithms) else text)
+        lines.append(f"| {a} | " + " | ".join(row) + " |")
+    order = {n: " < ".join(sorted(algorithms, key=lambda a: -cells[(n, a)][0])) for n in networks}
+    lines += ["", "Worst to best: " + "; ".join(f"{n}: {o}" for n, o in order.items()) + "."]
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], histories: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    networks = list(dict.fromkeys(r["network"] for r in rows))
+    fig, axes = plt.subplots(1, len(networks), figsize=(5.4 * len(networks), 3.8), squeeze=False)
+    colors = plt.get_cmap("tab10").colors
+    for ax, net in zip(axes.flat, networks):
+        for k, a in enumerate(ALGORITHMS):
+            curves = histories.get((net, a))
+            if not curves:
+                continue
+            grid = np.linspace(1, max(c[-1][0] for c in curves), 300)
+            ys = [np.interp(grid, [h[0] for h in c], [h[1] for h in c]) for c in curves]
+            ax.plot(grid, np.median(ys, axis=0), color=colors[k], lw=1.8, label=a)
+        ax.set_yscale("log")
+        ax.set_title(net)
+        ax.set_xlabel("evaluations")
+        ax.set_ylabel("best objective so far (s, log)")
+        ax.grid(alpha=0.3)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="placement experiment post", description=__doc__.splitlines()[0])
+    ap.add_argument("--networks", default="resnet50,inception_v3")
+    ap.add_argument("--devices", default="malvik-4gpu")
+    ap.add_argument("--algorithms", default=",".join(ALGORITHMS))
+    ap.add_argument("--budget", type=int, default=20000)
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--workers", type=int, default=1, help="runs in parallel (default 1)")
+    ap.add_argument("--out", default="docs/learned", help="folder for post.csv, post.md and post.png")
+    args = ap.parse_args(argv)
+    algorithms = [a for a in args.algorithms.split(",") if a]
+    if any(a not in ALGORITHMS for a in algorithms):
+        ap.error("algorithms: choose among " + ", ".join(ALGORITHMS))
+    jobs = [(n, args.devices, a, s, args.budget) for n in args.networks.split(",") for a in algorithms
+            for s in range(args.seeds)]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows, histories = [], {}
+    start = time.perf_counter()
+    from ..parallel.tasks import map_unordered
+    done = []
+    # in this process with one worker; more run in fresh processes (never a fork of this one)
+    for i, (k, row) in enumerate(map_unordered(run_job, jobs, workers=max(1, args.workers)), 1):
+        done.append((k, row))
+        print(f"[{i}/{len(jobs)}] {row['network']} {row['algorithm']} seed {row['seed']}: "
+              f"{row['objective_s']:.4f} s ({time.perf_counter() - start:.0f} s elapsed)", flush=True)
+    for _, row in sorted(done, key=lambda kr: kr[0]):  # job order, however they finished
+        histories.setdefault((row["network"], row["algorithm"]), []).append(row.pop("_history"))
+        rows.append(row)
+    with open(out / "post.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, FIELDS)
+        w.writeheader()
+        w.writerows(rows)
+    command = ("placement experiment post " + " ".join(argv or [])).strip()
+    (out / "post.md").write_text(markdown(rows, command) + "\n")
+    plot(rows, histories, out / "post.png")
+    print(markdown(rows, command))
+    print(f"wrote {out / 'post.csv'}, {out / 'post.md'} and {out / 'post.png'}")
+    return 0
