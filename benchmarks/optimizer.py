@@ -147,30 +147,43 @@ def main() -> None:
     from distributed import Client, LocalCluster
 
     results: dict = {"cores": os.cpu_count(), "load_average": os.getloadavg()}
+    graphs = problems(args.graphs.split(","))
+    budgets = {name: args.budget_resnet if name == "resnet50" else args.budget_10k for name in graphs}
+    rows: dict = {(name, sync): {} for name in graphs for sync in ALGORITHMS}
+
+    def measure(name, problem, backend, make) -> None:
+        for sync, variant in ALGORITHMS.items():
+            mine, other = (sync, variant) if backend == "serial" else (variant, sync)
+            suffix = "_async" if backend == "serial" else "_sync"
+            rows[name, sync][backend] = timed_run(problem, mine, budgets[name], make)
+            rows[name, sync][backend + suffix] = timed_run(problem, other, budgets[name], make)
+
+    # One core and the local pool first, with no cluster alive: an idle Dask cluster (its scheduler, nannies
+    # and workers' 10 ms profiler) took a quarter off the pool's rate on the 10,000-op graph.
+    pacing: dict = {name: {} for name in graphs}
+    for name, problem in graphs.items():
+        measure(name, problem, "serial", lambda: SerialEvaluator(problem))
+        measure(name, problem, "workers_2", lambda: ProcessPoolEvaluator(problem, 2))
+        with ProcessPoolEvaluator(problem, 2) as pool:
+            pacing[name]["workers_2"] = pool.pacing.to_dict()
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client:
         results["dask_task_s"] = scheduler_cost(client)
-        for name, problem in problems(args.graphs.split(",")).items():
-            budget = args.budget_resnet if name == "resnet50" else args.budget_10k
-            backends = {"serial": lambda: SerialEvaluator(problem),
-                        "workers_2": lambda: ProcessPoolEvaluator(problem, 2),
-                        "dask_2": lambda: DaskEvaluator(problem, client)}
-            entry = {"ops": problem.n_ops, "budget": budget}
-            for sync, variant in ALGORITHMS.items():
-                rows = {}
-                for backend, make in backends.items():
-                    mine, other = (sync, variant) if backend == "serial" else (variant, sync)
-                    suffix = "_async" if backend == "serial" else "_sync"
-                    rows[backend] = timed_run(problem, mine, budget, make)
-                    rows[backend + suffix] = timed_run(problem, other, budget, make)
-                for key, row in rows.items():
-                    row["speedup"] = row["evals_per_s"] / rows["serial"]["evals_per_s"]
-                entry[sync] = rows
-                entry[sync + "_driver_s_per_eval"] = {a: driver_cost(problem, a, budget) for a in (sync, variant)}
-            with ProcessPoolEvaluator(problem, 2) as pool, DaskEvaluator(problem, client) as dask_ev:
-                entry["pacing"] = {"workers_2": pool.pacing.to_dict(), "dask_2": dask_ev.pacing.to_dict()}
-            entry["projection"] = projection(entry, results["dask_task_s"])
-            results[name] = entry
+        for name, problem in graphs.items():
+            measure(name, problem, "dask_2", lambda: DaskEvaluator(problem, client))
+            with DaskEvaluator(problem, client) as dask_ev:
+                pacing[name]["dask_2"] = dask_ev.pacing.to_dict()
+    for name, problem in graphs.items():
+        entry = {"ops": problem.n_ops, "budget": budgets[name], "pacing": pacing[name]}
+        for sync, variant in ALGORITHMS.items():
+            table = rows[name, sync]
+            order = ["serial", "serial_async", "workers_2", "workers_2_sync", "dask_2", "dask_2_sync"]
+            entry[sync] = {k: table[k] for k in order}
+            for row in entry[sync].values():
+                row["speedup"] = row["evals_per_s"] / table["serial"]["evals_per_s"]
+            entry[sync + "_driver_s_per_eval"] = {a: driver_cost(problem, a, budgets[name]) for a in (sync, variant)}
+        entry["projection"] = projection(entry, results["dask_task_s"])
+        results[name] = entry
     if args.json:
         print(json.dumps(results, indent=1))
         return
