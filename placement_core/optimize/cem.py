@@ -67,10 +67,7 @@ class CrossEntropy(Optimizer):
         return p["epsilon"] * max(0.0, 1.0 - self.used / p["steps"])
 
     def ask(self, limit: int) -> np.ndarray:
-        k = min(self.params["samples"], limit)
-        seeds = self.initial[:k] if self.updates == 0 else self.initial[:0]
-        drawn = sample_categorical(self.probs, self.rng, k - len(seeds))
-        return np.concatenate([seeds, drawn]).astype(np.int32)
+        return draw_batch(self, limit)
 
     def tell(self, placements: np.ndarray, objectives: np.ndarray) -> None:
         self.used += len(placements)
@@ -107,6 +104,15 @@ def sample_categorical(probs: np.ndarray, rng: np.random.Generator, k: int) -> n
     cum[:, -1] = 1.0
     u = rng.random((k, probs.shape[0], 1))
     return (u > cum[None, :, :]).sum(axis=2).astype(np.int32)
+
+
+def draw_batch(opt, limit: int) -> np.ndarray:
+    """A sample of ``opt.params['samples']`` placements (at most ``limit``) from ``opt.probs``; before the first
+    update the initial placements come first (CEM and the policy-gradient family share this)."""
+    k = min(opt.params["samples"], limit)
+    seeds = opt.initial[:k] if opt.updates == 0 else opt.initial[:0]
+    drawn = sample_categorical(opt.probs, opt.rng, k - len(seeds))
+    return np.concatenate([seeds, drawn]).astype(np.int32)
 
 
 def elite_frequencies(placements: np.ndarray, objectives: np.ndarray, elite_fraction: float, d: int) -> np.ndarray:

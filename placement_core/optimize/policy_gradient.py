@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import Optimizer, Param, register
-from .cem import elite_frequencies, sample_categorical
+from .cem import draw_batch, elite_frequencies
 
 LOG_FLOOR = 1e-12  # log of a probability the cross-entropy update set to 0 (ε reached 0)
 
@@ -99,10 +99,7 @@ class SoftmaxPolicy(Optimizer):
         return softmax(self.logits)
 
     def ask(self, limit: int) -> np.ndarray:
-        k = min(self.params["samples"], limit)
-        seeds = self.initial[:k] if self.updates == 0 else self.initial[:0]
-        drawn = sample_categorical(self.probs, self.rng, k - len(seeds))
-        return np.concatenate([seeds, drawn]).astype(np.int32)
+        return draw_batch(self, limit)
 
     def tell(self, placements: np.ndarray, objectives: np.ndarray) -> None:
         self.used += len(placements)
