@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
+from placement_core.devices import DeviceGraph  # noqa: E402
 from placement_core.graph import Graph  # noqa: E402
 from placement_core.learned.features import (DEVICE_FEATURES, NODE_FEATURES, GraphInfo,  # noqa: E402
                                              device_context, node_features)
@@ -255,8 +256,13 @@ def test_any_relabelling_gives_the_same_greedy_placement_in_the_same_visiting_or
     rename = {o.name: f"v{(k * 5) % 8}" for k, o in enumerate(ops)}
     other_ops = [replace(ops[i], name=rename[ops[i].name], inputs=tuple(rename[p] for p in ops[i].inputs))
                  for i in perm]
-    p1 = Problem(Graph("g", ops), devices(3), comm_efficiency=1.0, comp_efficiency=1.0)
-    p2 = Problem(Graph("g", other_ops), devices(3), comm_efficiency=1.0, comp_efficiency=1.0)
+    # Devices told apart by speed: identical devices get logits equal up to summation order, and argmax then
+    # breaks the tie by float noise (a failing example had two equal devices swapped).
+    same = devices(3)
+    devs = DeviceGraph("distinct", [replace(d, peak_flops=d.peak_flops * (1 + k)) for k, d in enumerate(same.devices)],
+                       list(same.channels))
+    p1 = Problem(Graph("g", ops), devs, comm_efficiency=1.0, comp_efficiency=1.0)
+    p2 = Problem(Graph("g", other_ops), devs, comm_efficiency=1.0, comp_efficiency=1.0)
     to2 = np.array([p2.graph.index[rename[o.name]] for o in p1.graph.ops])
     torch.manual_seed(seed)
     net = PlacetoNet(hidden=8, rounds=3, head=16, start=start)
