@@ -131,6 +131,7 @@ class _RanksWorker(_Worker):
         self.comm = Comm(self.device, backend)
         self.meta = dry_run(traced.gm, self.shape, self.batch)
         self.initial = {k: v.clone() for k, v in traced.gm.state_dict().items()}
+        self.groups: dict = {}  # the replicas' process groups, by rank set, shared by every placement
 
     def run(self) -> None:
         import torch.distributed as dist
@@ -173,7 +174,7 @@ class _RanksWorker(_Worker):
                 return {"status": "error", "message": e.message}
             meta = dry_run(gm, self.shape, self.batch)
         step = RankStep(gm, node_rank, self.rank, self.device, self.comm, meta, self.shape, self.batch,
-                        self.spec["seed"], replicas=replicas, local_inputs=local)
+                        self.spec["seed"], replicas=replicas, local_inputs=local, groups=self.groups)
         if self.device.type == "cuda":
             for t in step.owned_tensors():
                 t.data = t.data.to(self.device)

@@ -182,11 +182,26 @@ class Comm:
         return buf.to(self.device) if self.stage else buf
 
 
+def replica_group(groups: dict, ranks) -> object:
+    """The process group of ``ranks``, made once and kept in ``groups`` (the caller's, for the life of its
+    process group). Every rank asks for the same rank sets in the same order, so every rank makes every
+    group (``new_group`` is collective) at the same point. A group per replicated layer and placement, as
+    before, leaked a gloo context with its sockets and threads each time: thousands over an E5 run, whose
+    wake-ups slowed every later step (docs/e5.md)."""
+    import torch.distributed as dist
+
+    key = tuple(sorted(int(r) for r in ranks))
+    if key not in groups:
+        groups[key] = dist.new_group(list(key))  # the world's too: its collectives stay apart from the sends
+    return groups[key]
+
+
 class RankStep:
     """One rank's share of a training step (see the module docstring)."""
 
     def __init__(self, gm, node_rank: dict[str, int], rank: int, device: torch.device, comm: Comm | None,
-                 meta, input_shape, batch_size: int, seed: int, barrier: bool = True, replicas=(), local_inputs=()):
+                 meta, input_shape, batch_size: int, seed: int, barrier: bool = True, replicas=(), local_inputs=(),
+                 groups: dict | None = None):
         self.gm, self.rank, self.device, self.comm, self.meta = gm, rank, device, comm, meta
         self.barrier = barrier  # start every step together (off when timing one device alone)
         self.nodes = [n for n in gm.graph.nodes if n.op != "output"]
@@ -222,12 +237,11 @@ class RankStep:
         self.loss_fn = Loss(seed)
         self.params = self._owned_parameters()
         self.opt = torch.optim.SGD(self.params, lr=LR) if self.params else None
-        # (parameters, process group, ranks) of the replicated layers this rank holds; every rank makes every
-        # group, in the same order (torch.distributed.new_group is collective)
+        # (parameters, process group, ranks) of the replicated layers this rank holds
         self.replicas = []
+        groups = {} if groups is None else groups
         for targets, ranks in replicas:
-            import torch.distributed as dist
-            group = dist.new_group(list(ranks))
+            group = replica_group(groups, ranks)
             if rank in ranks:
                 params = [p for t in targets for p in gm.get_submodule(t).parameters()]
                 self.replicas.append((params, group, len(ranks)))
@@ -355,15 +369,23 @@ class RankStep:
         return loss_value
 
     def _all_reduce(self) -> None:
-        """Sum the gradients of every replicated layer over its ranks (a ring moves 2(k-1)/k of them)."""
+        """Sum the gradients of every replicated layer over its ranks (a ring moves 2(k-1)/k of them), one
+        flat bucket per process group, as DDP does: an all-reduce per tensor cost gloo about 2 ms a call on
+        two CPU ranks (ResNet-18's 62 tensors: 121 ms, one 46.8 MB bucket: 32 ms; docs/e5.md)."""
         import torch.distributed as dist
+        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+        buckets: dict[tuple, tuple[object, int, list]] = {}  # by group and dtype (a flat buffer has one)
         for params, group, k in self.replicas:
             for p in params:
-                g = p.grad if p.grad is not None else torch.zeros_like(p)
-                staged = g.cpu() if self.comm.stage else g
-                dist.all_reduce(staged, group=group)
-                p.grad = staged.to(p.device) if self.comm.stage else staged
-                self.comm.bytes_sent += 2.0 * (k - 1) / k * staged.numel() * staged.element_size()
+                buckets.setdefault((id(group), p.dtype), (group, k, []))[2].append(p)
+        for group, k, params in buckets.values():
+            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+            flat = _flatten_dense_tensors([g.cpu() for g in grads] if self.comm.stage else grads)
+            dist.all_reduce(flat, group=group)
+            for p, g in zip(params, _unflatten_dense_tensors(flat, grads)):
+                p.grad = g.to(p.device) if self.comm.stage else g
+            self.comm.bytes_sent += 2.0 * (k - 1) / k * flat.numel() * flat.element_size()
             self.comm.messages += 1
 
     def _backward(self, env, roots, received, sends) -> None:
