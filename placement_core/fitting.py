@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from .cost import RooflineProfile
 from .devices import Channel, Device, DeviceGraph
+from .errors import InputError
 from .timings import FORMAT as TIMINGS_FORMAT
 from .timings import check_timings
 
@@ -36,6 +37,10 @@ class CalibrationSettings:
     fit_placements: int = 6  # whole-step runs to fit the CPU devices' message overhead to (0: none)
     fit_rounds: int = 2
     fit_steps: int = 3
+    # which link model the device graph keeps: the measured transfer curve, latency + bytes / bandwidth
+    # ("affine"), or "auto": whichever reproduces the whole-step runs better once the overhead is fitted
+    # (on CPU ranks the ping-pong's delayed-ack hump is not paid by a step's streamed sends: docs/e5.md)
+    link_model: str = "auto"
     # devices of one kind with the same hardware and core count (cpu:N ranks, GPUs of one model) are the same
     # machine: each figure is taken from the fastest of them, as from the fastest round (a disturbed
     # measurement only ever reads slow), so noise cannot make identical devices look different
@@ -71,21 +76,54 @@ def fit_placements(n_ops: int, n_devices: int, k: int, seed: int):
     return out
 
 
-def fit_message_overhead(cal: Calibration, graph, overhead_devices: list[str], runs) -> tuple[DeviceGraph, dict]:
+LINK_MODELS = ("auto", "curve", "affine")
+
+
+def fit_message_overhead(cal: Calibration, graph, overhead_devices: list[str], runs,
+                         link_model: str = "curve") -> tuple[DeviceGraph, dict]:
     """The device graph with ``message_overhead`` on ``overhead_devices`` set to the value that minimises
     the squared log error of simulated against measured step times (``runs``: (placement, measured seconds,
     messages per step)), and the fit's record. A grid over 0 and 1 us .. 100 ms, then golden-section search
     between the best grid point's neighbours; the result is never worse than the best grid point, and so
-    never worse than no overhead at all."""
+    never worse than no overhead at all.
+
+    ``link_model``: "curve" keeps the channels as they are; "affine" drops their transfer curves (latency +
+    bytes / bandwidth); "auto" fits both and keeps the one with the smaller error (a tie keeps the curve).
+    Channels without a curve have one model only."""
+    if link_model not in LINK_MODELS:
+        raise InputError(f"unknown link model {link_model!r}", field="--link-model",
+                         fix="Use one of: " + ", ".join(LINK_MODELS))
+    has_curve = any(c.transfer_curve for c in cal.devices.channels)
+    models = ["curve", "affine"] if (link_model == "auto" and has_curve) else \
+        ["affine" if (link_model == "affine" and has_curve) else "curve"]
+    fits = {m: _fit_overhead(cal.devices if m == "curve" else without_curves(cal.devices), cal.timings, graph,
+                             overhead_devices, runs) for m in models}
+    chosen = min(models, key=lambda m: (fits[m][1]["log_error_after"], models.index(m)))
+    fitted, fit = fits[chosen]
+    fit = dict(fit, link_model=chosen if has_curve else "affine")
+    if len(models) > 1:
+        fit["link_models"] = {m: {"message_overhead_s": f["message_overhead_s"], "log_error_after": f["log_error_after"]}
+                              for m, (_, f) in fits.items()}
+    return fitted, fit
+
+
+def without_curves(devices: DeviceGraph) -> DeviceGraph:
+    """A copy whose channels use latency + bytes / bandwidth (their transfer curves dropped)."""
+    from dataclasses import replace
+    return DeviceGraph(devices.name, list(devices.devices), [replace(c, transfer_curve=()) for c in devices.channels],
+                       source=devices.source)
+
+
+def _fit_overhead(devices: DeviceGraph, timings: dict, graph, overhead_devices: list[str], runs):
     import numpy as np
 
     from .problem import Problem
     from .timings import timing_table
 
-    table = timing_table(cal.timings, graph)
+    table = timing_table(timings, graph)
 
     def error(overhead: float) -> float:
-        problem = Problem(graph, with_message_overhead(cal.devices, overhead_devices, overhead), timings=table)
+        problem = Problem(graph, with_message_overhead(devices, overhead_devices, overhead), timings=table)
         return sum((math.log(problem.simulate(x).result.batch_time) - math.log(t)) ** 2 for x, t, _ in runs)
 
     grid = np.concatenate([[0.0], np.geomspace(1e-6, 0.1, 61)])
@@ -98,8 +136,8 @@ def fit_message_overhead(cal: Calibration, graph, overhead_devices: list[str], r
     overhead = (lo + hi) / 2
     if error(overhead) > errors[k]:
         overhead = float(grid[k])
-    fitted = with_message_overhead(cal.devices, overhead_devices, overhead)
-    before = Problem(graph, with_message_overhead(cal.devices, overhead_devices, 0.0), timings=table)
+    fitted = with_message_overhead(devices, overhead_devices, overhead)
+    before = Problem(graph, with_message_overhead(devices, overhead_devices, 0.0), timings=table)
     after = Problem(graph, fitted, timings=table)
     fit = {"message_overhead_s": overhead, "devices": list(overhead_devices), "placements": len(runs),
            "log_error_before": errors[0], "log_error_after": error(overhead),

@@ -58,10 +58,15 @@ def test_calibration_measures_every_op_and_the_link(calibration):
     assert link.bandwidth > 0 and link.latency >= 0 and set(link.routes) == {("cpu0", "cpu1"), ("cpu1", "cpu0")}
     measured = t["channels"]["cpu0-cpu1"]
     assert len(measured["seconds"]) == 3 and all(s > 0 for s in measured["seconds"])
-    # the size-dependent link model: the measured points (made non-decreasing), which the simulator then uses
-    curve = link.transfer_curve
+    # the size-dependent link model: the measured points (made non-decreasing), kept in the report, and in the
+    # device graph when they reproduce the whole-step runs better than latency + bytes / bandwidth
+    curve = tuple(tuple(p) for p in measured["transfer_curve"])
     assert [b for b, _ in curve] == [1000, 100_000, 10_000_000][-len(curve):] and len(curve) >= 2
-    assert [list(p) for p in curve] == measured["transfer_curve"]
+    fit = t["overhead_fit"]
+    assert set(fit["link_models"]) == {"curve", "affine"}
+    errors = {m: v["log_error_after"] for m, v in fit["link_models"].items()}
+    assert fit["link_model"] == min(errors, key=lambda m: (errors[m], m != "curve"))
+    assert link.transfer_curve == (curve if fit["link_model"] == "curve" else ())
     assert curve[-1][1] >= max(measured["seconds"][:-1]) and curve[-1][1] == measured["seconds"][-1]
     for d in devices.devices:
         assert d.peak_flops > 0 and d.mem_bandwidth > 0 and d.memory_bytes > 0
@@ -115,6 +120,42 @@ def test_overhead_fit_recovers_a_known_overhead():
     # only the devices named get it: a CUDA device keeps 0
     _, fit_one = fit_message_overhead(Calibration(devs, timings), graph, ["cpu0"], runs)
     assert fit_one["devices"] == ["cpu0"]
+
+
+def test_the_link_model_that_reproduces_the_steps_is_kept():
+    """Steps 'measured' by the simulator with one link model and 200 us per message: fitted with both models,
+    the one they came from reproduces them exactly, so it is kept with its overhead; forcing a model keeps it."""
+    from placement_core.devices import Channel, Device, DeviceGraph
+    from placement_core.fitting import Calibration, fit_message_overhead, fit_placements, with_message_overhead
+    ops = [Op("x", "input", (), output_bytes=4000)] + [
+        Op(f"op{i}", "conv", (f"op{i - 1}" if i else "x",), output_bytes=4000 * (1 + i % 4), param_bytes=100)
+        for i in range(20)]
+    graph = Graph("chain", ops, batch_size=4)
+    hump = ((1e3, 5e-5), (8e3, 5e-5), (1e4, 1.5e-3), (1e7, 4e-3))  # a delayed-ack hump at 10 kB
+    link = Channel("cpu0-cpu1", 1e9, 20e-6, (("cpu0", "cpu1"), ("cpu1", "cpu0")), transfer_curve=hump)
+    devs = DeviceGraph("local", [Device("cpu0", "cpu", 1e10, 1e9, 1e10), Device("cpu1", "cpu", 1e10, 1e9, 1e10)],
+                       [link])
+    timings = {"format": "placement-timings/1", "network": "chain", "batch_size": 4,
+               "ops": {op.name: {d: {"fwd": 0.0 if op.kind == "input" else 1e-3, "bwd": 0.0 if op.kind == "input"
+                                     else 2e-3, "update": 1e-4} for d in ("cpu0", "cpu1")} for op in ops}}
+    table = timing_table(timings, graph)
+    xs = fit_placements(len(graph), 2, 6, seed=0)
+    affine = DeviceGraph("local", list(devs.devices), [Channel(link.name, link.bandwidth, link.latency, link.routes)])
+    for truth_devices, expected in ((affine, "affine"), (devs, "curve")):
+        truth = Problem(graph, with_message_overhead(truth_devices, ["cpu0", "cpu1"], 2e-4), timings=table)
+        runs = [(x, truth.simulate(x).result.batch_time, 0.0) for x in xs]
+        fitted, fit = fit_message_overhead(Calibration(devs, timings), graph, ["cpu0", "cpu1"], runs, "auto")
+        assert fit["link_model"] == expected and fit["message_overhead_s"] == pytest.approx(2e-4, rel=1e-3)
+        assert fitted.channels[0].transfer_curve == (hump if expected == "curve" else ())
+        other = "curve" if expected == "affine" else "affine"
+        assert fit["link_models"][expected]["log_error_after"] < 1e-8 < fit["link_models"][other]["log_error_after"]
+    # forced: the curve stays whatever the runs say; no curve at all: one model, "affine"
+    fitted, fit = fit_message_overhead(Calibration(devs, timings), graph, ["cpu0", "cpu1"], runs, "affine")
+    assert fit["link_model"] == "affine" and fitted.channels[0].transfer_curve == () and "link_models" not in fit
+    _, fit = fit_message_overhead(Calibration(affine, timings), graph, ["cpu0", "cpu1"], runs, "auto")
+    assert fit["link_model"] == "affine" and "link_models" not in fit
+    with pytest.raises(InputError, match="link model"):
+        fit_message_overhead(Calibration(devs, timings), graph, ["cpu0"], runs, "fancy")
 
 
 def test_calibration_placements_vary_the_traffic():

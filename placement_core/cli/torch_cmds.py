@@ -96,6 +96,10 @@ def register(sub) -> None:
     p.add_argument("--fit-placements", type=int, default=6,
                    help="whole-step runs of calibration placements to fit the CPU devices' message overhead "
                         "(device time per message sent or received) to (default 6; 0: no overhead)")
+    p.add_argument("--link-model", choices=("auto", "curve", "affine"), default="auto",
+                   help="links in the device graph: the measured transfer curve, latency + bytes / bandwidth, or "
+                        "auto: whichever reproduces the whole-step runs better (default; with --fit-placements 0: "
+                        "the curve)")
     p.add_argument("--separate", action="store_true",
                    help="keep identical devices' measurements apart (default: cpu:N ranks, or GPUs of one model, "
                         "share the fastest figures of all of them, as rounds do)")
@@ -168,7 +172,8 @@ def cmd_calibrate(args) -> int:
         raise InputError(f"--max-transfer must be at least {fmt_bytes(SIZES[1])}: a link's latency and bandwidth "
                          "need two message sizes", field="--max-transfer")
     settings = CalibrationSettings(steps=args.steps, reconcile=args.reconcile, rounds=args.rounds,
-                                   fit_placements=args.fit_placements, sizes=sizes, pool_identical=not args.separate)
+                                   fit_placements=args.fit_placements, sizes=sizes, pool_identical=not args.separate,
+                                   link_model=args.link_model)
     cal = calibrate(args.model, shape, args.devices, runner=args.runner, batch_size=batch, settings=settings,
                     progress=None if args.json else (lambda m: print(m, file=sys.stderr)))
     written = save_calibration(cal, args.out, preset=args.preset)

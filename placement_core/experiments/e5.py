@@ -359,7 +359,17 @@ def overhead_lines(timings_doc: dict) -> list[str]:
             f"message received on {', '.join(fit['devices'])} (send and receive tasks in the simulator, which the "
             f"device cannot spend computing), fitted to {fit['placements']} whole-step runs of calibration "
             f"placements (squared log error {fit['log_error_before']:.3g} without it, "
-            f"{fit['log_error_after']:.3g} with it); both profiles simulate with it"]
+            f"{fit['log_error_after']:.3g} with it); both profiles simulate with it"] + _link_model_lines(fit)
+
+
+def _link_model_lines(fit: dict) -> list[str]:
+    models = fit.get("link_models")
+    if not models:
+        return []
+    names = {"curve": "the measured transfer curve", "affine": "ping-pong latency + bytes / bandwidth"}
+    return [f"- links: {names[fit['link_model']]}, the better of the two at reproducing those runs ("
+            + "; ".join(f"{names[m]}: {v['message_overhead_s'] * 1e6:.0f} us, squared log error {v['log_error_after']:.3g}"
+                        for m, v in models.items()) + ")"]
 
 
 def summary_line(result: E5Result) -> str:

@@ -32,8 +32,12 @@ and receive tasks) to the value that makes the simulator best reproduce those
 whole steps (least squares on log time: a grid, then golden-section search).
 One value is shared by all CPU devices; CUDA devices keep 0 (their transfers
 are driven asynchronously, and a shared value would blur the two kinds); with
-no CPU device there is nothing to fit. The links keep the ping-pong latency
-and bandwidth. The report records the fit (``overhead_fit``).
+no CPU device there is nothing to fit. The overhead is fitted twice, once with
+the links' measured transfer curves and once with latency + bytes /
+bandwidth, and the device graph keeps the model that reproduces the steps
+better (``link_model``: "auto"; or force one): on CPU ranks a step's streamed
+sends do not pay the ping-pong's delayed-ack hump at 256 kB - 3 MB (docs/e5.md).
+The report records the fit (``overhead_fit``).
 
 Output: a ``placement-devices/1`` graph (the ``local`` preset) and a
 ``placement-timings/1`` table (:mod:`placement_core.timings`); the fitting is
@@ -148,7 +152,8 @@ def calibrate(source: str, input_shape, devices, *, runner: str = "ranks", batch
 def fit_overhead(cal: Calibration, graph, source, shape, devs, runner, settings: CalibrationSettings,
                  progress=None) -> Calibration:
     """Fit the CPU devices' message overhead so the simulator reproduces whole steps of a few calibration
-    placements (the links keep their ping-pong latency and bandwidth)."""
+    placements, and choose the link model (the measured transfer curve or latency + bytes / bandwidth) that
+    reproduces them better (``settings.link_model``)."""
     from .benchmark import BenchmarkSettings, benchmark
 
     xs = fit_placements(len(graph), len(devs), settings.fit_placements, settings.seed)
@@ -164,12 +169,14 @@ def fit_overhead(cal: Calibration, graph, source, shape, devs, runner, settings:
     if len(runs) < 2:
         return cal
     overhead_devices = [d.name for d in devs if d.kind == "cpu"]
-    fitted, fit = fit_message_overhead(cal, graph, overhead_devices, runs)
+    fitted, fit = fit_message_overhead(cal, graph, overhead_devices, runs, settings.link_model)
     report = dict(cal.report, overhead_fit=fit)
     timings = dict(cal.timings, overhead_fit=fit)
     if progress:
         progress(f"message overhead {fit['message_overhead_s'] * 1e6:.0f} us per message sent or received on "
-                 f"{', '.join(overhead_devices)} (link latency: the ping-pong's)")
+                 f"{', '.join(overhead_devices)}; links: "
+                 + ("the measured transfer curve" if fit["link_model"] == "curve" else
+                    "the ping-pong's latency + bytes / bandwidth"))
     return Calibration(fitted, timings, report)
 
 
