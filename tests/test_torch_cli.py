@@ -120,12 +120,17 @@ def test_calibrate_then_e5(capsys, tmp_path, monkeypatch):
         m = result["metrics"][profile]["median"]
         assert -1 <= m["kendall_tau"] <= 1 and -1 <= m["pearson_r"] <= 1 and m["mape_pct"] >= 0
         assert m["n"] >= 5
+    # the calibrated profile again on the placements that split no op (the split ops' cost model apart)
+    whole = [r for r in result["rows"] if r["status"] == "ok" and r["kind"] != "sharded"]
+    assert len(whole) < result["metrics"]["calibrated"]["median"]["n"]
+    assert result["metrics"]["calibrated, whole ops"]["median"]["n"] == len(whole)
     for name in ("results.csv", "scatter.png", "placements.json", "report.md"):
         assert (tmp_path / "e5" / name).stat().st_size > 0
     report = (tmp_path / "e5" / "report.md").read_text()
     assert "placement experiment e5 --model" in report
     assert "identical devices share the fastest of their measurements: cpu0, cpu1" in report
     assert "the simulator uses the measured transfer curve" in report and "Load average" in report
+    assert "| calibrated, whole ops | **median** |" in report
 
 
 def test_calibrate_separate_keeps_identical_devices_apart(capsys, tmp_path, monkeypatch):

@@ -37,6 +37,9 @@ from ..problem import Problem
 from .e2 import STATISTICS, estimate
 
 
+WHOLE = "calibrated, whole ops"  # the calibrated profile on the placements that split no op
+
+
 @dataclass(frozen=True)
 class E5Settings:
     generations: int = 30  # GA generations against the calibrated simulator
@@ -236,6 +239,10 @@ def run_e5(source: str, input_shape, devices: str, *, batch_size: int | None, ou
     for profile in ("calibrated", "default"):
         sim = [r[f"sim_{profile}_s"] for r in ok]
         result_metrics[profile] = {stat: metrics(sim, [r[f"measured_{stat}_s"] for r in ok]) for stat in STATISTICS}
+    whole = [r for r in ok if r["kind"] != "sharded"]
+    if len(whole) < len(ok) and len(whole) >= 3:  # the split ops' cost model apart (docs/e5.md)
+        result_metrics[WHOLE] = {stat: metrics([r["sim_calibrated_s"] for r in whole],
+                                               [r[f"measured_{stat}_s"] for r in whole]) for stat in STATISTICS}
     files = {"csv": out / "results.csv", "png": out / "scatter.png", "placements": out / "placements.json",
              "report": out / "report.md"}
     _write_csv(files["csv"], rows)
@@ -315,7 +322,7 @@ def report(network, source, shape, batch, devices, rows, result_metrics, timings
              + (" Load average (1, 5, 15 min) before: {:.2f}, {:.2f}, {:.2f}; after: {:.2f}, {:.2f}, {:.2f}."
                 .format(*load[0], *load[1]) if load else ""), "",
              "| profile | measured statistic | Pearson r | Kendall τ | MAPE |", "|---|---|---|---|---|"]
-    for profile in ("calibrated", "default"):
+    for profile in [p for p in ("calibrated", "default", WHOLE) if p in result_metrics]:
         for stat in sorted(result_metrics[profile], key=lambda k: (k != settings.statistic, k)):
             m = result_metrics[profile][stat]
             name = f"**{stat}**" if stat == settings.statistic else stat
@@ -335,7 +342,8 @@ def report(network, source, shape, batch, devices, rows, result_metrics, timings
         fitted = (f" (fitted to {timings_doc['latency_fit']['placements']} whole-step runs of calibration "
                   f"placements; ping-pong: {c['ping_pong_latency_s'] * 1e6:.0f} us)"
                   if "ping_pong_latency_s" in c and "latency_fit" in timings_doc else " (ping-pong)")
-        curve = c.get("transfer_curve")
+        fit = timings_doc.get("overhead_fit") or {}
+        curve = c.get("transfer_curve") if fit.get("link_model", "curve") == "curve" else None
         lines.append(f"- {name}: latency {c['latency_s'] * 1e6:.0f} us{fitted}, bandwidth "
                      f"{c['bandwidth'] / 1e9:.3f} GB/s (ping-pong, 1e3..1e8 bytes)"
                      + (f"; the simulator uses the measured transfer curve ({len(curve)} sizes, "

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .e3 import write_text
-from .e5 import E5Result, E5Settings, run_e5
+from .e5 import WHOLE, E5Result, E5Settings, run_e5
 
 TARGET_TAU = 0.8
 
@@ -37,13 +37,16 @@ def summary(results: list[E5Result], source: str, devices: str, settings: E5Sett
              f"{stat} of its steps. Kendall τ and MAPE of the calibrated profile against it; the other "
              "statistics and the default profile for comparison.", "",
              "| run | placements | τ (calibrated) | Pearson r | MAPE | τ, other statistics | τ (default) | "
-             "load average before → after |", "|---|---|---|---|---|---|---|---|"]
+             "τ, placements that split no op | load average before → after |", "|---|---|---|---|---|---|---|---|---|"]
     for k, r in enumerate(results, 1):
         m = r.metrics["calibrated"][stat]
         others = ", ".join(f"{s} {v['kendall_tau']:.3f}" for s, v in r.metrics["calibrated"].items() if s != stat)
         load = f"{r.load[0][0]:.2f} → {r.load[1][0]:.2f}" if r.load else "–"
+        whole = r.metrics.get(WHOLE, {}).get(stat)
+        whole = f"{whole['kendall_tau']:.3f} ({whole['n']})" if whole else "–"
         lines.append(f"| [{k}](run{k}/report.md) | {m['n']} | **{m['kendall_tau']:.3f}** | {m['pearson_r']:.3f} | "
-                     f"{m['mape_pct']:.1f} % | {others} | {r.metrics['default'][stat]['kendall_tau']:.3f} | {load} |")
+                     f"{m['mape_pct']:.1f} % | {others} | {r.metrics['default'][stat]['kendall_tau']:.3f} | {whole} | "
+                     f"{load} |")
     taus = [r.metrics["calibrated"][stat]["kendall_tau"] for r in results]
     held = all(t >= TARGET_TAU for t in taus)
     lines += ["", f"τ over the runs: {min(taus):.3f} – {max(taus):.3f}; τ ≥ {TARGET_TAU} "
