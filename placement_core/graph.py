@@ -52,6 +52,9 @@ class Op:
     # {"fwd": [flops, [bytes, ...]], "bwd": [flops, [bytes, ...]]}.
     exprimo: Mapping[str, tuple] | None = None
     bwd_weight_flops: float | None = None
+    # A convolution's groups: a channel split divides the weights by output channel, which a grouped
+    # (depthwise) convolution's input groups tie together, so only groups = 1 splits by channel.
+    groups: int = 1
 
     @property
     def weight_grad_share(self) -> float:

@@ -9,8 +9,8 @@ from .graph import Graph, Op
 
 FORMAT = "placement-network/1"
 
-_OP_FIELDS = {"name", "kind", "inputs", "fwd_flops", "bwd_flops", "bwd_weight_flops", "output_bytes", "param_bytes",
-              "mem_bytes", "shape", "times", "module", "exprimo"}
+_OP_FIELDS = {"name", "kind", "inputs", "fwd_flops", "bwd_flops", "bwd_weight_flops", "groups", "output_bytes",
+              "param_bytes", "mem_bytes", "shape", "times", "module", "exprimo"}
 _NUMBER_FIELDS = ("fwd_flops", "bwd_flops", "output_bytes", "param_bytes", "mem_bytes")
 # Far beyond any real network, small enough that sizes derived from them stay exact floats.
 MAX_BATCH = 2**31 - 1
@@ -78,8 +78,13 @@ def _op_from_dict(raw: Any, i: int, source: str | None) -> Op:
             raise InputError(f"bwd_weight_flops ({weight:g}) exceeds bwd_flops ({values['bwd_flops']:g})",
                              source=source, field=f"{at}.bwd_weight_flops",
                              fix="Give the weight-gradient part of the backward, at most bwd_flops (or leave it out)")
+    groups = raw.get("groups", 1)
+    if isinstance(groups, bool) or not isinstance(groups, int) or not 1 <= groups <= MAX_DIM:
+        raise InputError(f"groups must be a positive integer, got {_short(groups)}", source=source,
+                         field=f"{at}.groups", fix="Give a convolution's groups (1, the default, for an ordinary one)")
     return Op(name=name, kind=kind, inputs=tuple(inputs), shape=tuple(shape), times=times,
-              input_bytes=input_bytes, module=module, exprimo=exprimo, bwd_weight_flops=weight, **values)
+              input_bytes=input_bytes, module=module, exprimo=exprimo, bwd_weight_flops=weight, groups=groups,
+              **values)
 
 
 def _times_from_dict(raw: Any, at: str, source: str | None) -> dict[str, dict[str, float]]:
@@ -120,6 +125,8 @@ def network_to_dict(graph: Graph) -> dict:
             d[k] = _num(getattr(op, k))
         if op.bwd_weight_flops is not None:
             d["bwd_weight_flops"] = _num(op.bwd_weight_flops)
+        if op.groups != 1:
+            d["groups"] = op.groups
         d["shape"] = list(op.shape)
         if op.times:
             d["times"] = {dev: {ph: t for ph, t in v.items()} for dev, v in op.times.items()}

@@ -80,6 +80,9 @@ def extent(op: Op, graph: Graph, dim: str) -> tuple[int, str]:
     if op.kind not in CHANNEL_KINDS or op.param_bytes <= 0:
         return 0, (f"a channel split divides an op's weights by output channel, and this {op.kind} op"
                    + (" has no weights" if op.kind in CHANNEL_KINDS else " is not a convolution or linear layer"))
+    if op.groups != 1:
+        return 0, (f"it is a grouped convolution ({op.groups} groups), whose output channels each read one group "
+                   "of the input: only an ordinary convolution (1 group) or a linear layer splits by channel")
     if len(shape) < 2:
         return 0, "its output shape is not known (the network file gives no shape)"
     # NCHW from PyTorch (channels second); Exprimo's layers are NHWC and linear layers end in their features

@@ -199,3 +199,27 @@ def test_exprimo_sharded_assignment_files_simulate_from_the_command_line(network
     assert round(data["makespan_s"] * 1e3, 3) == sharded_ms
     assert data["split_ops"] == {split: {"devices": ["gpu0", "gpu1"], "split": "channel"}}
     assert data["transfers"] == 4
+
+
+def test_a_grouped_convolution_splits_by_batch_only_and_its_groups_survive_a_file(tmp_path):
+    """A depthwise convolution's output channels each read one input channel: a channel split would split
+    its input too, which the runner cannot do (E5 on MobileNetV2 drew such splits; the runner refused)."""
+    from dataclasses import replace
+
+    from placement_core.netformat import network_from_dict, network_to_dict
+    g = net()
+    dw = Graph("tiny", [replace(o, groups=8) if o.name == "conv" else o for o in g.ops], batch_size=4)
+    size, why = extent(dw.op("conv"), dw, "channel")
+    assert size == 0 and "grouped convolution (8 groups)" in why
+    assert extent(dw.op("conv"), dw, "batch")[0] == 4
+    with pytest.raises(InputError, match="grouped convolution") as e:
+        placement_from_dict({"format": "placement/1", "assignment": {
+            "data": "gpu0", "conv": {"devices": ["gpu0", "gpu1"], "split": "channel"}, "relu": "gpu0", "fc": "gpu0"}},
+            dw, gpus(), source="p.json", splits=[])
+    assert "conv" in str(e.value)
+    doc = network_to_dict(dw)
+    assert [o.get("groups") for o in doc["ops"]] == [None, 8, None, None]  # written only where it is not 1
+    assert network_from_dict(doc).op("conv").groups == 8 and network_from_dict(network_to_dict(g)).op("conv").groups == 1
+    doc["ops"][1]["groups"] = 0
+    with pytest.raises(InputError, match="groups must be a positive integer"):
+        network_from_dict(doc, source="net.json")

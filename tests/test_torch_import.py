@@ -76,6 +76,39 @@ def test_export_fallback_when_fx_cannot_trace():
     assert set(traced.node_op.values()) == {o.name for o in g.ops}
 
 
+def test_a_depthwise_convolution_keeps_its_groups_through_fx_and_export():
+    """MobileNet's depthwise convolutions: groups recorded on the op (so a channel split is refused), by fx
+    from the module and by torch.export from aten.convolution's arguments."""
+    from torch import nn
+
+    from placement_core.sharding import extent
+
+    class Depthwise(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.dw = nn.Conv2d(4, 4, 3, padding=1, groups=4)
+            self.pw = nn.Conv2d(4, 6, 1)
+
+        def forward(self, x):
+            return self.pw(self.dw(x))
+
+    g = import_module(Depthwise(), (2, 4, 8, 8), name="dw")
+    assert g.op("dw").groups == 4 and g.op("pw").groups == 1
+    assert extent(g.op("dw"), g, "channel")[0] == 0 and extent(g.op("pw"), g, "channel")[0] == 6
+    from placement_core.torch.fx_import import conv_groups
+
+    class Node:  # an exported graph's call: aten.convolution(x, w, b, stride, padding, dilation, transposed,
+        op, target, kwargs = "call_function", "aten.convolution.default", {}  # output_padding, groups)
+        args = ("x", "w", None, [1, 1], [1, 1], [1, 1], False, [0, 0], 4)
+    assert conv_groups(Node(), None) == 4
+    Node.target, Node.args = "torch.nn.functional.conv2d", ("x", "w", None, 1, 1, 1, 2)
+    assert conv_groups(Node(), None) == 2
+    Node.target = "aten.conv2d.default"  # (x, w, b, stride, padding, dilation, groups)
+    assert conv_groups(Node(), None) == 2
+    Node.args, Node.kwargs = ("x", "w"), {"groups": 3}
+    assert conv_groups(Node(), None) == 3
+
+
 def test_untraceable_model_says_why_and_what_to_try():
     with pytest.raises(InputError) as e:
         trace_model(load_model(src("DataBranch")), (2, 4))

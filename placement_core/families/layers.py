@@ -36,13 +36,13 @@ class NetBuilder:
         return self._bytes[name]
 
     def _add(self, name: str, kind: str, inputs, *, fwd: float, bwd: float, out_elems: float, params: float = 0.0,
-             read_bytes: float | None = None, shape=(), edges: dict | None = None) -> str:
+             read_bytes: float | None = None, shape=(), edges: dict | None = None, groups: int = 1) -> str:
         inputs = tuple(inputs)
         out = float(out_elems) * F
         read = sum((edges or {}).get(i, self._bytes[i]) for i in inputs) if read_bytes is None else read_bytes
         self.ops.append(Op(name=name, kind=kind, inputs=inputs, fwd_flops=float(fwd), bwd_flops=float(bwd),
                            output_bytes=out, param_bytes=float(params) * F, mem_bytes=read + out + float(params) * F,
-                           shape=tuple(int(s) for s in shape), input_bytes=dict(edges or {})))
+                           shape=tuple(int(s) for s in shape), input_bytes=dict(edges or {}), groups=int(groups)))
         self._bytes[name] = out
         return name
 
@@ -92,7 +92,7 @@ class NetBuilder:
         fwd = 2.0 * k * k * (cin // groups) * cout * hw_out * hw_out * n
         return self._add(name, "conv", (x,), fwd=fwd, bwd=fwd if first else 2 * fwd,
                          out_elems=n * cout * hw_out * hw_out, params=k * k * (cin // groups) * cout,
-                         shape=(n, cout, hw_out, hw_out))
+                         shape=(n, cout, hw_out, hw_out), groups=groups)
 
     def pool(self, name: str, x: str, c: int, k: int, hw_out: int) -> str:
         n = self.batch

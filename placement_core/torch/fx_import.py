@@ -53,6 +53,7 @@ class _Record:
     in_bytes: float = 0.0
     first_layer: bool = False
     weight_flops: float | None = None  # the weight-gradient part of the backward (None: the default rule)
+    groups: int = 1  # a convolution's groups
 
 
 class _Recorder(torch.fx.Interpreter):
@@ -135,6 +136,7 @@ class _Recorder(torch.fx.Interpreter):
                       in_bytes=float(sum(b for _, b in seen.items())))
         rec.first_layer = bool(seen) and all(p in self.placeholders for p in seen)
         rec.weight_flops = weight_flops(rec, node, self.param_of)
+        rec.groups = conv_groups(node, self.fetch_attr) if kind in ("conv", "deconv") else 1
         self.records[name] = rec
         self._names[node.name] = name
         return result
@@ -154,6 +156,19 @@ class _Recorder(torch.fx.Interpreter):
         if isinstance(arg, (list, tuple)):
             return [self._arg_value(a) for a in arg]
         return None
+
+
+def conv_groups(node, fetch_attr) -> int:
+    """A convolution node's groups: its module's, or the functional call's (F.conv* and aten.conv*: 7th
+    argument, aten.convolution: 9th), 1 when it does not say."""
+    if node.op == "call_module":
+        return int(getattr(fetch_attr(node.target), "groups", 1) or 1)
+    if "groups" in node.kwargs:
+        value = node.kwargs["groups"]
+    else:
+        position = 8 if "convolution" in str(node.target) else 6
+        value = node.args[position] if len(node.args) > position else 1
+    return int(value) if isinstance(value, int) and value >= 1 else 1
 
 
 def _reason(e: BaseException) -> str:
@@ -295,7 +310,7 @@ def recorded_ops(recorder: _Recorder) -> list[Op]:
                                    if b != recorder.records[p].output_bytes},
                       fwd_flops=r.fwd_flops, bwd_flops=bwd, output_bytes=r.output_bytes,
                       param_bytes=r.param_bytes, mem_bytes=memory_traffic(r), shape=r.shape, module=r.module,
-                      bwd_weight_flops=weight))
+                      bwd_weight_flops=weight, groups=r.groups))
     return ops
 
 
