@@ -102,7 +102,12 @@ def test_e5_series_summary_states_each_run_and_whether_the_target_held():
                              "default": {"median": dict(m, kendall_tau=0.5), "min": m}}, {}, "median",
                         ((0.4, 0.5, 0.6), (0.7, 0.6, 0.6)))
     text = summary([result(0.84, 0.8), result(0.79, 0.9)], "torchvision:x", "cpu:2", E5Settings(), "cmd")
-    assert "| [1](run1/report.md) | 28 | **0.840** | 0.950 | 5.0 % | min 0.800 | 0.500 | 0.40 → 0.70 |" in text
+    assert "| [1](run1/report.md) | 28 | **0.840** | 0.950 | 5.0 % | min 0.800 | 0.500 | – | 0.40 → 0.70 |" in text
+    # with placements that split ops, the calibrated τ over the others too
+    whole = result(0.84, 0.8)
+    whole.metrics["calibrated, whole ops"] = {"median": {"pearson_r": 0.9, "kendall_tau": 0.812, "mape_pct": 4.0,
+                                                         "n": 24}}
+    assert "| 0.500 | 0.812 (24) | 0.40 → 0.70 |" in summary([whole], "x", "cpu:2", E5Settings(), "")
     assert "τ over the runs: 0.790 – 0.840; τ ≥ 0.8 in 1 of 2 runs." in text
     assert "in every run" in summary([result(0.84, 0.8)], "x", "cpu:2", E5Settings(), "")
     assert not math.isnan(result(0.84, 0.8).metrics["calibrated"]["median"]["kendall_tau"])

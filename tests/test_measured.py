@@ -181,3 +181,29 @@ def test_the_optimize_resume_of_a_measured_run_needs_pytorch_in_the_dashboard(st
     run_id = store.runs()[0].id
     with pytest.raises(InputError, match=f"placement optimize --resume {run_id}"):
         resume_run(store, run_id)
+
+
+def test_half_of_each_round_refines_the_best_true_placements():
+    """The trust region of the assisted search: neighbours of the best true placements (a few ops or one run
+    of ops changed), rated by the surrogate, none already evaluated or already in the GA's pool."""
+    from placement_core.learn.search import _local_pool, _State
+
+    problem = Problem(load_network("alexnet"), load_devices("malvik"))
+    n, rng = problem.n_ops, np.random.default_rng(0)
+    known = rng.integers(0, problem.n_devices, (6, n), dtype=np.int32)
+    state = _State(Ledger(lambda xs, labels: np.arange(len(xs), dtype=float)), 10, None, None)
+    state.evaluate(known, ["x"] * 6)  # values 0..5: known[0] is the best
+
+    class Hamming:  # a surrogate that prefers placements close to known[0]
+        def predict(self, xs):
+            return (np.asarray(xs) != known[0]).sum(axis=1).astype(float)
+
+    exclude = {known[0].copy().tobytes(): (0.0, known[0])}
+    pool = _local_pool(problem, state, Hamming(), np.random.default_rng(1), exclude=exclude, parents=3,
+                       per_parent=50)
+    xs = np.array([x for _, x in pool.values()])
+    assert 0 < len(pool) <= 150 and not ({k for k in pool} & (state.seen | set(exclude)))
+    parents = known[:3]  # each candidate differs from one of the three best in a few ops or one run of ops
+    diffs = [np.flatnonzero(x != parents[np.argmin((x != parents).sum(axis=1))]) for x in xs]
+    assert all(len(d) <= 4 or d[-1] - d[0] < max(2, n // 10) for d in diffs)
+    assert min(f for f, _ in pool.values()) <= 4  # the surrogate's favourites are near the best one

@@ -93,7 +93,7 @@ def test_one_process_group_per_rank_set_for_every_placement(monkeypatch):
     500 threads per rank after six data-parallel runs (docs/e5.md). Every rank set gets one group, kept."""
     import torch.distributed as dist
 
-    from placement_core.torch.executor import replica_group
+    from placement_core.torch.collectives import replica_group
     made = []
     monkeypatch.setattr(dist, "new_group", lambda ranks: made.append(tuple(ranks)) or object())
     groups: dict = {}

@@ -5,7 +5,9 @@ candidates in order.
 Surrogate-assisted GA: the GA's population starts from the best truly evaluated placements and evolves
 against the surrogate; after a few generations the placements it rates best that have no true value yet
 are screened by the surrogate's prediction (a surrogate of measured times has the simulated time among
-its features, so the simulator screens too) and only the best few are evaluated for real; their true
+its features, so the simulator screens too) and only the best few are evaluated for real: half of them
+from the GA's pool, half from neighbours of the best true placements (a trust region, which the
+surrogate's errors mislead least; on Inception-V3 it took the seeds that missed the target to it); their true
 values replace the predictions in the population, and the surrogate is refit on every true evaluation so
 far (it is refit as they arrive). Rounds repeat until the budget is spent.
 
@@ -221,12 +223,50 @@ def _assisted(problem: Problem, state: _State, s: SearchSettings, init: np.ndarr
         if not pool:  # nothing new came up: explore at random
             pool = {x.tobytes(): (0.0, x) for x in rng.integers(0, problem.n_devices, (s.batch, problem.n_ops),
                                                                  dtype=np.int32)}
-        chosen = sorted(pool.values(), key=lambda v: v[0])[:min(s.batch, state.left)]
+        take = min(s.batch, state.left)
+        local = _local_pool(problem, state, model, rng, exclude=pool) if model is not None else {}
+        n_local = min(len(local), take // 2)  # half the round refines the best true placements
+        chosen = sorted(local.values(), key=lambda v: v[0])[:n_local]
+        chosen += sorted(pool.values(), key=lambda v: v[0])[:take - n_local]
         xs = np.array([x for _, x in chosen], dtype=np.int32)
         if state.evaluate(xs, [f"round {state.rounds}, predicted #{i + 1}" for i in range(len(xs))]) is None:
             break
         ga.pop_f = _values(state, model, ga.pop, rng)
         ga.pop, ga.pop_f, ga.pop_rate = _sorted(ga.pop, ga.pop_f, ga.pop_rate)
+
+
+def _local_pool(problem: Problem, state: _State, model, rng, exclude: dict, parents: int = 3,
+                per_parent: int = 100) -> dict[bytes, tuple[float, np.ndarray]]:
+    """Neighbours of the best truly evaluated placements, rated by the surrogate: a few ops given new genes,
+    or a run of consecutive ops moved to one device (the GA's zone move). The GA on the surrogate roams;
+    this is the trust region around what is known to be good, which a surrogate's errors mislead least."""
+    from ..optimize.genes import Genes
+
+    X, y = _mine(state)
+    if len(y) == 0:
+        return {}
+    n, nd = problem.n_ops, problem.n_devices
+    genes = Genes(problem) if problem.splits else None  # split genes only where the problem has splits
+    out: dict[bytes, tuple[float, np.ndarray]] = {}
+    cands = []
+    for x in X[np.argsort(y, kind="stable")[:parents]]:
+        for _ in range(per_parent):
+            c = x.copy()
+            if rng.random() < 0.5:
+                pos = rng.choice(n, size=min(n, int(rng.integers(1, 5))), replace=False)
+                c[pos] = genes.draw(rng, pos) if genes else rng.integers(0, nd, len(pos))
+            else:
+                length = int(rng.integers(1, max(2, n // 10) + 1))
+                start = int(rng.integers(0, n - length + 1))
+                zone = np.full(n, genes.draw_any(rng) if genes else int(rng.integers(0, nd)), dtype=np.int32)
+                c[start:start + length] = (genes.repair(zone) if genes else zone)[start:start + length]
+            cands.append(c)
+    cands = np.array(cands, dtype=np.int32)
+    for c, f in zip(cands, model.predict(cands)):
+        k = c.tobytes()
+        if k not in state.seen and k not in exclude and k not in out:
+            out[k] = (float(f), c)
+    return out
 
 
 def _mine(state: _State) -> tuple[np.ndarray, np.ndarray]:

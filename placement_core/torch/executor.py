@@ -32,6 +32,7 @@ from torch.fx.node import map_arg
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_map, tree_unflatten
 
 from .apply import mutates_input
+from .collectives import all_reduce_buckets, replica_group
 from .memory import CpuTracker, tensor_bytes
 
 LR = 0.01
@@ -180,20 +181,6 @@ class Comm:
 
     def finish(self, buf: torch.Tensor) -> torch.Tensor:
         return buf.to(self.device) if self.stage else buf
-
-
-def replica_group(groups: dict, ranks) -> object:
-    """The process group of ``ranks``, made once and kept in ``groups`` (the caller's, for the life of its
-    process group). Every rank asks for the same rank sets in the same order, so every rank makes every
-    group (``new_group`` is collective) at the same point. A group per replicated layer and placement, as
-    before, leaked a gloo context with its sockets and threads each time: thousands over an E5 run, whose
-    wake-ups slowed every later step (docs/e5.md)."""
-    import torch.distributed as dist
-
-    key = tuple(sorted(int(r) for r in ranks))
-    if key not in groups:
-        groups[key] = dist.new_group(list(key))  # the world's too: its collectives stay apart from the sends
-    return groups[key]
 
 
 class RankStep:
@@ -369,24 +356,8 @@ class RankStep:
         return loss_value
 
     def _all_reduce(self) -> None:
-        """Sum the gradients of every replicated layer over its ranks (a ring moves 2(k-1)/k of them), one
-        flat bucket per process group, as DDP does: an all-reduce per tensor cost gloo about 2 ms a call on
-        two CPU ranks (ResNet-18's 62 tensors: 121 ms, one 46.8 MB bucket: 32 ms; docs/e5.md)."""
-        import torch.distributed as dist
-        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
-
-        buckets: dict[tuple, tuple[object, int, list]] = {}  # by group and dtype (a flat buffer has one)
-        for params, group, k in self.replicas:
-            for p in params:
-                buckets.setdefault((id(group), p.dtype), (group, k, []))[2].append(p)
-        for group, k, params in buckets.values():
-            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-            flat = _flatten_dense_tensors([g.cpu() for g in grads] if self.comm.stage else grads)
-            dist.all_reduce(flat, group=group)
-            for p, g in zip(params, _unflatten_dense_tensors(flat, grads)):
-                p.grad = g.to(p.device) if self.comm.stage else g
-            self.comm.bytes_sent += 2.0 * (k - 1) / k * flat.numel() * flat.element_size()
-            self.comm.messages += 1
+        """Sum the gradients of every replicated layer over its ranks (:mod:`.collectives`)."""
+        all_reduce_buckets(self.replicas, self.comm)
 
     def _backward(self, env, roots, received, sends) -> None:
         """Cuts from last to first: return received gradients, run backward from each cut value."""
