@@ -315,3 +315,43 @@ def test_backends_check_placements_before_shipping_them(resnet):
             ev.evaluate(np.full((3, resnet.n_ops), 9, dtype=np.int32))
         with pytest.raises(InputError, match="shape"):
             ev.submit(np.zeros((3, 5), dtype=np.int32))
+
+
+# -- the worker's heap ------------------------------------------------------------------------------------
+
+_MMAPPED_BY_1MB = """
+import ctypes, sys
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = MallInfo2
+from placement_core.parallel.heap import restore_malloc_thresholds
+restored = restore_malloc_thresholds() if sys.argv[1] == "restore" else False
+before = libc.mallinfo2().hblks
+buf = ctypes.create_string_buffer(1 << 20)
+print(restored, libc.mallinfo2().hblks - before)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/lib/x86_64-linux-gnu/libc.so.6") and not os.path.exists("/lib64/libc.so.6"),
+                    reason="glibc's malloc switches")
+@pytest.mark.parametrize("mode, expected", [("leave", "False 1"), ("restore", "True 0")])
+def test_a_nanny_trim_setting_no_longer_sends_every_large_array_to_mmap(mode, expected):
+    """With MALLOC_TRIM_THRESHOLD_ set (as a Dask nanny sets it), glibc mmaps every allocation over 128 kB;
+    after restore_malloc_thresholds a 1 MB allocation comes from the heap, as in a plain process."""
+    import subprocess
+    import sys
+    env = {**os.environ, "MALLOC_TRIM_THRESHOLD_": "65536"}
+    out = subprocess.run([sys.executable, "-c", _MMAPPED_BY_1MB, mode], env=env, capture_output=True,
+                         text=True, check=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert out.stdout.split("\n")[0] == expected
+
+
+def test_dask_workers_get_the_plain_heap_when_the_problem_arrives(resnet, cluster):
+    _, client = cluster
+    assert all(client.run(lambda: "MALLOC_TRIM_THRESHOLD_" in os.environ).values())  # the nanny's setting
+    with DaskEvaluator(resnet, client) as ev:
+        ev.evaluate(np.zeros((2, resnet.n_ops), dtype=np.int32))
+        from placement_core.parallel import heap
+        assert all(client.run(lambda: heap._done).values())

@@ -13,6 +13,7 @@ import concurrent.futures
 from typing import Any, Callable, Iterable, Iterator
 
 from .cluster import connect
+from .heap import restore_malloc_thresholds
 from .pool import _context
 
 
@@ -42,7 +43,7 @@ def _on_dask(fn, items, address) -> Iterator[tuple[int, Any]]:
 
     client, owned = connect(address)
     try:
-        futures = {client.submit(fn, item, pure=False): i for i, item in enumerate(items)}
+        futures = {client.submit(_whole_task, fn, item, pure=False): i for i, item in enumerate(items)}
         try:
             for future in as_completed(futures):
                 yield futures[future], future.result()
@@ -51,3 +52,8 @@ def _on_dask(fn, items, address) -> Iterator[tuple[int, Any]]:
     finally:
         if owned:
             client.close()
+
+
+def _whole_task(fn, item):
+    restore_malloc_thresholds()  # a Dask worker's heap as a plain process's (parallel/heap.py)
+    return fn(item)
