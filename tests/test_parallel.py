@@ -77,6 +77,37 @@ def test_the_pool_sizes_tasks_from_its_floor_and_the_genome():
         assert ev.pacing.task_s >= POOL_FLOOR_S
 
 
+def test_the_probe_times_at_least_five_evaluations_of_a_slow_problem():
+    """A 4 ms evaluation against the probe's 5 ms budget: five samples, not two or three (with three, two
+    slowed by a worker still starting halved the tasks on a 10,000-op graph)."""
+    import time as _time
+
+    from placement_core.parallel.pacing import probe_eval_seconds
+
+    class Slow:
+        n_devices, n_ops, calls = 4, 10, 0
+
+        def evaluate_many(self, x):
+            Slow.calls += 1
+            _time.sleep(0.004)
+            return np.zeros(len(x))
+
+    assert probe_eval_seconds(Slow()) >= 0.004 and Slow.calls == 5
+
+
+def test_the_pool_waits_for_every_worker_before_timing():
+    """ping_every sends an empty task to each worker and returns once each has answered."""
+    from placement_core.parallel import ProcessPoolEvaluator
+    problem = Problem(load_network("alexnet"), load_devices("malvik-4gpu"))
+    with ProcessPoolEvaluator(problem, 2) as ev:
+        sent = []
+        for w in ev.pool._workers:
+            w.outbox.put = (lambda put, w: lambda frame: (sent.append(id(w)), put(frame))[1])(w.outbox.put, w)
+        ev.pool.ping_every()
+        assert sorted(sent) == sorted(id(w) for w in ev.pool._workers) and len(sent) == 2
+        assert all(not w.outstanding for w in ev.pool._workers)
+
+
 def test_a_waited_for_batch_is_split_only_when_splitting_is_faster():
     p = Pacing(2, eval_s=1e-3, task_overhead_s=1e-4)
     assert p.parts(1) == 0  # one placement: nothing to split

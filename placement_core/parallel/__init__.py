@@ -167,6 +167,7 @@ class ProcessPoolEvaluator(_Shipping):
         self._receive = self.pool.result
         self._send_recipe = self.pool.submit_recipe
         self._receive_made = self.pool.result
+        self.pool.ping_every()  # every worker up before anything is timed (its start would share a core)
         self._pacing = self._measure(POOL_FLOOR_S)
 
     def close(self) -> None:

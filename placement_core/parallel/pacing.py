@@ -60,13 +60,14 @@ class Pacing:
                 "batch_cost_s": self.batch_cost_s, "task_s": self.task_s, "task_size": self.task_size()}
 
 
-def probe_eval_seconds(problem, budget_s: float = 0.005, most: int = 64, seed: int = 0) -> float:
+def probe_eval_seconds(problem, budget_s: float = 0.005, most: int = 64, seed: int = 0, least: int = 5) -> float:
     """Seconds per evaluation: random placements timed one at a time until ``budget_s`` is spent (at
-    least 3, at most ``most``); the median, so a scheduling hiccup does not count."""
+    least ``least``, at most ``most``); the median, so a scheduling hiccup does not count (with three
+    samples of a 4 ms evaluation, two slowed by a neighbour's start halved a task's size)."""
     rng = np.random.default_rng([seed, 0x9ACE])
     times = []
     start = time.perf_counter()
-    while len(times) < most and (len(times) < 3 or time.perf_counter() - start < budget_s):
+    while len(times) < most and (len(times) < least or time.perf_counter() - start < budget_s):
         x = rng.integers(0, problem.n_devices, (1, problem.n_ops), dtype=np.int32)
         t = time.perf_counter()
         problem.evaluate_many(x)
