@@ -186,3 +186,29 @@ def sidebar_text(pg) -> str:
 
 def wait_text(pg, text: str, timeout_s: float = 30, scope=None) -> None:
     (scope or pg).get_by_text(text).first.wait_for(timeout=timeout_s * 1000)
+
+
+def multiselect(pg, label: str):
+    """The multiselect labelled ``label``."""
+    return pg.locator("[data-testid='stMultiSelect']").filter(has=pg.get_by_text(label, exact=True)).first
+
+
+def gantt(pg):
+    return main(pg).locator("[data-testid='stPlotlyChart']").filter(
+        has=pg.locator(".ytick", has_text="(link)")).first
+
+
+def on_gantt(pg, script: str, arg=None):
+    """Evaluate ``script`` (a function of the Plotly graph div) on the Gantt chart once it is drawn."""
+    deadline = time.time() + 20
+    while True:
+        try:
+            plot = gantt(pg).locator(".js-plotly-plot").first
+            if plot.evaluate("gd => !!(gd.layout && gd._fullData)"):
+                return plot.evaluate(script, arg)
+        except Exception:
+            if time.time() > deadline:
+                raise
+        if time.time() > deadline:
+            raise AssertionError("the Gantt chart was not drawn")
+        time.sleep(0.2)

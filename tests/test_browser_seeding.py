@@ -7,7 +7,7 @@ The expected seed count comes from placement_core directly (initial_placements o
 from __future__ import annotations
 
 import pytest
-from browser_util import choose, main, no_errors, number, open_page, settle, shot, type_number, wait_text
+from browser_util import choose, main, multiselect, no_errors, number, open_page, settle, shot, type_number, wait_text
 
 from placement_core import Problem, load_devices, load_network
 from placement_core.optimize.seeding import initial_placements
@@ -15,12 +15,8 @@ from placement_core.optimize.seeding import initial_placements
 pytestmark = pytest.mark.timeout(240)
 
 
-def _multiselect(pg, label: str):
-    return pg.locator("[data-testid='stMultiSelect']").filter(has=pg.get_by_text(label, exact=True)).first
-
-
 def _tags(pg, label: str) -> list[str]:
-    tags = _multiselect(pg, label).locator(".react-aria-ComboBox [data-tag]")
+    tags = multiselect(pg, label).locator(".react-aria-ComboBox [data-tag]")
     return [tags.nth(i).get_attribute("aria-label") for i in range(tags.count())]
 
 
@@ -28,11 +24,11 @@ def test_initial_mappings_are_kept_used_and_reported(page):
     pg = page
     choose(pg, "Network", "AlexNet  (alexnet)")
     open_page(pg, "Optimize")
-    _multiselect(pg, "Algorithms").locator(".react-aria-ComboBox").get_by_role(
+    multiselect(pg, "Algorithms").locator(".react-aria-ComboBox").get_by_role(
         "button", name="Remove MAP-Elites").click()
     settle(pg)
     type_number(pg, "Evaluations per algorithm", 500)
-    _multiselect(pg, "Initial mappings").click()
+    multiselect(pg, "Initial mappings").click()
     pg.get_by_role("option", name="HEFT (earliest finish time)").click()
     pg.keyboard.press("Escape")
     settle(pg)

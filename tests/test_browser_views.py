@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from browser_util import ARTIFACTS, ROOT, choose, main, no_errors, open_page, selected, settle, wait_text
+from browser_util import (ARTIFACTS, ROOT, choose, gantt, main, no_errors, on_gantt, open_page, selected, settle,
+                          wait_text)
 
 from placement_core import load_devices, load_network
 from placement_core.analysis import fmt_bytes, fmt_flops
@@ -191,27 +192,6 @@ def test_click_a_channel_in_the_device_graph(page):
 
 
 # -- the Trace page -------------------------------------------------------------------------------------
-
-def gantt(pg):
-    return main(pg).locator("[data-testid='stPlotlyChart']").filter(
-        has=pg.locator(".ytick", has_text="(link)")).first
-
-
-def on_gantt(pg, script: str, arg=None):
-    """Evaluate ``script`` (a function of the Plotly graph div) on the Gantt chart once it is drawn."""
-    deadline = time.time() + 20
-    while True:
-        try:
-            plot = gantt(pg).locator(".js-plotly-plot").first
-            if plot.evaluate("gd => !!(gd.layout && gd._fullData)"):
-                return plot.evaluate(script, arg)
-        except Exception:
-            if time.time() > deadline:
-                raise
-        if time.time() > deadline:
-            raise AssertionError("the Gantt chart was not drawn")
-        time.sleep(0.2)
-
 
 def bar_centre(pg, predicate: str):
     """Page coordinates of the centre of the first bar whose hover label satisfies ``predicate`` (JS, on h)."""
