@@ -1,6 +1,8 @@
 """Searching over splits: the gene space, every search on a problem with a split table, data parallelism and
 the hybrid as placers, HEFT choosing splits, and the parallel backends shipping split genes."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -65,7 +67,30 @@ def test_repair_keeps_the_devices(sharded):
     assert [int(v) for v, k in zip(y, kinds) if k == "activation"] == [4 + batch] * 6  # same devices, by batch
 
 
-SEARCHES = ["ga", "map-elites", "hill-climbing", "annealing", "random", "cem", "ga-steady", "map-elites-async"]
+SEARCHES = ["ga", "map-elites", "hill-climbing", "annealing", "random", "cem", "ga-steady", "map-elites-async",
+            "pg", "ppo", "post"]
+
+
+@pytest.mark.parametrize("algorithm", ["pg", "ppo", "post"])
+def test_learned_distributions_start_at_the_searches_draw_and_never_propose_a_split_an_op_cannot_take(
+        sharded, algorithm):
+    from placement_core.optimize import make_optimizer
+    opt = make_optimizer(sharded, algorithm, seed=0, evaluations=600)
+    base = Genes(sharded).base_probabilities()
+    assert np.allclose(opt.probs, base, atol=1e-12)  # half the mass keeps an op whole, as the searches draw
+    relu, fc = sharded.graph.index["relu0"], sharded.graph.index["fc0"]
+    channel = [4 + t for t, s in enumerate(sharded.splits) if s.dim == "channel"]
+    assert (opt.probs[relu, channel] == 0).all() and (opt.probs[fc, channel] > 0).all()
+    for _ in range(10):  # updates of every kind (Post's cross-entropy step every 60 samples) keep the zeros
+        x = opt.ask(1000)
+        for p in x:
+            sharded.check(p)  # raises on a gene its op cannot take
+        opt.tell(x, sharded.evaluate_many(x))
+    assert (opt.probs[relu, channel] == 0).all() and np.allclose(opt.probs.sum(axis=1), 1)
+    state = json.loads(json.dumps(opt.state_dict()))  # a checkpoint holds the masked logits
+    again = make_optimizer(sharded, algorithm, seed=0, evaluations=600)
+    again.load_state_dict(state)
+    assert np.array_equal(again.probs, opt.probs)
 
 
 @pytest.mark.parametrize("algorithm", SEARCHES)
@@ -73,7 +98,7 @@ def test_every_search_proposes_valid_split_genes(sharded, algorithm):
     r = run(sharded, algorithm, evaluations=300, seed=2)
     sharded.check(r.best_placement)
     assert r.best_objective == pytest.approx(sharded.evaluate(r.best_placement))
-    if algorithm in ("ga", "map-elites", "random", "cem"):
+    if algorithm in ("ga", "map-elites", "random", "cem", "pg", "ppo", "post"):
         single = min(sharded.evaluate(np.full(sharded.n_ops, d, dtype=np.int32)) for d in range(4))
         assert r.best_objective < single  # splitting pays on this network
 

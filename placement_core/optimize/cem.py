@@ -112,6 +112,8 @@ def draw_batch(opt, limit: int) -> np.ndarray:
     k = min(opt.params["samples"], limit)
     seeds = opt.initial[:k] if opt.updates == 0 else opt.initial[:0]
     drawn = sample_categorical(opt.probs, opt.rng, k - len(seeds))
+    if opt.sharded:  # a gene of probability 0 is never drawn, but the last column takes the cumsum's rounding
+        drawn = opt.space.repair(drawn)
     return np.concatenate([seeds, drawn]).astype(np.int32)
 
 

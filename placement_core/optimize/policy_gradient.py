@@ -26,6 +26,11 @@ rate fits problems of any time scale).
 
 Post's settings (§4): learning rate 1 (PPO and Post), 10 PPO steps, 12 samples per update,
 60 per cross-entropy update with 6 elites, β = 1 adapted to a KL target of 0.03.
+
+When ops may be split (``--sharding``), each op's distribution is over its genes (the devices, then the
+splits it can take; docs/sharding.md) and starts at the searches' own draw (half the mass on keeping the
+op whole, as :class:`.genes.Genes` draws), not uniform; a split an op cannot take has logit ``MASKED``,
+so its probability and its gradient are exactly 0 throughout.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from .base import Optimizer, Param, register
 from .cem import draw_batch, elite_frequencies
 
 LOG_FLOOR = 1e-12  # log of a probability the cross-entropy update set to 0 (ε reached 0)
+MASKED = -1e30  # the logit of a gene its op cannot take: exp underflows to exactly 0 (and JSON keeps it)
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -89,7 +95,14 @@ class SoftmaxPolicy(Optimizer):
 
     def __init__(self, problem, **kw):
         super().__init__(problem, **kw)
-        self.logits = np.zeros((self.n, self.d))
+        if self.sharded:  # the gene space's own draw: log of its probabilities, MASKED where an op cannot
+            self.base = self.space.base_probabilities()
+            self.allowed = self.base > 0
+            self.logits = np.where(self.allowed, np.log(np.where(self.allowed, self.base, 1.0)), MASKED)
+        else:
+            self.base, self.allowed = None, None
+            self.logits = np.zeros((self.n, self.d))
+        self.width = self.logits.shape[1]
         self.baseline: float | None = None
         self.used = 0
         self.updates = 0
@@ -128,7 +141,7 @@ class SoftmaxPolicy(Optimizer):
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self.logits = np.array(state["logits"], dtype=float).reshape(self.n, self.d)
+        self.logits = np.array(state["logits"], dtype=float).reshape(self.n, self.width)
         self.baseline, self.used, self.updates = state["baseline"], state["used"], state["updates"]
 
 
@@ -219,10 +232,12 @@ class Post(ProximalPolicy):
             return
         xs, fs = np.concatenate(self.pool_x), np.concatenate(self.pool_f)
         self.pool_x, self.pool_f = [], []
-        freq = elite_frequencies(xs, fs, self.params["elite_fraction"], self.d)
+        freq = elite_frequencies(xs, fs, self.params["elite_fraction"], self.width)
         eps = self.epsilon()
-        probs = (1 - eps) * freq + eps / self.d
+        probs = (1 - eps) * freq + (eps * self.base if self.sharded else eps / self.d)
         self.logits = np.log(np.maximum(probs, LOG_FLOOR))
+        if self.allowed is not None:
+            self.logits = np.where(self.allowed, self.logits, MASKED)
         self.ce_updates += 1
 
     def snapshot(self) -> dict:
