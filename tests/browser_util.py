@@ -77,6 +77,16 @@ def serve(home: Path, log_name: str = "streamlit.log", env: dict | None = None, 
                 proc.kill()
 
 
+def serve_for_module(home: Path, request):
+    """The ``app_url`` fixture's body: the module's dashboard serving ``home`` (skipped without a browser)."""
+    why = missing()
+    if why:
+        import pytest
+        pytest.skip(why)
+    with serve(home, log_name=f"streamlit-{request.module.__name__}.log") as url:
+        yield url
+
+
 @contextlib.contextmanager
 def launch(downloads: bool = True):
     """Chromium (headless) with a 1440×1000 page; yields (browser, page)."""

@@ -19,12 +19,9 @@ def _private_data_dir(tmp_path_factory, monkeypatch):
 @pytest.fixture(scope="module")
 def app_url(tmp_path_factory, request):
     import browser_util
-    why = browser_util.missing()
-    if why:
-        pytest.skip(why)
-    home = tmp_path_factory.mktemp("browser_home")
-    with browser_util.serve(home, log_name=f"streamlit-{request.module.__name__}.log") as url:
-        yield url
+    if browser_util.missing():  # skip before making a folder for nothing
+        pytest.skip(browser_util.missing())
+    yield from browser_util.serve_for_module(tmp_path_factory.mktemp("browser_home"), request)
 
 
 @pytest.fixture(scope="module")

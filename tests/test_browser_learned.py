@@ -33,11 +33,7 @@ def home(tmp_path_factory):
 def app_url(home, request):
     """Overrides conftest's: this module's dashboard serves the home with the policy."""
     import browser_util
-    why = browser_util.missing()
-    if why:
-        pytest.skip(why)
-    with browser_util.serve(home, log_name=f"streamlit-{request.module.__name__}.log") as url:
-        yield url
+    yield from browser_util.serve_for_module(home, request)
 
 
 def pick_policy(pg, name: str) -> None:
