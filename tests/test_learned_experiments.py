@@ -84,8 +84,11 @@ def test_generalization_rows_ratios_and_keep(tmp_path, capsys):
 
 def test_traversal_places_under_every_order_and_reports_the_spread(tmp_path, capsys):
     argv = ["experiment", "traversal", "--network", "alexnet", "--batch-size", "128", "--train-orders", "2",
-            "--test-orders", "3", "--episodes", "8", "--rollouts", "2", "--budget", "100", "--out", str(tmp_path)]
+            "--test-orders", "3", "--episodes", "8", "--rollouts", "2", "--budget", "100", "--out", str(tmp_path),
+            "--policy-out", str(tmp_path / "kept-policy.json")]
     assert main(argv) == 0
+    assert (tmp_path / "kept-policy.json").exists()
+    assert "--policy-out" not in (tmp_path / "traversal.md").read_text().splitlines()[0]  # not part of the recipe
     rows = read(tmp_path / "traversal.csv")
     assert [r["orders"] for r in rows] == ["train"] * 2 + ["test"] * 3 + ["topological"]
     assert "| 2 of the training orders |" in (tmp_path / "traversal.md").read_text()

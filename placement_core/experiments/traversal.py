@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     seen = [r["ratio"] for r in rows if r["orders"] == "train"]
     trained = candidates["training's best"]
     topo = next(r["ratio"] for r in rows if r["orders"] == "topological")
-    command = ("placement experiment traversal " + " ".join(argv or [])).strip()
+    command = ("placement experiment traversal " + " ".join(_without_policy_out(argv or []))).strip()
     text = "\n".join([
         f"Reproduce with `{command}`.", "",
         f"{args.network} at batch {args.batch_size} on {args.devices}, episodes starting from the {args.start} "
@@ -142,3 +142,16 @@ def _plot(rows: list[dict], path: Path, network: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _without_policy_out(argv: list[str]) -> list[str]:
+    """The command line without ``--policy-out FILE`` (where the policy went does not change the table)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--policy-out":
+            skip = True
+        elif not a.startswith("--policy-out="):
+            out.append(a)
+    return out
