@@ -34,9 +34,15 @@ def unit_color(k: int) -> str:
 
 def shade(unit: int, phase: str) -> str:
     """Forward in the micro-batch's colour, backward lighter, its weight gradient lighter still (and hatched)."""
-    base = unit_color(unit)
+    return _phase_shade(unit_color(unit), phase)
+
+
+def _phase_shade(base: str, phase: str) -> str:
     return {"fwd": base, "bwd": _mix(base, "#ffffff", 0.45), "wgrad": _mix(base, "#ffffff", 0.7),
             "update": UPDATE_COLOR}.get(phase, base)
+
+
+LEGEND_BASE = "#5B6770"  # the shades' legend swatches: a slate grey no micro-batch is drawn in (Dark24 has none)
 
 
 def _fonts(big: bool) -> dict:
@@ -87,7 +93,7 @@ def _legend(units: list[int], unit: str, has_w: bool, fonts: dict, per_unit_max:
         shades.append(("wgrad", "W k: weight gradient (lightest, hatched)"))
     for phase, text in shades:
         entries.append(go.Bar(orientation="h", y=[None], x=[None], name=text, hoverinfo="skip", showlegend=True,
-                              marker=dict(color=shade(0, phase),
+                              marker=dict(color=_phase_shade(LEGEND_BASE, phase),
                                           pattern=dict(shape="/" if phase == "wgrad" else "", fgcolor="#333"))))
     entries.append(go.Bar(orientation="h", y=[None], x=[None], name="U: weight update", marker_color=UPDATE_COLOR,
                           hoverinfo="skip", showlegend=True))

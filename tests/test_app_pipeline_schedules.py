@@ -222,3 +222,18 @@ def test_sixteen_micro_batches_get_sixteen_colours_that_stay_apart():
     at.radio(key="toy_schedule").set_value("gpipe").run()
     forward = {label: c for label, cs in labels(toy_figure(at)).items() for c, _ in cs if label.startswith("F")}
     assert len(forward) == 16 and len(set(forward.values())) == 16
+
+
+def test_the_shades_legend_is_not_drawn_in_a_micro_batchs_colour():
+    """'F k: forward (full colour)' once had micro-batch 1's swatch, so a reader took it for that micro-batch."""
+    from dashboard.pipecharts import UNIT_PALETTE
+    at = start()
+    goto(at, "pipeline")
+    at.number_input(key="toy_m").set_value(4)
+    at.radio(key="toy_schedule").set_value("gpipe").run()
+    fig = toy_figure(at)
+    entries = {t["name"]: t["marker"]["color"] for t in fig["data"] if t.get("showlegend") and t.get("marker")}
+    shades = {name: c for name, c in entries.items() if name.startswith(("F k", "B k", "W k"))}
+    batches = {name: c for name, c in entries.items() if name.startswith("micro-batch")}
+    assert len(shades) == 2 and len(batches) == 4
+    assert not {c.lower() for c in shades.values()} & {c.lower() for c in UNIT_PALETTE + list(batches.values())}
