@@ -222,3 +222,11 @@ def on_gantt(pg, script: str, arg=None):
         if time.time() > deadline:
             raise AssertionError("the Gantt chart was not drawn")
         time.sleep(0.2)
+
+
+def download(pg, button, path: Path, timeout_s: float = 60) -> Path:
+    """Press ``button`` (a locator) as a person does and save the file it delivers at ``path``."""
+    with pg.expect_download(timeout=timeout_s * 1000) as d:
+        button.click()
+    d.value.save_as(path)
+    return path

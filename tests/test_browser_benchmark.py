@@ -5,7 +5,7 @@ import csv
 import time
 
 import pytest
-from browser_util import main, no_errors, open_page, settle, shot, type_number, wait_text
+from browser_util import download, main, no_errors, open_page, settle, shot, type_number, wait_text
 
 MODEL = ("import torch.nn as nn\n\n"
          "def build():\n    return nn.Sequential(nn.Flatten(), nn.Linear(12, 8), nn.ReLU(), nn.Linear(8, 2))\n")
@@ -78,10 +78,8 @@ def test_benchmark_a_tiny_model_and_download_the_measurements(page, tmp_path):
         assert main(pg).locator("[data-testid='stMetric']").filter(has_text=label).count() == 1
     shot(pg, "benchmark")
 
-    with pg.expect_download() as d:
-        pg.locator("[data-testid='stDownloadButton']").get_by_role("button", name="Download as CSV").click()
-    path = tmp_path / "benchmarks.csv"
-    d.value.save_as(path)
+    path = download(pg, pg.locator("[data-testid='stDownloadButton']").get_by_role("button", name="Download as CSV"),
+                    tmp_path / "benchmarks.csv")
     rows = list(csv.DictReader(path.open()))
     assert [r["placement"] for r in rows] == ["current: all on gpu0", "all on cpu0"]
     assert all(r["status"] == "ok" and float(r["measured_median_s"]) > 0 and float(r["simulated_s"]) > 0

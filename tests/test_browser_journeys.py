@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from browser_util import (choose, main, no_errors, number, open_page, selected, settle, sidebar_text, type_number,
+from browser_util import (choose, download, main, no_errors, number, open_page, selected, settle, sidebar_text, type_number,
                           wait_text)
 
 from placement_core import Problem, load_devices, load_network, single_device
@@ -202,20 +202,16 @@ def test_trace_downloads_deliver_files(page, tmp_path):
     import json
     pg = page
     open_page(pg, "Trace")
-    with pg.expect_download(timeout=60_000) as d:
-        pg.get_by_role("button", name="Download the trace (Chrome trace JSON)").click()
-    path = tmp_path / "trace.json"
-    d.value.save_as(path)
+    path = download(pg, pg.get_by_role("button", name="Download the trace (Chrome trace JSON)"),
+                    tmp_path / "trace.json")
     trace = json.loads(path.read_text())
     g, devices = load_network("resnet50"), load_devices("malvik-4gpu")
     res = Problem(g, devices).simulate(single_device(g, devices, "gpu0"), trace=True).result
     slices = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
     assert len(slices) == len(res.trace) == 459  # 176 forward, 176 backward, 107 weight updates
     assert sum(1 for e in slices if e["cat"] == "op,fwd") == len(g) == 176
-    with pg.expect_download() as d:
-        pg.get_by_role("button", name="Download the placement (JSON)").click()
-    d.value.save_as(tmp_path / "placement.json")
-    placement = json.loads((tmp_path / "placement.json").read_text())
+    path = download(pg, pg.get_by_role("button", name="Download the placement (JSON)"), tmp_path / "placement.json")
+    placement = json.loads(path.read_text())
     assert placement["format"] == "placement/1" and set(placement["assignment"].values()) == {"gpu0"}
     assert len(placement["assignment"]) == 176
     no_errors(pg)

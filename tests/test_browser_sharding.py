@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from browser_util import choose, main, multiselect, no_errors, on_gantt, open_page, selected, settle, shot, sidebar_text
+from browser_util import (choose, download, main, multiselect, no_errors, on_gantt, open_page, selected, settle, shot,
+                          sidebar_text)
 
 from placement_core import Problem, load_devices, load_network
 from placement_core.analysis import fmt_seconds
@@ -74,10 +75,7 @@ def test_a_run_over_split_ops_is_adopted_traced_downloaded_and_kept(page, tmp_pa
     assert any("ring all-reduce" in h for h in hovers), "no all-reduce on the channel rows"
     shot(pg, "trace-sharded")
 
-    with pg.expect_download(timeout=60_000) as dl:
-        pg.get_by_role("button", name="Download the placement (JSON)").click()
-    path = tmp_path / "placement.json"
-    dl.value.save_as(path)
+    path = download(pg, pg.get_by_role("button", name="Download the placement (JSON)"), tmp_path / "placement.json")
     doc = json.loads(path.read_text())
     split = [v for v in doc["assignment"].values() if isinstance(v, dict)]
     assert len(split) == 176 and all(v["split"] == "batch" and v["devices"] == ["gpu0", "gpu1", "gpu2", "gpu3"] for v in split), doc["assignment"]

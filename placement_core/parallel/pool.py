@@ -149,18 +149,15 @@ class WorkerPool:
 
     def ping(self) -> None:
         """An empty round trip through one worker (what every task costs beyond its work)."""
-        w = min(self._live(), key=lambda w: len(w.outstanding))
-        frame = wire.task_frame(PING, np.zeros((0, 0), dtype=np.uint8))
-        w.outbox.put(frame)
-        w.outstanding.append(PING)
-        while PING in w.outstanding:
-            self._poll()
+        self._ping_and_wait([min(self._live(), key=lambda w: len(w.outstanding))])
 
     def ping_every(self) -> None:
         """An empty round trip through every worker at once: returns when all of them are up (a worker
         still importing and compiling the problem would otherwise share a core with what is timed next)."""
+        self._ping_and_wait(self._live())
+
+    def _ping_and_wait(self, workers: list[_Worker]) -> None:
         frame = wire.task_frame(PING, np.zeros((0, 0), dtype=np.uint8))
-        workers = self._live()
         for w in workers:
             w.outbox.put(frame)
             w.outstanding.append(PING)
