@@ -6,11 +6,11 @@ import os
 import streamlit as st
 
 from dashboard import charts, state, ui
-from dashboard.live_runs import REGISTRY, RunSpec, seeded_text
+from dashboard.live_runs import REGISTRY, RunSpec
 from placement_core import InputError
 from placement_core.analysis import fmt_bytes, fmt_seconds
 from placement_core.optimize import ALGORITHMS, problem_for
-from placement_core.optimize.seeding import HEURISTICS, parse_init
+from placement_core.optimize.seeding import HEURISTICS, parse_init, seeding_text
 
 SEED_TITLES = {h: ALGORITHMS[h].title or h for h in HEURISTICS} | {
     "single": "Every single-device placement (homogeneous)"}
@@ -199,7 +199,7 @@ with ui.guarded("the results"):
                                + why, icon=":material/warning:")
                 if r.seeded is not None:
                     sd = r.seeded
-                    st.caption(f"{seeded_text(sd).capitalize()}; best seed {ui.esc(sd['best_label'])}: "
+                    st.caption(f"S{ui.esc(seeding_text(sd))[1:]}; best seed {ui.esc(sd['best_label'])}: "
                                f"{fmt_seconds(sd['best_objective_s'])}.")
                 planned = res.extras.get("planned_makespan_s")
                 if planned is not None:

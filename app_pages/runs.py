@@ -9,6 +9,7 @@ from dashboard.live_runs import REGISTRY, RunSpec
 from placement_core import InputError
 from placement_core.analysis import fmt_bytes, fmt_seconds
 from placement_core.exports import RUN_EXPORTS, export_run
+from placement_core.optimize.seeding import seeding_text
 
 ui.header("Runs", "Every optimization run on this machine, from this dashboard, other sessions and the "
           "`placement` command line, kept in the run store with its history, archive and checkpoints. Reopen "
@@ -50,7 +51,7 @@ with ui.guarded("the run store"), stored.open_store() as store:
                    "evaluations": r.evaluations, "budget": r.budget_evaluations,
                    "best objective (ms)": None if r.best_objective is None else r.best_objective * 1e3,
                    "elites": sizes.get(r.id), "created": time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created)),
-                   "label": r.label or ""} for r in records],
+                   "seeded": r.seeding["init"] if r.seeding else "", "label": r.label or ""} for r in records],
                  hide_index=True, key="runs_table",
                  column_config={"best objective (ms)": st.column_config.NumberColumn(
                      format="%.4g", help="time per batch, plus the memory penalty if the best placement "
@@ -68,8 +69,8 @@ with ui.guarded("the run"), stored.open_store() as store:
     rec = store.get(run_id)
     status = rec.display_status
     with st.container(border=True):
-        st.markdown(f"**{stored.run_name(rec)}** · {rec.network_name} on {rec.devices_name} · {status}"
-                    + (f" · {rec.label}" if rec.label else ""))
+        st.markdown(f"**{stored.run_name(rec)}** · {ui.esc(rec.network_name)} on {ui.esc(rec.devices_name)} · "
+                    f"{status}" + (f" · {ui.esc(rec.label)}" if rec.label else ""))
         m = st.columns(4)
         m[0].metric("Status", status)
         budget = f" of {rec.budget_evaluations:,}" if rec.budget_evaluations else ""
@@ -81,8 +82,11 @@ with ui.guarded("the run"), stored.open_store() as store:
         how = (f"{spec['batches']} batch(es), {spec['in_flight']} in flight" if spec["schedule"] == "thesis"
                else f"{spec['schedule']}, {spec['micro_batches']} micro-batches")
         st.caption(f"Simulator: {how}, {spec['profile']} costs, {spec['penalty']} penalty · seed {rec.seed} · "
-                   "parameters: " + (", ".join(f"{k} {v}" for k, v in rec.params.items()) or "none")
-                   + f" · started {time.strftime('%Y-%m-%d %H:%M', time.localtime(rec.created))} on {rec.host}")
+                   "parameters: " + (ui.esc(", ".join(f"{k} {v}" for k, v in rec.params.items())) or "none")
+                   + f" · started {time.strftime('%Y-%m-%d %H:%M', time.localtime(rec.created))} on "
+                   f"{ui.esc(rec.host)}")
+        if rec.seeding:
+            st.caption(f"S{ui.esc(seeding_text(rec.seeding, best=True))[1:]} (the first placements it evaluated).")
         if rec.error:
             st.error(f"The run failed: {rec.error}", icon=":material/error:")
         if status == "interrupted":
@@ -93,7 +97,8 @@ with ui.guarded("the run"), stored.open_store() as store:
         if training:
             st.caption("A policy training (Learned policies page, or `placement train-policy`): its history is the "
                        "reward curve, each graph's objective divided by its best single device, and its best "
-                       f"placement the best training found for {rec.network_name}, its first training graph.")
+                       f"placement the best training found for {ui.esc(rec.network_name)}, its first training "
+                       "graph.")
         if len(history):
             st.plotly_chart(charts.history_figure(history, stored.run_name(rec), ratio=training), key="runs_history",
                             config={"displaylogo": False})

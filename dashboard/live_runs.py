@@ -180,9 +180,7 @@ def _optimize(run: Run):
 
     spec = run.spec
     initial = spec.initial if spec.resume_id is not None else _seed(run)
-    label = f"dashboard: {spec.network_label} on {spec.devices_label}"
-    if run.seeded is not None:
-        label += f"; {seeded_text(run.seeded)}"
+    label = f"dashboard: {spec.network_label} on {spec.devices_label}"  # the seeding is a column of its own
     try:
         store = RunStore()
     except InputError as e:
@@ -200,7 +198,7 @@ def _optimize(run: Run):
         _, result = start_run(store, run.problem, spec.algorithm, evaluations=spec.evaluations,
                               seconds=spec.seconds, seed=spec.seed, params=spec.params, initial=initial,
                               workers=spec.workers, progress=run.on_progress, stop=run.stop_event,
-                              checkpoint_every=CHECKPOINT_EVERY, label=label,
+                              checkpoint_every=CHECKPOINT_EVERY, label=label, seeding=run.seeded,
                               on_created=lambda run_id: setattr(run, "store_id", run_id))
         return result
 
@@ -214,7 +212,7 @@ def _seed(run: Run):
     mappings ``spec.init`` names, computed here because HEFT on a large network or a Bayesian start of a few
     hundred trials takes seconds. Their evaluations are spent before the search, outside its budget, and
     recorded in ``run.seeded`` as the CLI reports them."""
-    from placement_core.optimize.seeding import initial_placements
+    from placement_core.optimize.seeding import initial_placements, seeding_record
 
     spec = run.spec
     if not spec.init:
@@ -230,19 +228,10 @@ def _seed(run: Run):
     seeds = initial_placements(run.problem, spec.init, seed=spec.seed, objective=score)
     with run.lock:
         run.stage = "starting the search"
-        run.seeded = {"init": spec.init, "placements": len(seeds.labels), "evaluations": seeds.evaluations,
-                      "best_label": seeds.labels[0], "best_objective_s": seeds.objectives[0],
-                      "with_current": spec.initial is not None}
+        run.seeded = seeding_record(spec.init, seeds, with_current=spec.initial is not None)
     if spec.initial is None:
         return seeds.placements
     return np.vstack([np.atleast_2d(spec.initial).astype(np.int32), seeds.placements])
-
-
-def seeded_text(seeded: dict) -> str:
-    """How a run was seeded, in the CLI's words."""
-    return (f"seeded with {seeded['placements']} initial placement(s) ({seeded['init']}; "
-            f"{seeded['evaluations']:,} evaluations, not counted in the budget)"
-            + (" and the current placement" if seeded.get("with_current") else ""))
 
 
 def _work(run: Run) -> None:

@@ -19,13 +19,13 @@ CHECKPOINT_EVERY = 500  # evaluations between checkpoints (at the next generatio
 def start_run(store: RunStore, problem: Problem, algorithm: str, *, evaluations: int | None = None,
               seconds: float | None = None, seed: int = 0, params: dict | None = None, label: str | None = None,
               workers: int = 1, dask=None, evaluator=None, progress=None, stop=None,
-              checkpoint_every: int = CHECKPOINT_EVERY, on_created=None, initial=None):
+              checkpoint_every: int = CHECKPOINT_EVERY, on_created=None, initial=None, seeding=None):
     """Create the run, then optimize; returns (run id, OptimizeResult). Bad input writes nothing.
 
     The evaluator is built (a Dask scheduler connected to) before the run is recorded, so
     an unreachable cluster leaves no failed run behind. ``initial`` placements seed the
     search and are stored with the run, so a resume before the first checkpoint starts
-    exactly as the original did.
+    exactly as the original did; ``seeding`` (what they were) is stored beside them.
     """
     check_budget(evaluations, seconds)
     optimizer = make_optimizer(problem, algorithm, seed=seed, params=params, evaluations=evaluations,
@@ -34,7 +34,7 @@ def start_run(store: RunStore, problem: Problem, algorithm: str, *, evaluations:
     evaluator = evaluator or make_evaluator(problem, workers=workers, dask=dask)
     try:
         run_id = store.create_run(problem, algorithm, optimizer.params, seed, evaluations=evaluations,
-                                  seconds=seconds, label=label, initial=optimizer.initial)
+                                  seconds=seconds, label=label, initial=optimizer.initial, seeding=seeding)
         if on_created is not None:
             on_created(run_id)
     except BaseException:

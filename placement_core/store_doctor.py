@@ -141,6 +141,8 @@ def _check_runs(src, report: Report) -> dict[int, dict]:
             continue
         try:
             for column in JSON_COLUMNS:
+                if column not in row.keys():  # a store older than the column (seeding)
+                    continue
                 if row[column] is not None or column in ("problem", "params"):
                     _json(row[column], column, list if column == "best_placement" else dict)
             blobs = [_blob(src, row["network_hash"], "network"), _blob(src, row["devices_hash"], "device graph")]

@@ -383,6 +383,32 @@ def test_a_hostile_network_name_stays_text_in_the_comparison():
     assert diff_rows(at)["network"] == ("alexnet", name)  # a dataframe shows text as it is
 
 
+def test_a_runs_strings_stay_text_and_its_seeding_is_shown():
+    """Network name, label and parameters are a user's strings: shown literally, never as markup; the initial
+    mappings a run started from are in its own column, listed and said in the run's details."""
+    from placement_core.graph import Graph
+    from placement_core.optimize.seeding import initial_placements, seeding_record
+    g = load_network("alexnet")
+    problem = Problem(Graph("<b>net</b> *x*", g.ops, g.batch_size), load_devices("malvik"))
+    seeds = initial_placements(problem, "heft,single", seed=0)
+    with RunStore() as store:
+        run_id, _ = start_run(store, problem, "random", evaluations=20, seed=1, label="![x](https://x.test/a.png)",
+                              initial=seeds.placements, seeding=seeding_record("heft,single", seeds))
+        plain, _ = start_run(store, alexnet_problem(), "random", evaluations=20, seed=1)
+    at = runs_page()
+    assert list(at.dataframe[0].value["seeded"]) == ["", "heft,single"]  # newest first
+    at.selectbox(key="runs_pick").set_value(run_id).run()
+    assert_clean(at)
+    [header] = [m.value for m in at.markdown if m.value.startswith(f"**run {run_id}")]
+    assert r"&lt;b&gt;net&lt;/b&gt; \*x\*" in header and r"!\[x\](https://x.test/a.png)" in header
+    said = [c.value for c in at.caption if "initial placement(s)" in c.value]
+    assert said == [f"Seeded with {len(seeds.labels)} initial placement(s) (heft,single; {seeds.evaluations} "
+                    f"evaluations, not counted in the budget); best seed {seeds.labels[0]}: "
+                    f"{seeds.objectives[0]:.6g} s (the first placements it evaluated)."]
+    at.selectbox(key="runs_pick").set_value(plain).run()
+    assert not [c.value for c in at.caption if "initial placement(s)" in c.value]
+
+
 def test_a_damaged_run_is_named_and_the_others_listed(tmp_path, monkeypatch):
     """Garbage in one run's JSON cell: the Runs page lists the other two and names the damaged one."""
     import sqlite3

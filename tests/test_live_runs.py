@@ -122,10 +122,10 @@ def test_optimize_makes_the_initial_mappings_in_the_runs_thread_and_records_them
     assert run.view()["stage"] is None  # cleared by the search's first progress report
     with RunStore() as store:
         initial = store.initial(run.store_id)
-        label = store.get(run.store_id).label
+        record = store.get(run.store_id)
     assert (initial == np.vstack([current, seeds.placements])).all()
-    assert label == ("dashboard: AlexNet on malvik-4gpu; seeded with 4 initial placement(s) (heft,random:3; "
-                     "4 evaluations, not counted in the budget) and the current placement")
+    assert record.label == "dashboard: AlexNet on malvik-4gpu"
+    assert record.seeding == run.seeded  # its own column, shown on the Runs page and by `runs show`
 
 
 def test_a_run_without_initial_mappings_keeps_the_pages_seed_only():

@@ -90,3 +90,14 @@ def test_optimize_init_on_the_command_line(capsys, tmp_path, monkeypatch):
         assert len(store.initial(r["run_id"])) == r["seeded"]["placements"]
     code = main(["optimize", "--resume", str(r["run_id"]), "--init", "heft"])
     assert code == 2 and "--init starts a new run" in capsys.readouterr().err
+    # the store says how the run was seeded, in the words the run itself printed
+    best = "heft" if heft <= mincut else "min-cut"
+    assert main(["runs", "show", str(r["run_id"]), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["seeding"]
+    assert shown == {"init": "heft,min-cut", "placements": r["seeded"]["placements"], "evaluations": 2,
+                     "best_label": best, "best_objective_s": pytest.approx(min(heft, mincut)), "with_current": False}
+    assert main(["runs", "show", str(r["run_id"])]) == 0
+    assert (f"  seeded with {shown['placements']} initial placement(s) (heft,min-cut; 2 evaluations, not counted "
+            f"in the budget); best seed {best}: {min(heft, mincut):.6g} s") in capsys.readouterr().out.splitlines()
+    assert main(["runs", "list", "--json"]) == 0
+    assert [row["seeded"] for row in json.loads(capsys.readouterr().out)] == ["heft,min-cut"]

@@ -140,6 +140,20 @@ def test_an_older_store_without_the_seed_column_is_upgraded(tmp_path, problem):
         assert s.initial(2).shape == (1, problem.n_ops)
 
 
+def test_an_older_store_without_the_seeding_column_is_upgraded_and_a_seeding_kept(tmp_path, problem):
+    path = tmp_path / "runs.sqlite"
+    with RunStore(path=path) as s:
+        s.create_run(problem, "ga", {}, 0, evaluations=10)
+    with sqlite3.connect(path) as c:
+        c.execute("ALTER TABLE runs DROP COLUMN seeding")
+    seeding = {"init": "heft,random:3", "placements": 4, "evaluations": 4, "best_label": "heft",
+               "best_objective_s": 0.25, "with_current": True}
+    with RunStore(path=path) as s:
+        assert s.get(1).seeding is None
+        assert s.create_run(problem, "ga", {}, 0, evaluations=10, seeding=seeding) == 2
+        assert s.get(2).seeding == seeding and s.runs()[0].seeding == seeding
+
+
 def _store_rows(path):
     with sqlite3.connect(path) as c:
         return c.execute("SELECT r.id, r.status, c.evaluations FROM runs r LEFT JOIN checkpoints c "

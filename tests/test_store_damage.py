@@ -116,6 +116,24 @@ def test_the_doctor_on_a_healthy_store_writes_nothing(capsys, tmp_path, problem)
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("runs.sqlite")) == []
 
 
+def test_the_doctor_salvages_a_store_older_than_the_seeding_column_and_keeps_a_seeding(capsys, tmp_path, problem):
+    seeding = {"init": "heft", "placements": 1, "evaluations": 1, "best_label": "heft", "best_objective_s": 0.5,
+               "with_current": False}
+    for home, drop in ((tmp_path / "old", True), (tmp_path / "new", False)):
+        with RunStore(home=home) as store:
+            kept = store.create_run(problem, "random", {}, 0, evaluations=10, seeding=None if drop else seeding)
+            bad = store.create_run(problem, "random", {}, 1, evaluations=10)
+        with sqlite3.connect(home / "runs.sqlite") as c:
+            c.execute("UPDATE runs SET params='{not json' WHERE id=?", (bad,))
+            if drop:  # as a store written before the column existed
+                c.execute("ALTER TABLE runs DROP COLUMN seeding")
+        code, out, err = cli(capsys, "runs", "doctor", "--home", str(home), "--out", str(home / "saved.sqlite"))
+        assert code == 3 and "1 readable, 1 damaged" in out, err
+        with RunStore(path=home / "saved.sqlite") as saved:
+            assert [r.id for r in saved.runs()] == [kept]
+            assert saved.get(kept).seeding == (None if drop else seeding)
+
+
 # -- a store that is empty, foreign, newer, or replaced under a running process --------------------------
 
 def test_an_empty_store_file_is_damage_not_a_new_store(capsys, tmp_path):

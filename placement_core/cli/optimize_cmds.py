@@ -225,11 +225,10 @@ def cmd_optimize(args) -> int:
         # zero-shot: the one evaluation of the policy's own placement
         evaluations = 1 if args.budget == 0 else args.budget if args.budget or args.seconds else 20000
         if args.init:
-            from ..optimize.seeding import initial_placements
+            from ..optimize.seeding import initial_placements, seeding_record
             seeds = initial_placements(problem, args.init, seed=args.seed)
             initial = seeds.placements
-            seeded = {"init": args.init, "placements": len(seeds.labels), "evaluations": seeds.evaluations,
-                      "best_label": seeds.labels[0], "best_objective_s": seeds.objectives[0]}
+            seeded = seeding_record(args.init, seeds)
         if args.no_store:
             result = run(problem, args.algorithm, evaluations=evaluations, seconds=args.seconds, seed=args.seed,
                          params=params, workers=args.workers, dask=args.dask, progress=bar, initial=initial)
@@ -237,7 +236,8 @@ def cmd_optimize(args) -> int:
             with RunStore(home=args.home) as store:
                 run_id, result = start_run(store, problem, args.algorithm, evaluations=evaluations,
                                            seconds=args.seconds, seed=args.seed, params=params, label=args.label,
-                                           workers=args.workers, dask=args.dask, progress=bar, initial=initial)
+                                           workers=args.workers, dask=args.dask, progress=bar, initial=initial,
+                                           seeding=seeded)
     data = result_to_dict(result, problem)
     if run_id is not None:
         data["run_id"] = run_id
@@ -256,9 +256,8 @@ def cmd_optimize(args) -> int:
           + ("fits in memory" if data["feasible"] else "overflows memory")
           + f") after {result.evaluations} evaluations in {result.wall_s:.1f} s")
     if seeded is not None:
-        print(f"seeded with {seeded['placements']} distinct initial placement(s) ({args.init}; "
-              f"{seeded['evaluations']} evaluations, not counted in the budget); best seed "
-              f"{printable(seeded['best_label'])}: {seeded['best_objective_s']:.6g} s")
+        from ..optimize.seeding import seeding_text
+        print(printable(seeding_text(seeded, best=True)))
     if "planned_makespan_s" in data:
         unit = (f"one micro-batch of {summary['micro_batch_size']}, not the whole batch"
                 if data["planned_for"] == "micro-batch" else "one batch")

@@ -83,11 +83,11 @@ def cmd_list(args) -> int:
                  "devices": r.devices_name, "evaluations": r.evaluations, "budget": r.budget_evaluations,
                  "best_objective_s": r.best_objective, "created": time.strftime("%Y-%m-%d %H:%M",
                                                                                 time.localtime(r.created)),
-                 "label": r.label} for r in runs]
+                 "label": r.label, "seeded": r.seeding["init"] if r.seeding else None} for r in runs]
     for d in damaged:  # the rest is listed; each damaged run is named once, with the way out
         rows.append({"id": d.run_id, "status": "damaged", "algorithm": "?", "network": "?", "devices": "?",
                      "evaluations": None, "budget": None, "best_objective_s": None, "created": "?", "label": None,
-                     "error": d.why})
+                     "seeded": None, "error": d.why})
         print(f"warning: {printable(d.message)}", file=sys.stderr)
     rows.sort(key=lambda r: -r["id"])
     if args.json:
@@ -112,7 +112,7 @@ def cmd_show(args) -> int:
                 "devices": r.devices_name, "problem": r.problem, "algorithm": r.algorithm, "params": r.params,
                 "seed": r.seed, "budget_evaluations": r.budget_evaluations, "budget_seconds": r.budget_seconds,
                 "evaluations": r.evaluations, "best_objective_s": r.best_objective, "wall_s": r.wall_s,
-                "error": r.error, "archive_size": n_archive, "history_points": len(history),
+                "error": r.error, "archive_size": n_archive, "history_points": len(history), "seeding": r.seeding,
                 "extras": {k: v for k, v in r.extras.items() if k != "plan"}}
     if args.json:
         print_json(data)
@@ -121,6 +121,9 @@ def cmd_show(args) -> int:
           + (f" ({r.label})" if r.label else ""))
     print(f"  problem: {r.problem}")
     print(f"  params: {r.params}, seed {r.seed}")
+    if r.seeding:
+        from ..optimize.seeding import seeding_text
+        print(f"  {printable(seeding_text(r.seeding, best=True))}")
     best = "-" if r.best_objective is None else f"{r.best_objective:.6g} s"
     print(f"  {r.evaluations}/{r.budget_evaluations or '-'} evaluations, best objective {best}"
           + (f", wall {fmt_seconds(r.wall_s)}" if r.wall_s else ""))

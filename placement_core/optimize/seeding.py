@@ -36,6 +36,23 @@ class Seeds:
     parts: dict = field(default_factory=dict)  # kind -> evaluations it used
 
 
+def seeding_record(init: str, seeds: Seeds, *, with_current: bool = False) -> dict:
+    """What a run was seeded with, as the run store keeps it and every surface reports it."""
+    return {"init": init, "placements": len(seeds.labels), "evaluations": seeds.evaluations,
+            "best_label": seeds.labels[0], "best_objective_s": float(seeds.objectives[0]),
+            "with_current": bool(with_current)}
+
+
+def seeding_text(seeding: dict, *, best: bool = False) -> str:
+    """A :func:`seeding_record` in words (the CLI's, ``runs show``'s and the dashboard's)."""
+    text = (f"seeded with {seeding['placements']} initial placement(s) ({seeding['init']}; "
+            f"{seeding['evaluations']:,} evaluations, not counted in the budget)"
+            + (" and the current placement" if seeding.get("with_current") else ""))
+    if best:
+        text += f"; best seed {seeding['best_label']}: {seeding['best_objective_s']:.6g} s"
+    return text
+
+
 def parse_init(text: str) -> list[tuple[str, int]]:
     """``heft,bayes:50`` -> [("heft", 1), ("bayes", 50)]; every name checked."""
     out = []

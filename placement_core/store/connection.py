@@ -135,7 +135,8 @@ class StoreFile:
                                  "run is going")
 
     # Columns added after the first schema: older stores get them in place (all nullable).
-    _ADDED_COLUMNS = {"runs": {"initial_hash": "TEXT REFERENCES blobs(hash)", "pid_start": "TEXT"},
+    _ADDED_COLUMNS = {"runs": {"initial_hash": "TEXT REFERENCES blobs(hash)", "pid_start": "TEXT",
+                               "seeding": "TEXT"},
                       "benchmarks": {"label": "TEXT", "network_hash": "TEXT", "batch_size": "INTEGER"}}
 
     def _migrate(self) -> None:

@@ -20,7 +20,7 @@ from ..netformat import network_hash
 
 SCHEMA_VERSION = 1
 STATUSES = ("running", "done", "stopped", "failed")
-JSON_COLUMNS = ("problem", "params", "best_placement", "extras")  # the runs columns that hold JSON text
+JSON_COLUMNS = ("problem", "params", "best_placement", "extras", "seeding")  # the runs columns that hold JSON text
 DOCTOR = ("Run `placement runs doctor` to check the store and copy every run that can still be read into a new "
           "store file (the damaged file is kept as it is)")
 
@@ -136,6 +136,7 @@ class RunRecord:
     host: str | None
     pid: int | None
     pid_start: str | None = None  # see process_start: a recycled pid is not this run's process
+    seeding: dict | None = None  # the initial mappings a search started from (--init), as the CLI reports them
 
     @property
     def display_status(self) -> str:

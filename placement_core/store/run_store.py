@@ -30,8 +30,9 @@ class RunStore(StoreFile):
     @_guarded("write to")
     def create_run(self, problem: Problem, algorithm: str, params: dict, seed: int, *,
                    evaluations: int | None = None, seconds: float | None = None, label: str | None = None,
-                   initial: np.ndarray | None = None) -> int:
-        """Record a new run; ``initial`` (the placements the search was seeded with) is kept for resuming."""
+                   initial: np.ndarray | None = None, seeding: dict | None = None) -> int:
+        """Record a new run; ``initial`` (the placements the search was seeded with) is kept for resuming,
+        ``seeding`` says what they were (the initial mappings named, how many, what they cost)."""
         now = time.time()
         with self._tx() as c:
             nh = self._put_blob(c, "network", network_to_dict(problem.graph))
@@ -42,10 +43,11 @@ class RunStore(StoreFile):
             cur = c.execute(
                 "INSERT INTO runs(created, updated, status, label, network_name, network_hash, devices_name, "
                 "devices_hash, problem, algorithm, params, seed, budget_evaluations, budget_seconds, host, pid, "
-                "initial_hash, pid_start) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "initial_hash, pid_start, seeding) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (now, now, "running", label, problem.graph.name, nh, problem.devices.name, dh,
                  _dumps(problem.spec.to_dict()), algorithm, _dumps(params), int(seed), evaluations, seconds,
-                 socket.gethostname(), os.getpid(), ih, process_start(os.getpid())))
+                 socket.gethostname(), os.getpid(), ih, process_start(os.getpid()),
+                 None if seeding is None else _dumps(_jsonable(seeding))))
             return int(cur.lastrowid)
 
     @_guarded("read")
@@ -214,7 +216,7 @@ class RunStore(StoreFile):
             budget_evaluations=row["budget_evaluations"], budget_seconds=row["budget_seconds"],
             evaluations=row["evaluations"], best_objective=row["best_objective"], best_placement=best,
             wall_s=row["wall_s"], extras=cells["extras"] or {}, error=row["error"],
-            host=row["host"], pid=row["pid"], pid_start=row["pid_start"])
+            host=row["host"], pid=row["pid"], pid_start=row["pid_start"], seeding=cells["seeding"])
 
     def runs(self, status: str | None = None, limit: int | None = None) -> list[RunRecord]:
         """Stored runs, newest first; damaged ones are left out (:meth:`runs_checked` names them)."""

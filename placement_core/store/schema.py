@@ -28,7 +28,8 @@ CREATE TABLE IF NOT EXISTS runs(
     host TEXT,
     pid INTEGER,
     initial_hash TEXT REFERENCES blobs(hash),
-    pid_start TEXT
+    pid_start TEXT,
+    seeding TEXT
 );
 CREATE TABLE IF NOT EXISTS history(
     run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
