@@ -121,7 +121,7 @@ with ui.guarded("the device tables"):
     try:
         edited = devices_from_tables(s.devices_label, *draft)
     except InputError as e:
-        st.error(f"{e}  \nThe last valid device graph is still in use.", icon=":material/error:")
+        st.error(f"{ui.esc(e)}  \nThe last valid device graph is still in use.", icon=":material/error:")
     else:
         if devices_to_dict(edited) != devices_to_dict(state.devices()):
             label = s.devices_label if s.devices_label.endswith("(edited)") else f"{s.devices_label} (edited)"
@@ -163,7 +163,7 @@ with ui.guarded("adding a device"):
                 grown = add_device(d, new, channel=None if via == "a new channel" else via,
                                    new_channel=chan if via == "a new channel" else None)
             except InputError as e:
-                st.error(str(e), icon=":material/error:")
+                st.error(ui.esc(e), icon=":material/error:")
             else:
                 label = s.devices_label if s.devices_label.endswith("(edited)") else f"{s.devices_label} (edited)"
                 state.set_devices(grown, state.edited_devices_key(grown), label)

@@ -97,7 +97,7 @@ def progress():
             else:
                 st.markdown(head)
             if v["error"]:
-                st.error(v["error"], icon=":material/error:")
+                st.error(ui.esc(v["error"]), icon=":material/error:")
             if v["curve"]:
                 st.plotly_chart(charts.reward_curve_figure(v["curve"], f"training #{job.id}: reward curve"),
                                 key=f"learn_curve_{job.id}", config={"displaylogo": False})

@@ -94,7 +94,7 @@ with ui.guarded("the run form"):
                 problems.append(f"{ALGORITHMS[a].title or a}: {e.problem}" + (f". {e.fix}" if e.fix else ""))
     problems += _init_problems(init)
     for problem_text in problems:
-        st.error(problem_text, icon=":material/error:")
+        st.error(ui.esc(problem_text), icon=":material/error:")
     if st.button("Start", type="primary", icon=":material/play_arrow:", disabled=not chosen or bool(problems),
                  key="opt_start"):
         problem_sim = dict(s.sim)

@@ -88,7 +88,7 @@ with ui.guarded("the run"), stored.open_store() as store:
         if rec.seeding:
             st.caption(f"S{ui.esc(seeding_text(rec.seeding, best=True))[1:]} (the first placements it evaluated).")
         if rec.error:
-            st.error(f"The run failed: {rec.error}", icon=":material/error:")
+            st.error(f"The run failed: {ui.esc(rec.error)}", icon=":material/error:")
         if status == "interrupted":
             st.warning("Its process ended without finishing (killed or crashed). Resume continues from its last "
                        "checkpoint.", icon=":material/warning:")
@@ -145,7 +145,7 @@ with ui.guarded("the run"), stored.open_store() as store:
         try:
             exported = export_run(store, rec.id, what, fmt)
         except InputError as e:  # say why this export is not available, keep the page
-            c3.caption(str(e))
+            c3.caption(ui.esc(e))
         else:
             c3.download_button("Download", exported.data, file_name=exported.filename, mime=exported.mime,
                                icon=":material/download:", on_click="ignore", key="runs_download")

@@ -23,10 +23,10 @@ def guarded(what: str = "this page"):
     try:
         yield
     except InputError as e:
-        st.error(str(e), icon=":material/error:")
+        st.error(esc(e), icon=":material/error:")  # its message names the user's files, ops and devices
     except Exception as e:  # script-control exceptions (rerun, stop) are BaseExceptions and pass through
         log.exception("error while drawing %s", what)
-        st.error(f"Something went wrong while drawing {what}: {type(e).__name__}: {e}. "
+        st.error(f"Something went wrong while drawing {what}: {type(e).__name__}: {esc(e)}. "
                  "Check the inputs above (network, devices, settings); if it persists, reload the page "
                  "and report the steps that led here.", icon=":material/error:")
 
