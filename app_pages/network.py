@@ -89,7 +89,8 @@ with ui.guarded("the graph"):
         st.caption(f"{layout.depth} layers from left to right, arrows in the direction data flows; node area grows "
                    "with compute (forward + backward FLOPs), edge width with the tensor; red dashes: tensors between "
                    "devices under the current placement. Scroll to zoom (labels appear), drag to pan, click an op for "
-                   "its card, its producers (blue) and consumers (orange)."
+                   "its card, its producers (blue) and consumers (orange). A network too long to read whole opens at "
+                   "its input end with the names shown; *Fit* shows all of it."
                    + (" Hexagons are modules (groups of ops found by coarsening): click one to expand it."
                       if len(g) > COLLAPSE_ABOVE else ""))
 

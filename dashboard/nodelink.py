@@ -27,6 +27,9 @@ from . import state
 from .charts import KIND_COLORS, color
 
 HEIGHT = 640  # pixels of the iframe
+LABEL_PX, FONT_PX = 9, 12  # an op's name is drawn once its 12-pixel font would be 9 pixels tall (zoom 0.75)
+OPEN_SCALE = LABEL_PX / FONT_PX  # a network that fits only below OPEN_BELOW opens at its input end, named
+OPEN_BELOW = 0.2
 
 
 def _edge_colour(c: str, opacity: float) -> dict:
@@ -68,10 +71,10 @@ def _options(n_edges: int, device_graph: bool) -> dict:
                         "hideEdgesOnZoom": big, "navigationButtons": False, "keyboard": False,
                         "multiselect": False, "zoomSpeed": 0.7},
         "nodes": {"shape": "dot", "borderWidth": 1, "borderWidthSelected": 4,
-                  "font": {"size": 16 if device_graph else 12, "face": "sans-serif", "color": "#1f2330",
+                  "font": {"size": 16 if device_graph else FONT_PX, "face": "sans-serif", "color": "#1f2330",
                            "multi": False},
                   # labels appear once their text would be at least this many pixels tall: on zoom
-                  "scaling": {"label": {"drawThreshold": 3 if device_graph else 9}}},
+                  "scaling": {"label": {"drawThreshold": 3 if device_graph else LABEL_PX}}},
         "edges": {"arrows": {"to": {"enabled": True, "scaleFactor": 0.55}}, "smooth": False,
                   "color": {"inherit": False}, "selectionWidth": 0, "hoverWidth": 0.5},
     }
@@ -132,6 +135,7 @@ def network_html(graph, layout, colour_by: str, placement, device_names, costs, 
             "crossLabel": "tensor between devices" if placement is not None else "",
             "crossStyle": CROSS, "plainStyle": PLAIN, "maxBytes": view["max_bytes"],
             "curveAbove": 1.5 * LAYER_DX, "focusScale": 1.1, "searchHint": "Find an op by name",
+            "openBelow": OPEN_BELOW, "openScale": OPEN_SCALE,
             "inWord": "Producers", "outWord": "Consumers"}
     return _render(net, meta)
 
@@ -155,7 +159,8 @@ def devices_html(devices, result, placement, graph, identity: str) -> str:
     meta = {"mode": "devices", "storageKey": _storage_key("dev", identity),
             "legend": [["GPU", "#37474F"], ["CPU", "#90A4AE"], ["channel (hub)", color(0)]],
             "crossLabel": "", "crossStyle": {}, "plainStyle": {}, "maxBytes": 0, "curveAbove": 0,
-            "focusScale": 1.0, "searchHint": "Find a device or channel", "inWord": "Connected", "outWord": ""}
+            "focusScale": 1.0, "searchHint": "Find a device or channel", "inWord": "Connected", "outWord": "",
+            "openBelow": 0, "openScale": 0}
     return _render(net, meta)
 
 

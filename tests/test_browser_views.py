@@ -77,6 +77,30 @@ def card(frame) -> dict:
             for k in range(rows.count())}
 
 
+def test_a_long_network_opens_at_its_input_end_with_names_a_short_one_whole(page):
+    """ResNet-50 fitted whole is a line of dots; it opens where its data starts, names readable. Fit shows it all,
+    and that camera is kept when the page is left and come back to. AlexNet fits whole as it is."""
+    pg = page
+    frame = graph_frame(pg, "The network as an explorable graph")
+    g = load_network("resnet50")
+    view = in_frame(frame, "const v = graphView.network; return {scale: v.getScale(), opened: graphView.opened, "
+                           "first: v.body.nodes[0].labelModule.visible(), "
+                           "at: v.canvasToDOM(v.getPositions([0])[0]), width: document.body.clientWidth};")
+    assert view["opened"] == "input end" and view["scale"] == pytest.approx(0.75) and view["first"] is True
+    assert 0 < view["at"]["x"] < view["width"] / 2  # the input op, on the left of the view
+    assert g.ops[0].kind == "input"
+    frame.get_by_role("button", name="Fit").click()
+    fitted = in_frame(frame, "return graphView.network.getScale();")
+    assert fitted < 0.2  # why it did not open this way: 168 layers in 1,200 pixels
+    open_page(pg, "Devices")
+    open_page(pg, "Network")
+    frame = graph_frame(pg, "The network as an explorable graph")
+    assert in_frame(frame, "return graphView.network.getScale();") == pytest.approx(fitted)
+    choose(pg, "Network", "AlexNet  (alexnet)")
+    frame = graph_frame(pg, "The network as an explorable graph")
+    assert in_frame(frame, "return graphView.opened || null;") is None
+
+
 def test_search_and_click_an_op_in_the_network_graph(page):
     pg = page
     choose(pg, "Network", "Inception-V3  (inception_v3)")

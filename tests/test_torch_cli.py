@@ -129,7 +129,9 @@ def test_calibrate_then_e5(capsys, tmp_path, monkeypatch):
     report = (tmp_path / "e5" / "report.md").read_text()
     assert "placement experiment e5 --model" in report
     assert "identical devices share the fastest of their measurements: cpu0, cpu1" in report
-    assert "the simulator uses the measured transfer curve" in report and "Load average" in report
+    # the curve is used where the link's times rise with size; measured under load they may not (fit_curve: ())
+    curve = channels["cpu0-cpu1"]["transfer_curve"]
+    assert ("the simulator uses the measured transfer curve" in report) == bool(curve) and "Load average" in report
     assert "| calibrated, whole ops | **median** |" in report
 
 
