@@ -32,7 +32,7 @@ with ui.guarded("the presentation mode"):
 placement_of = None  # each schedule's placement, once the stages are made
 with ui.guarded("the pipeline settings"):
     used = len(set(state.current_placement().tolist()))
-    c1, c2, c3, c4, c5 = st.columns([3, 2, 2, 3, 2])
+    c1, c2, c3, c5 = st.columns([3, 2, 2, 2])
     sources = {"even": "Even split into p stages", "current": f"From the current placement ({ui.esc(s.placement_label)})"}
     source = c1.radio(
         "Stages", list(sources), index=0 if used < 2 else 1, horizontal=True, key=ui.persist("pipe_source"),
@@ -55,17 +55,17 @@ with ui.guarded("the pipeline settings"):
         "Virtual stages V", 1, 8, 2, key=ui.persist("pipe_virtual", bounds=(1, 8)),
         help="Interleaved 1F1B only: chunks per device. The bubble shrinks to (p − 1)(t_f + t_b)/V; every chunk "
              "boundary is one more transfer.")
-    schedules = c4.multiselect(
+    ideal = c5.toggle(
+        "Ideal pipeline", key=ui.persist("pipe_ideal"),
+        help="Free communication and weight updates: transfers and updates take no time, so only the schedule "
+             "and the stages' imbalance are left. With p equal stages each schedule meets its closed form.")
+    schedules = st.multiselect(  # a row of its own: four schedules' names fit side by side
         "Schedules", list(NAMES), default=["gpipe", "1f1b", "interleaved-1f1b", "zb-h1"], format_func=SHORT.get,
         key=ui.persist("pipe_schedules", list(NAMES)),
         help="GPipe: all forwards, then all backwards, one weight update. 1F1B: after a warm-up of p − s forwards, "
              "stage s alternates one forward and one backward. Interleaved 1F1B (Megatron-LM): V chunks per "
              "device, micro-batches in groups of p. ZB-H1 (zero bubble): W, the weight gradient, waits and fills "
              "the bubble. Thesis scheme: the whole batch at once (no micro-batches), for reference.")
-    ideal = c5.toggle(
-        "Ideal pipeline", key=ui.persist("pipe_ideal"),
-        help="Free communication and weight updates: transfers and updates take no time, so only the schedule "
-             "and the stages' imbalance are left. With p equal stages each schedule meets its closed form.")
     v = int(v_in)
     placement_of = pipelineview.placements(state.graph_key(), state.devices_key(), state.cost_key(), g, d,
                                            schedules or ["gpipe"], source, int(p_in), v, state.current_placement(),
