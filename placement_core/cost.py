@@ -20,6 +20,7 @@ import numpy as np
 from .devices import DeviceGraph, curve_time
 from .errors import InputError
 from .graph import Graph
+from .timings import scaled
 
 # {op name: {device name or kind: {"fwd": s, "bwd": s, "update": s}}}
 TimingTable = Mapping[str, Mapping[str, Mapping[str, float]]]
@@ -164,8 +165,9 @@ def _apply_measured(graph: Graph, devices: DeviceGraph, fwd, bwd, update, table:
     """Measured times win over formulas: calibration table > op's own times; name > kind.
 
     A table measured at another batch (``table_batch``; a pipeline simulates micro-batches of the
-    calibrated batch) has its forward and backward times scaled linearly to the graph's batch, as
-    :meth:`Graph.with_batch_size` does for an op's own times; weight updates do not depend on the batch.
+    calibrated batch) has its forward and backward times scaled to the graph's batch: linearly, as
+    :meth:`Graph.with_batch_size` does for an op's own times, except for the part the table says does not
+    shrink with the batch (:func:`timings.scaled`); weight updates do not depend on the batch.
     """
     arrays = {"fwd": fwd, "bwd": bwd, "update": update}
     k = graph.batch_size / table_batch if table_batch else 1.0
@@ -177,8 +179,8 @@ def _apply_measured(graph: Graph, devices: DeviceGraph, fwd, bwd, update, table:
         for j, dev in enumerate(devices.devices):
             for src, scale in sources:
                 for key in (dev.kind, dev.name):
-                    for phase, t in src.get(key, {}).items():
-                        arrays[phase][i, j] = t if phase == "update" else t * scale
+                    for phase, t in scaled(src.get(key, {}), scale).items():
+                        arrays[phase][i, j] = t
     return fwd, bwd, update
 
 

@@ -18,7 +18,7 @@ from .cost import RooflineProfile
 from .devices import Channel, Device, DeviceGraph
 from .errors import InputError
 from .timings import FORMAT as TIMINGS_FORMAT
-from .timings import check_timings
+from .timings import FIXED, check_timings
 
 SIZES = tuple(int(10 ** e) for e in (3, 3.5, 4, 4.5, 5, 5.5, 6, 6.5, 7, 7.5, 8))
 ETA_COMP = RooflineProfile.comp_efficiency
@@ -45,6 +45,9 @@ class CalibrationSettings:
     # machine: each figure is taken from the fastest of them, as from the fastest round (a disturbed
     # measurement only ever reads slow), so noise cannot make identical devices look different
     pool_identical: bool = True
+    # every op measured again at half the batch, for the part of its time that does not shrink with the
+    # batch (timings.FIXED): what a micro-batch or a batch shard of it costs (docs/torch.md)
+    batch_fit: bool = True
     seed: int = 0
     timeout: float = 1800.0
 
@@ -161,8 +164,10 @@ def fastest(rounds: list[dict]) -> dict:
     minimum over rounds is the estimate of the undisturbed time.
     """
     out = dict(rounds[0])
-    out["ops"] = {op: {ph: min(r["ops"][op][ph] for r in rounds) for ph in rounds[0]["ops"][op]}
+    out["ops"] = {op: {ph: min(r["ops"][op][ph] for r in rounds)
+                       for ph in set.intersection(*(set(r["ops"][op]) for r in rounds))}
                   for op in rounds[0]["ops"]}
+    out["half_batch"] = min(r.get("half_batch") or 0 for r in rounds)  # a round that could not: no fit
     out["step_s"] = min(r["step_s"] for r in rounds)
     out["steps_s"] = [s for r in rounds for s in r["steps_s"]]
     out["gemm_flops"] = max(r["gemm_flops"] for r in rounds)
@@ -222,6 +227,15 @@ def isotonic(values, weights=None) -> list[float]:
     return [m for m, _, n in blocks for _ in range(n)]
 
 
+def fixed_part(t_full: float, t_half: float, batch: int, half: int) -> float:
+    """The batch-independent part of a time measured at ``batch`` (``t_full``) and at ``half`` (``t_half``):
+    the intercept of the line through both points, kept between 0 (time proportional to the batch) and
+    ``t_full`` (time independent of it; a half batch measured slower is noise around that)."""
+    if batch <= half or t_full <= 0:
+        return 0.0
+    return min(max((t_half * batch - t_full * half) / (batch - half), 0.0), t_full)
+
+
 def fit_curve(sizes, seconds) -> tuple[tuple[float, float], ...]:
     """A channel's ``transfer_curve`` from transfer times measured at several sizes (one figure per size,
     e.g. the median of repeats): the measured points made non-decreasing (isotonic regression of the log
@@ -254,9 +268,16 @@ def build_calibration(graph, source, shape, devs, measured: dict, links: dict,
         m = measured[d.name]
         sum_s = sum(t["fwd"] + t["bwd"] + t["update"] for t in m["ops"].values())
         scale = m["step_s"] / sum_s if settings.reconcile == "scale" and sum_s > 0 else 1.0
+        half = int(m.get("half_batch") or 0)
+        fixed_s = 0.0
         for op in graph.ops:
             t = m["ops"].get(op.name, {"fwd": 0.0, "bwd": 0.0, "update": 0.0})
-            ops_table.setdefault(op.name, {})[d.name] = {ph: t[ph] * scale for ph in ("fwd", "bwd", "update")}
+            entry = {ph: t[ph] * scale for ph in ("fwd", "bwd", "update")}
+            for ph, key in FIXED.items():
+                if half and f"{ph}_half" in t and t[ph] > 0:  # (an input op runs nothing)
+                    entry[key] = fixed_part(t[ph], t[f"{ph}_half"], graph.batch_size, half) * scale
+                    fixed_s += entry[key]
+            ops_table.setdefault(op.name, {})[d.name] = entry
         devices.append(Device(d.name, d.kind, peak_flops=m["gemm_flops"] / ETA_COMP, memory_bytes=m["memory_bytes"],
                               mem_bandwidth=m["copy_bandwidth"],
                               model=f"{m.get('model', d.torch)}, {m.get('threads') or 'default'} thread(s), calibrated"))
@@ -264,6 +285,9 @@ def build_calibration(graph, source, shape, devs, measured: dict, links: dict,
                                      "step_s": m["step_s"], "ops_sum_s": sum_s, "scale": scale,
                                      "gemm_flops": m["gemm_flops"], "copy_bandwidth": m["copy_bandwidth"],
                                      "memory_bytes": m["memory_bytes"]}
+        if half:  # how much of the ops' time a smaller batch keeps
+            report["devices"][d.name].update(half_batch=half, fixed_s=fixed_s,
+                                             fixed_share=fixed_s / (sum_s * scale) if sum_s > 0 else 0.0)
     channels = []
     for (a, b), ev in sorted(links.items()):
         latency, bandwidth = fit_link(ev["sizes"], ev["seconds"])
@@ -288,7 +312,9 @@ def summary_rows(cal: Calibration) -> list[list[str]]:
     for name, d in cal.report["devices"].items():
         rows.append([name, f"{d['torch']} ({d['threads']} thread(s))", f"{d['gemm_flops'] / 1e9:.1f} GFLOP/s",
                      f"{d['copy_bandwidth'] / 1e9:.2f} GB/s", f"step {d['step_s'] * 1e3:.1f} ms",
-                     f"ops sum {d['ops_sum_s'] * 1e3:.1f} ms (x{d['scale']:.2f})"])
+                     f"ops sum {d['ops_sum_s'] * 1e3:.1f} ms (x{d['scale']:.2f})"
+                     + (f", {d['fixed_share']:.0%} of it fixed (batch {d['half_batch']} measured too)"
+                        if "fixed_share" in d else "")])
     fit = cal.report.get("overhead_fit")
     if fit:
         rows.append([", ".join(fit["devices"]), "per message",

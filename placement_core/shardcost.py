@@ -17,6 +17,7 @@ import numpy as np
 
 from .devices import DeviceGraph
 from .graph import Graph, Op
+from .timings import scaled
 
 # Exprimo's convolution and inner-product terms: forward (input, filter, output), backward (output
 # gradient, filter, input gradient). The filter term is the weights; the input (gradient) is whole.
@@ -88,9 +89,8 @@ def shard_costs(profile, graph: Graph, devices: DeviceGraph, requests: Sequence[
         ops.append(shard_op(graph, i, dim, f, name))
         measured = timings.get(graph.ops[i].name)
         if measured:
-            up = f if dim == "channel" else 1.0
-            table[name] = {d: {ph: t * (up if ph == "update" else f) for ph, t in v.items()}
-                           for d, v in measured.items()}
+            # a shard keeps its op's fixed part (its launch, its whole input read): timings.scaled
+            table[name] = {d: scaled(v, f, update=f if dim == "channel" else 1.0) for d, v in measured.items()}
     mini = Graph("shards", ops, graph.batch_size)
     kwargs = {"timings": table} if hasattr(profile, "timings") else {}
     return replace(profile, **kwargs).arrays(mini, devices)

@@ -28,6 +28,26 @@ from .netformat import MAX_BATCH, MAX_DIM
 
 FORMAT = "placement-timings/1"
 PHASES = ("fwd", "bwd", "update")
+# The part of a phase's time that does not shrink with the batch (an op's launch, dispatch and fixed-size
+# work), fitted by ``placement calibrate`` from a second measurement at half the batch. A fraction k of the
+# measured work (a micro-batch, a batch shard, a channel shard) then takes fixed + (t - fixed) * k, not t * k.
+FIXED = {"fwd": "fwd_fixed", "bwd": "bwd_fixed"}
+KEYS = PHASES + tuple(FIXED.values())
+
+
+def scaled(times: Mapping[str, float], k: float, update: float = 1.0) -> dict[str, float]:
+    """One device's measured times for ``k`` times the measured work: each phase's fixed part stays and the
+    rest scales by ``k``; the weight update scales by ``update`` (it depends on the weights, not the batch)."""
+    out = {}
+    for ph in PHASES:
+        if ph in times:
+            t = times[ph]
+            if ph == "update":
+                out[ph] = t * update
+            else:
+                fixed = min(times.get(FIXED[ph], 0.0), t)
+                out[ph] = fixed + (t - fixed) * k
+    return out
 
 
 def input_shape_of(graph: Graph) -> tuple[int, ...] | None:
@@ -70,10 +90,17 @@ def check_timings(doc, source: str | None = None) -> dict:
         for dev, phases in per_device.items():
             phases = require_mapping(phases, source=source, field=f"ops.{op}.{dev}", what='{"fwd": s, ...}')
             for ph, t in phases.items():
-                if ph not in PHASES:
+                if ph not in KEYS:
                     raise InputError(f"unknown phase {ph!r}", source=source, field=f"ops.{op}.{dev}",
-                                     fix='Use "fwd", "bwd" or "update"')
+                                     fix='Use "fwd", "bwd" or "update" (and "fwd_fixed", "bwd_fixed": the part '
+                                         'of a time that does not shrink with the batch)')
                 require_number(t, source=source, field=f"ops.{op}.{dev}.{ph}", maximum=1e7)
+            for ph, key in FIXED.items():
+                if key in phases and phases[key] > phases.get(ph, 0.0):
+                    raise InputError(f"{key} is {phases[key]:g} s, more than the whole {ph} time "
+                                     f"({phases.get(ph, 0.0):g} s)", source=source, field=f"ops.{op}.{dev}.{key}",
+                                     fix=f"Give {key} at most {ph}'s time (it is the part of {ph} that does not "
+                                         "shrink with the batch), or leave it out")
     return doc
 
 
@@ -123,7 +150,8 @@ def timing_table(doc: dict, graph: Graph, groups: Mapping[str, list[str]] | None
             raise InputError(f"the timings have no entry for op {absent[0]!r} of group {group!r}", field=where,
                              fix="Calibrate the model the coarsened network was made from")
         devices = set.intersection(*(set(ops[m]) for m in members))
-        table[group] = {d: {ph: sum(ops[m][d].get(ph, 0.0) for m in members) for ph in PHASES} for d in devices}
+        keys = [k for k in KEYS if k in PHASES or any(k in ops[m][d] for m in members for d in devices)]
+        table[group] = {d: {ph: sum(ops[m][d].get(ph, 0.0) for m in members) for ph in keys} for d in devices}
     return table
 
 

@@ -74,7 +74,10 @@ def test_calibration_measures_every_op_and_the_link(calibration):
     for op in ("stem", "bn", "left", "right", "add", "fc"):
         for dev in ("cpu0", "cpu1"):
             assert t["ops"][op][dev]["fwd"] > 0 and t["ops"][op][dev]["bwd"] > 0
+            # measured at half the batch too: the part of each time that does not shrink with it
+            assert all(0 <= t["ops"][op][dev][f"{ph}_fixed"] <= t["ops"][op][dev][ph] for ph in ("fwd", "bwd"))
     assert t["ops"]["x"]["cpu0"] == {"fwd": 0.0, "bwd": 0.0, "update": 0.0}
+    assert 0 <= t["measured"]["cpu0"]["fixed_share"] <= 1 and t["measured"]["cpu0"]["half_batch"] == 2
     assert t["ops"]["stem"]["cpu0"]["update"] > 0 and t["ops"]["relu"]["cpu0"]["update"] == 0
     # the CPU devices' message overhead fitted to whole steps of three calibration placements; the link keeps
     # the ping-pong's latency

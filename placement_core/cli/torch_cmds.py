@@ -100,6 +100,10 @@ def register(sub) -> None:
                    help="links in the device graph: the measured transfer curve, latency + bytes / bandwidth, or "
                         "auto: whichever reproduces the whole-step runs better (default; with --fit-placements 0: "
                         "the curve)")
+    p.add_argument("--no-batch-fit", dest="batch_fit", action="store_false",
+                   help="measure the ops at the given batch only (default: at half of it too, for the part of "
+                        "each op's time that does not shrink with the batch: what micro-batches and batch "
+                        "shards cost)")
     p.add_argument("--separate", action="store_true",
                    help="keep identical devices' measurements apart (default: cpu:N ranks, or GPUs of one model, "
                         "share the fastest figures of all of them, as rounds do)")
@@ -173,7 +177,7 @@ def cmd_calibrate(args) -> int:
                          "need two message sizes", field="--max-transfer")
     settings = CalibrationSettings(steps=args.steps, reconcile=args.reconcile, rounds=args.rounds,
                                    fit_placements=args.fit_placements, sizes=sizes, pool_identical=not args.separate,
-                                   link_model=args.link_model)
+                                   link_model=args.link_model, batch_fit=args.batch_fit)
     cal = calibrate(args.model, shape, args.devices, runner=args.runner, batch_size=batch, settings=settings,
                     progress=None if args.json else (lambda m: print(m, file=sys.stderr)))
     written = save_calibration(cal, args.out, preset=args.preset)

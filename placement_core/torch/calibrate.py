@@ -103,6 +103,7 @@ def calibrate(source: str, input_shape, devices, *, runner: str = "ranks", batch
                 "devices": [vars(d) for d in devs], "affinity": affinity, "threads": threads,
                 "sizes": [int(s) for s in settings.sizes], "steps": settings.steps, "min_time": settings.min_time,
                 "min_reps": settings.min_reps, "max_reps": settings.max_reps, "rounds": settings.rounds,
+                "half_batch": batch // 2 if settings.batch_fit and batch >= 2 else 0,
                 "comm_timeout": settings.timeout}
         measured: dict[str, list[dict]] = {}
         links = {}

@@ -91,6 +91,15 @@ def measure_device(traced, dev: LocalDevice, spec: dict) -> dict:
     shape, batch, seed = tuple(spec["input_shape"]), int(spec["batch_size"]), spec["seed"]
     reps = (spec["min_time"], spec["min_reps"], spec["max_reps"])
     ops = op_times(gm, traced, device, shape, batch, seed, reps)
+    half = int(spec.get("half_batch") or 0)
+    if half:  # the same ops at half the batch: the part of each time that does not shrink with it
+        try:
+            small = op_times(gm, traced, device, shape, half, seed, reps)
+        except Exception:  # noqa: BLE001 (a graph traced with its batch fixed runs no other: no fit)
+            half = 0
+        else:
+            for op, t in ops.items():
+                t["fwd_half"], t["bwd_half"] = small[op]["fwd"], small[op]["bwd"]
     update = update_time(gm, device, reps)
     params = {op.name: op.param_bytes for op in traced.graph.ops}
     total_params = sum(params.values()) or 1.0
@@ -104,7 +113,8 @@ def measure_device(traced, dev: LocalDevice, spec: dict) -> dict:
     for _ in range(2):
         step.step()
     steps = [step.step().seconds for _ in range(int(spec["steps"]))]
-    return {"ops": ops, "step_s": statistics.median(steps), "steps_s": steps, "gemm_flops": gemm_rate(device),
+    return {"ops": ops, "half_batch": half, "step_s": statistics.median(steps), "steps_s": steps,
+            "gemm_flops": gemm_rate(device),
             "copy_bandwidth": copy_bandwidth(device), "memory_bytes": memory_bytes(dev, spec),
             "model": device_model(device), "threads": torch.get_num_threads(),
             "cores": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None}
