@@ -332,7 +332,9 @@ def report(network, source, shape, batch, devices, rows, result_metrics, timings
     lines += ["", "Calibration (per device: measured single-device step, sum of per-op times, scale applied):", ""]
     for name, m in meas.items():
         lines.append(f"- {name}: step {m['step_s'] * 1e3:.1f} ms, ops {m['ops_sum_s'] * 1e3:.1f} ms, x{m['scale']:.2f}, "
-                     f"GEMM {m['gemm_flops'] / 1e9:.1f} GFLOP/s, copy {m['copy_bandwidth'] / 1e9:.1f} GB/s")
+                     f"GEMM {m['gemm_flops'] / 1e9:.1f} GFLOP/s, copy {m['copy_bandwidth'] / 1e9:.1f} GB/s"
+                     + (f", {m['fixed_share']:.0%} of the ops' time fixed (measured at batch {m['half_batch']} too)"
+                        if "fixed_share" in m else ""))
     lines += overhead_lines(timings_doc)
     pooled = [", ".join(g) for g in timings_doc.get("pooled") or []]
     if pooled:
