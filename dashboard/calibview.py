@@ -159,7 +159,8 @@ def render(source: str, sample_text: str, devices: str, runner: str) -> None:
     g = state.graph()
     st.markdown("##### Calibrate the simulator on this machine")
     st.caption(f"Runs `placement calibrate` for {ui.esc(g.name)} at its batch size ({g.batch_size}) on the local "
-               "devices above: every op's forward and backward time on each device, the links between them and "
+               "devices above: every op's forward and backward time on each device (at half the batch too: the "
+               "part of each time a micro-batch or a batch shard keeps), the links between them and "
                "(optionally) the per-message overhead. The result is saved as the device preset "
                f"'{PRESET}' with this network's op times; use them to simulate this machine. Large models take "
                "minutes (every op is timed on every device).")
