@@ -128,12 +128,17 @@ def test_equal_inputs_have_equal_hashes(store, problem):
     assert other[0] != store.input_hashes(run_id)[0] and other[1] == store.input_hashes(run_id)[1]
 
 
-def test_an_older_store_without_the_seed_column_is_upgraded(tmp_path, problem):
-    path = tmp_path / "runs.sqlite"
+def _store_without(column: str, path, problem):
+    """A store with one run, as written before ``column`` existed."""
     with RunStore(path=path) as s:
         s.create_run(problem, "ga", {}, 0, evaluations=10)
     with sqlite3.connect(path) as c:
-        c.execute("ALTER TABLE runs DROP COLUMN initial_hash")
+        c.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+    return path
+
+
+def test_an_older_store_without_the_seed_column_is_upgraded(tmp_path, problem):
+    path = _store_without("initial_hash", tmp_path / "runs.sqlite", problem)
     with RunStore(path=path) as s:
         assert s.initial(1) is None
         assert s.create_run(problem, "ga", {}, 0, evaluations=10, initial=np.zeros((1, problem.n_ops))) == 2
@@ -141,11 +146,7 @@ def test_an_older_store_without_the_seed_column_is_upgraded(tmp_path, problem):
 
 
 def test_an_older_store_without_the_seeding_column_is_upgraded_and_a_seeding_kept(tmp_path, problem):
-    path = tmp_path / "runs.sqlite"
-    with RunStore(path=path) as s:
-        s.create_run(problem, "ga", {}, 0, evaluations=10)
-    with sqlite3.connect(path) as c:
-        c.execute("ALTER TABLE runs DROP COLUMN seeding")
+    path = _store_without("seeding", tmp_path / "runs.sqlite", problem)
     seeding = {"init": "heft,random:3", "placements": 4, "evaluations": 4, "best_label": "heft",
                "best_objective_s": 0.25, "with_current": True}
     with RunStore(path=path) as s:
