@@ -412,7 +412,7 @@ def test_the_top_k_of_a_live_run(monkeypatch):
     assert list(ga_rows["placement"])[0] == f"best of {ga.name}" and len(ga_rows) == 4
     assert list(ga_rows["simulated objective (ms)"]) == pytest.approx(
         [f * 1e3 for f, _ in ga.result.kept[:4]])
-    assert "keeps" not in text(at)
+    assert f"{ga.name} keeps" not in text(at)  # no note that the run has fewer than K to offer
 
 
 def test_stop_ends_a_calibration_and_its_workers():
