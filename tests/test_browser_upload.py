@@ -30,6 +30,18 @@ def app_url(served):
     return served[1]
 
 
+def choose_python_file(pg) -> None:
+    """Pick "Python file" and see it picked: a click on the radio while the page was still settling from the
+    tab switch was lost once in CI's browser, and the import then ran the torchvision model instead."""
+    radio = pg.get_by_role("radio", name="Python file")
+    for _ in range(3):
+        pg.get_by_text("Python file", exact=True).first.click()
+        settle(pg)
+        if radio.is_checked():
+            return
+    assert radio.is_checked(), "the Python file choice did not take"
+
+
 def test_an_uploaded_file_runs_only_after_confirmation_and_in_a_worker(page, served, tmp_path):
     pytest.importorskip("torch")
     home, _ = served
@@ -42,7 +54,7 @@ def test_an_uploaded_file_runs_only_after_confirmation_and_in_a_worker(page, ser
     model = tmp_path / "mlp.py"
     model.write_text(code)
     pg.get_by_role("tab", name="Import a PyTorch model").click()
-    pg.get_by_text("Python file", exact=True).first.click()
+    choose_python_file(pg)
     uploader = pg.locator("[data-testid='stFileUploader']").filter(has_text="Python file").first
     uploader.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(str(model))
     uploader.get_by_text("mlp.py").wait_for()
