@@ -1,5 +1,6 @@
 """Devices: start from a preset or a file, edit devices and channels in tables, see the topology, download."""
 
+import itertools
 import json
 
 import pandas as pd
@@ -133,9 +134,14 @@ with ui.guarded("adding a device"):
     with st.expander("Add a device, connected to every other device", icon=":material/add_circle:",
                      key="dev_add_box"):
         d = state.devices()
+        suggested = next(f"gpu{k}" for k in itertools.count(sum(x.kind == "gpu" for x in d.devices))
+                         if f"gpu{k}" not in d.names)
+        if s.get("dev_add_name") in (None, s.get("dev_add_suggested")):  # not the user's own: follow the devices
+            s.dev_add_name = suggested
+        s.dev_add_suggested = suggested
         with st.form("dev_add", border=False):
             c = st.columns(6)
-            new = {"name": c[0].text_input("Name", f"gpu{len(d)}", key=ui.persist("dev_add_name")),
+            new = {"name": c[0].text_input("Name", suggested, key=ui.persist("dev_add_name")),
                    "kind": c[1].selectbox("Kind", ["gpu", "cpu"], key=ui.persist("dev_add_kind")),
                    "model": c[2].text_input("Model", "", key=ui.persist("dev_add_model")),
                    "peak TFLOP/s": c[3].number_input("Peak TFLOP/s", 0.0, 1e6, 15.7, format="%g",

@@ -134,3 +134,23 @@ def test_a_measured_transfer_curve_is_shown_kept_through_navigation_and_editable
     assert "Channels table, row 1 (cpu0-cpu1): column 'transfer curve': cannot read the point '1000000'" in \
         err.value.replace("\\", "")
     assert at.session_state["devices"].channels[0].transfer_curve == ((4.0, 5e-05), (1e6, 0.002))
+
+
+def test_the_new_devices_suggested_name_follows_the_devices_until_the_user_types_one():
+    """malvik-4gpu has gpu0..gpu3: the next is gpu4; after switching to malvik (gpu0, gpu1) gpu2. A name the user
+    typed stays through a switch. (It used to stay gpu5, the device count of the first graph, everywhere.)"""
+    at = start()
+    goto(at, "devices")
+    assert at.text_input(key="dev_add_name").value == "gpu4"
+    at.selectbox(key="dev_preset").set_value("malvik").run()
+    assert at.text_input(key="dev_add_name").value == "gpu2" and not at.exception
+    [add] = [b for b in at.button if b.label == "Add the device"]
+    add.click().run()  # the suggestion taken: gpu2 is added, and the next one offered
+    assert at.session_state["devices"].names[-1] == "gpu2" and at.text_input(key="dev_add_name").value == "gpu3"
+    at.text_input(key="dev_add_name").set_value("tpu0")
+    [add] = [b for b in at.button if b.label == "Add the device"]
+    add.click().run()
+    assert "tpu0" in at.session_state["devices"].names
+    at.selectbox(key="dev_preset").set_value("nvlink-8gpu").run()
+    assert at.text_input(key="dev_add_name").value == "tpu0"
+    assert_clean(at)
