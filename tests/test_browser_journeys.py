@@ -133,8 +133,13 @@ def test_optimize_form_survives_navigation(page):
     choose(pg, "crossover", "uniform")
     pg.get_by_text("MAP-Elites parameters (thesis defaults)").click()
     dims = pg.locator("[data-testid='stMultiSelect']").filter(has=pg.get_by_text("dimensions", exact=True)).first
-    dims.locator(".react-aria-ComboBox").get_by_role("button", name="Remove devices used").click()
-    settle(pg)
+    remove = dims.locator(".react-aria-ComboBox").get_by_role("button", name="Remove devices used")
+    for _ in range(3):  # a click during a rerun can be redrawn away (seen once in a fresh-clone run): again
+        if remove.count():
+            remove.click()
+        settle(pg)
+        if _multiselect_values(pg, "dimensions") == ["most used device", "cross device edges"]:
+            break
     assert _multiselect_values(pg, "dimensions") == ["most used device", "cross device edges"]
 
     open_page(pg, "Trace")
