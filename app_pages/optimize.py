@@ -199,7 +199,7 @@ with ui.guarded("the results"):
                                + why, icon=":material/warning:")
                 if r.seeded is not None:
                     sd = r.seeded
-                    st.caption(f"S{ui.esc(seeding_text(sd))[1:]}; best seed {ui.esc(sd['best_label'])}: "
+                    st.caption(f"{ui.esc(seeding_text(sd, sentence=True))}; best seed {ui.esc(sd['best_label'])}: "
                                f"{fmt_seconds(sd['best_objective_s'])}.")
                 planned = res.extras.get("planned_makespan_s")
                 if planned is not None:

@@ -86,7 +86,7 @@ with ui.guarded("the run"), stored.open_store() as store:
                    + f" · started {time.strftime('%Y-%m-%d %H:%M', time.localtime(rec.created))} on "
                    f"{ui.esc(rec.host)}")
         if rec.seeding:
-            st.caption(f"S{ui.esc(seeding_text(rec.seeding, best=True))[1:]} (the first placements it evaluated).")
+            st.caption(f"{ui.esc(seeding_text(rec.seeding, best=True, sentence=True))} (the first placements it evaluated).")
         if rec.error:
             st.error(f"The run failed: {ui.esc(rec.error)}", icon=":material/error:")
         if status == "interrupted":

@@ -43,9 +43,10 @@ def seeding_record(init: str, seeds: Seeds, *, with_current: bool = False) -> di
             "with_current": bool(with_current)}
 
 
-def seeding_text(seeding: dict, *, best: bool = False) -> str:
-    """A :func:`seeding_record` in words (the CLI's, ``runs show``'s and the dashboard's)."""
-    text = (f"seeded with {seeding['placements']} initial placement(s) ({seeding['init']}; "
+def seeding_text(seeding: dict, *, best: bool = False, sentence: bool = False) -> str:
+    """A :func:`seeding_record` in words (the CLI's, ``runs show``'s and the dashboard's); ``sentence``
+    starts it with a capital, as a caption of its own does."""
+    text = (f"{'S' if sentence else 's'}eeded with {seeding['placements']} initial placement(s) ({seeding['init']}; "
             f"{seeding['evaluations']:,} evaluations, not counted in the budget)"
             + (" and the current placement" if seeding.get("with_current") else ""))
     if best:
