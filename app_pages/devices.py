@@ -10,7 +10,7 @@ from dashboard import charts, nodelink, state, ui
 from placement_core import InputError
 from placement_core.analysis.device_tables import (CHANNEL_COLUMNS, DEVICE_COLUMNS, add_device, devices_from_tables,
                                                    devices_to_tables)
-from placement_core.devices import devices_to_dict
+from placement_core.model.devices import devices_to_dict
 
 ui.header("Devices", "The machines a placement can use: each device's compute, memory and memory bandwidth, "
           "and the channels (links) tensors cross between them. A transfer from A to B queues on the channel "

@@ -6,7 +6,7 @@ import os
 import streamlit as st
 
 from dashboard import charts, state, ui
-from dashboard.live_runs import REGISTRY, RunSpec
+from dashboard.background_runs import REGISTRY, RunSpec
 from placement_core import InputError
 from placement_core.analysis import fmt_bytes, fmt_seconds
 from placement_core.optimize import ALGORITHMS, problem_for

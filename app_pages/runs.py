@@ -5,10 +5,10 @@ import time
 import streamlit as st
 
 from dashboard import charts, state, stored, ui
-from dashboard.live_runs import REGISTRY, RunSpec
+from dashboard.background_runs import REGISTRY, RunSpec
 from placement_core import InputError
 from placement_core.analysis import fmt_bytes, fmt_seconds
-from placement_core.exports import RUN_EXPORTS, export_run
+from placement_core.analysis.exports import RUN_EXPORTS, export_run
 from placement_core.optimize.seeding import seeding_text
 
 ui.header("Runs", "Every optimization run on this machine, from this dashboard, other sessions and the "

@@ -8,9 +8,9 @@ import csv, json, sys
 from pathlib import Path
 from placement_core import load_devices
 from placement_core.experiments.e5 import metrics
-from placement_core.placement import placement_from_dict
+from placement_core.model.placement import placement_from_dict
 from placement_core.problem import Problem
-from placement_core.timings import read_timings, timing_table, FIXED
+from placement_core.cost.timings import read_timings, timing_table, FIXED
 from placement_core.torch.model_import import trace_model
 from placement_core.torch.sources import load_model, parse_source
 

@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from placement_core import Problem, load_devices  # noqa: E402
-from placement_core.graph import Graph, Op  # noqa: E402
+from placement_core.model.graph import Graph, Op  # noqa: E402
 from placement_core.optimize.heft import heft_schedule  # noqa: E402
 
 

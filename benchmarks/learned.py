@@ -2,7 +2,7 @@
 
     python benchmarks/learned.py [--json] [--repeats N]
 
-Times ``placement_core.torch.learned.place`` (features, HEFT start, one greedy
+Times ``placement_core.torch.policies.place`` (features, HEFT start, one greedy
 pass) for each shipped policy on Inception-V3 (315 ops, the "300 ops" of the
 target: at most 1 s) and on a 160-node nmt test graph, the median of N runs
 after a warm-up, and prints the machine's load average with the figures.
@@ -26,7 +26,7 @@ from placement_core.problem import ProblemSpec  # noqa: E402
 
 
 def main() -> None:
-    from placement_core.torch.learned import load_policy, place
+    from placement_core.torch.policies import load_policy, place
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--repeats", type=int, default=5)

@@ -32,7 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from placement_core import Problem, load_devices, load_network  # noqa: E402
-from placement_core.graph import Graph, Op  # noqa: E402
+from placement_core.model.graph import Graph, Op  # noqa: E402
 from placement_core.optimize import make_optimizer, run  # noqa: E402
 from placement_core.parallel import DaskEvaluator, ProcessPoolEvaluator, SerialEvaluator  # noqa: E402
 

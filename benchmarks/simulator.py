@@ -34,7 +34,7 @@ from placement_core.simulate import kernel_available  # noqa: E402
 def with_curves(devices, points: int):
     """Every channel with a measured-style transfer curve of ``points`` sizes (4 B .. 256 MiB), on its own
     latency + bytes / (bandwidth * 0.25) line: what a curve lookup costs, at the same results."""
-    from placement_core.devices import Channel, DeviceGraph
+    from placement_core.model.devices import Channel, DeviceGraph
     sizes = np.geomspace(4, 2**28, points)
     chans = [Channel(c.name, c.bandwidth, c.latency, c.routes,
                      transfer_curve=tuple((float(b), c.latency + float(b) / (c.bandwidth * 0.25)) for b in sizes))
@@ -46,7 +46,7 @@ def measure(network: str, devices: str, evaluations: int, reference_evals: int, 
             curve_points: int = 0, clock=time.perf_counter, sharding: int = 0) -> dict:
     graph = load_devices(devices)
     if sharding:
-        from placement_core.sharding import search_splits
+        from placement_core.model.sharding import search_splits
         spec = spec.replace(splits=search_splits(graph, ["channel", "batch"], sharding))
     problem = spec.build(load_network(network), with_curves(graph, curve_points) if curve_points else graph)
     rng = np.random.default_rng(0)

@@ -16,7 +16,7 @@ import numpy as np
 from placement_core.analysis.archive_view import elite_fits
 
 from . import state, stored
-from .live_runs import REGISTRY
+from .background_runs import REGISTRY
 
 
 @dataclass

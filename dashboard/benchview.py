@@ -19,11 +19,11 @@ import streamlit as st
 
 from placement_core import InputError, Problem, SimSettings
 from placement_core.analysis import correlation_stats, fmt_seconds, kendall_tau
-from placement_core.benchplan import default_mapping, distinct_top, shared_warning
+from placement_core.analysis.benchmark_plan import default_mapping, distinct_top, shared_warning
 
 from . import calibview, charts, state, ui
 from .jobs import JobBoard
-from .live_runs import REGISTRY
+from .background_runs import REGISTRY
 
 # Built-in networks were generated from these torchvision models (scripts/make_builtin_networks.py),
 # so their op names match what the benchmark traces.
@@ -239,7 +239,7 @@ def top_runs() -> dict[str, tuple]:
 def top_k(source: tuple, k: int) -> tuple[list, str, int | None]:
     """The K best distinct placements of a run (ranked by its own simulated objective), a note when it keeps
     fewer, and its id in the run store. Cached per run version and K."""
-    from placement_core.benchplan import top_of_run
+    from placement_core.analysis.benchmark_plan import top_of_run
 
     from . import stored
 
@@ -324,7 +324,7 @@ def render() -> None:
                          "best of a run: its K best distinct placements by simulated objective, to see whether "
                          "the measured ranking agrees (Kendall τ).")
     plan, ranking = _what_to_measure(mode)
-    from placement_core.sharding import used_devices
+    from placement_core.model.sharding import used_devices
     # the devices the plan runs on (a split op's every device)
     used = used_devices([p for _, p, _ in plan], len(d), state.problem().splits) if plan else []
     st.caption("Each device of the device graph runs on a local device:")
@@ -410,7 +410,7 @@ def _what_to_measure(mode: str) -> tuple[list, dict | None]:
 
 
 def _submit(plan, ranking, mapping, source, shape, batch, spec, runner, steps, warmup) -> None:
-    from placement_core.netformat import network_hash
+    from placement_core.formats.network import network_hash
     from placement_core.torch.benchmark import BenchmarkSettings
 
     from .torch_import import parse_sample_shape
@@ -419,7 +419,7 @@ def _submit(plan, ranking, mapping, source, shape, batch, spec, runner, steps, w
     g, d = state.graph(), state.devices()
     sample = parse_sample_shape(shape)
     # measured op times (a calibration of this network) are scaled linearly to the benchmark's batch
-    from placement_core.sharding import gene_entry
+    from placement_core.model.sharding import gene_entry
     table = state.problem().splits  # the session's split table: a split op runs on the ranks runner
     sim_problem = Problem(g.with_batch_size(batch), d, settings=SimSettings(), penalty=s.sim["penalty"],
                           splits=table, **state.cost_kw(g, s.sim))
@@ -448,7 +448,7 @@ def draw_ranking(r: dict) -> None:
 
 def earlier_points(exclude: set[int]) -> list[dict]:
     """Stored measurements of the current network (same content, at any batch size) not in ``exclude``."""
-    from placement_core.netformat import network_hash
+    from placement_core.formats.network import network_hash
 
     from . import stored
 
@@ -478,7 +478,7 @@ def earlier_points(exclude: set[int]) -> list[dict]:
 
 def points_csv(points: list[dict]) -> bytes:
     """The benchmarked placements the page shows, as CSV (times in seconds, as the run store keeps them)."""
-    from placement_core.exports import rows_to_csv
+    from placement_core.analysis.exports import rows_to_csv
 
     return rows_to_csv([{"placement": p["placement"], "status": p["status"], "simulated_s": p["simulated_s"],
                          "measured_median_s": p["measured_s"], "iqr_s": p["iqr_s"], "devices": p["devices"],

@@ -137,7 +137,7 @@ def use_calibration() -> str:
     """Make the saved ``local`` device graph current and, when it was measured for this network at this batch,
     its op times; returns what was done, in words."""
     from placement_core import load_devices
-    from placement_core.catalog import user_dir
+    from placement_core.formats.catalog import user_dir
 
     s = state.ss()
     path = user_dir() / "devices" / f"{PRESET}.json"

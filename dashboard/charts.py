@@ -397,7 +397,7 @@ def device_load_figure(summary: dict, capacity: dict) -> go.Figure:
 def placement_strip_figure(placements: list, labels: list[str], device_names: list[str], splits=()) -> go.Figure:
     """Each placement as a row of ops (topological order) coloured by device; an op split over several devices
     (``splits``) in its first device's colour, marked, its split in the hover."""
-    from placement_core.sharding import gene_devices, gene_label
+    from placement_core.model.sharding import gene_devices, gene_label
     nd = len(device_names)
     genes = np.array([np.asarray(p) for p in placements], dtype=int)
     z = np.array([[gene_devices(int(v), nd, splits)[0] for v in row] for row in genes], dtype=float)

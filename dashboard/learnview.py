@@ -21,7 +21,7 @@ from pathlib import Path
 import streamlit as st
 
 from placement_core import InputError
-from placement_core.devices import DeviceGraph
+from placement_core.model.devices import DeviceGraph
 
 from .jobs import JobBoard
 
@@ -34,7 +34,7 @@ def torch_available() -> bool:
 
 
 def shipped_dir() -> Path:
-    from placement_core.catalog import assets_dir
+    from placement_core.formats.catalog import assets_dir
     return assets_dir() / "policies"
 
 
@@ -68,7 +68,7 @@ class PolicyInfo:
 
 @st.cache_data(max_entries=256, show_spinner=False)
 def _info(path: str, mtime: float, shipped: bool) -> PolicyInfo | str:
-    from placement_core.jsonio import read_json
+    from placement_core.base.jsonio import read_json
     try:
         data = read_json(path)
         method = data["method"]
@@ -95,7 +95,7 @@ def policies() -> tuple[list[PolicyInfo], list[str]]:
 
 def apply_policy(info: PolicyInfo, problem) -> tuple:
     """(placement, seconds): the policy's zero-shot placement of ``problem`` (torch imported here)."""
-    from placement_core.torch.learned.optimizers import cached_policy, place
+    from placement_core.torch.policies.optimizers import cached_policy, place
     t = time.perf_counter()
     placement = place(cached_policy(info.path), problem)
     return placement, time.perf_counter() - t
@@ -161,14 +161,14 @@ class TrainJob:
                 self.error, self.status = f"the training failed ({type(e).__name__}: {e})", "failed"
 
     def _train(self) -> None:
-        from placement_core.devices import devices_hash
+        from placement_core.model.devices import devices_hash
         from placement_core.families import family_graphs
-        from placement_core.outputs import check_output_file
+        from placement_core.base.outputs import check_output_file
         from placement_core.problem import ProblemSpec
         from placement_core.store import RunStore
-        from placement_core.torch.learned import TrainSettings
-        from placement_core.torch.learned.policy_io import save_policy
-        from placement_core.torch.learned.runs import train_recorded
+        from placement_core.torch.policies import TrainSettings
+        from placement_core.torch.policies.policy_io import save_policy
+        from placement_core.torch.policies.recorded_training import train_recorded
 
         spec = ProblemSpec(penalty=self.penalty)
         graphs = [fg.graph for f in self.families for fg in family_graphs(f, split="train")]

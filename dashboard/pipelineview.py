@@ -9,9 +9,9 @@ import streamlit as st
 from placement_core.analysis.bubble import bubble_breakdown
 from placement_core.analysis.pipeline import (ScheduleRun, divisors, even_stages, ideal_profile, run_schedule,
                                               schedule_blocks, schedule_rows, sweep)
-from placement_core.devices import DeviceGraph
-from placement_core.errors import InputError
-from placement_core.graph import Graph
+from placement_core.model.devices import DeviceGraph
+from placement_core.base.errors import InputError
+from placement_core.model.graph import Graph
 
 SWEEP_MAX_M = 64  # the sweep tries every divisor of the batch up to this (and the chosen m)
 NAMES = {"thesis": "Thesis scheme (whole batch)", "gpipe": "GPipe", "1f1b": "1F1B (PipeDream-flush)",
@@ -133,7 +133,7 @@ def measured_pipelines(graph: Graph) -> list[dict]:
     """Stored pipelined benchmarks (``placement benchmark --schedule``) of the current network, at any batch:
     schedule, micro-batches, measured step and bubble, and the simulated ones when the run was given
     ``--simulate``."""
-    from placement_core.netformat import network_hash
+    from placement_core.formats.network import network_hash
 
     from . import stored
 

@@ -17,9 +17,9 @@ import streamlit as st
 
 from placement_core import (InputError, Problem, builtin_devices, builtin_networks, load_devices,
                             load_network, single_device)
-from placement_core.catalog import devices_from_upload, network_from_upload
-from placement_core.devices import DeviceGraph, devices_to_dict
-from placement_core.graph import Graph
+from placement_core.formats.catalog import devices_from_upload, network_from_upload
+from placement_core.model.devices import DeviceGraph, devices_to_dict
+from placement_core.model.graph import Graph
 from placement_core.problem import ProblemSpec
 
 DEFAULT_NETWORK = "resnet50"
@@ -83,7 +83,7 @@ def _problem(graph_key: str, devices_key: str, sim: tuple, timings_key: str, _gr
 
 def split_table(sim: dict, devices: DeviceGraph) -> tuple:
     """The split table the settings stand for: the search's windows (``sharding``), then ``splits_extra``."""
-    from placement_core.sharding import merge_splits, search_splits
+    from placement_core.model.sharding import merge_splits, search_splits
     dims = [d for d in (sim.get("sharding") or "").split(",") if d]
     table = ()
     if dims:
@@ -95,13 +95,13 @@ def split_table(sim: dict, devices: DeviceGraph) -> tuple:
 
 @st.cache_resource(max_entries=16, show_spinner=False)
 def _timing_table(path: str, mtime: float, graph_key: str, _graph: Graph) -> dict:
-    from placement_core.timings import read_timings, timing_table
+    from placement_core.cost.timings import read_timings, timing_table
     return timing_table(read_timings(path), _graph)
 
 
 def calibrations(graph: Graph) -> dict:
     """Saved calibrations (name -> file) measured for this network at its batch size."""
-    from placement_core.timings import saved_calibrations
+    from placement_core.cost.timings import saved_calibrations
     return saved_calibrations(graph)
 
 

@@ -15,9 +15,9 @@ import streamlit as st
 
 from placement_core import builtin_devices, builtin_networks, load_devices, load_network
 from placement_core.analysis import fmt_seconds
-from placement_core.devices import devices_hash
-from placement_core.jsonio import content_hash
-from placement_core.netformat import network_hash
+from placement_core.model.devices import devices_hash
+from placement_core.base.jsonio import content_hash
+from placement_core.formats.network import network_hash
 from placement_core.problem import ProblemSpec
 from placement_core.store import RunRecord, RunStore, problem_hashes
 
@@ -64,7 +64,7 @@ def stored_problem(store: RunStore, run_id: int):
 
 @st.cache_resource(max_entries=8, show_spinner="Reopening the archive…")
 def _archive(path: str, run_id: int, updated: float):
-    from placement_core.runs import load_archive
+    from placement_core.store.recording import load_archive
     with RunStore(path=path) as store:
         return load_archive(store, run_id, _problem(path, run_id))
 

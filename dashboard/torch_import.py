@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from placement_core import InputError
-from placement_core.graph import Graph
+from placement_core.model.graph import Graph
 
 ALLOW_ENV = "PLACEMENT_ALLOW_CODE_UPLOAD"
 UPLOAD_MAX_AGE_S = 24 * 3600  # an upload no session has replaced by then is removed at the next upload

@@ -8,7 +8,7 @@ import streamlit as st
 from placement_core import InputError, placement_from_dict, random_placement, single_device
 from placement_core.analysis import (channel_stats, critical_path, device_stats, gantt_rows, gantt_segments,
                                      largest_transfers, memory_series)
-from placement_core.jsonio import parse_json
+from placement_core.base.jsonio import parse_json
 
 from . import state, ui
 
@@ -126,7 +126,7 @@ def placement_picker() -> None:
                 state.set_sim({**s.sim, "splits_extra": tuple(s.sim.get("splits_extra", ())) + extra})
             state.set_placement(p, up.name)
             if ignored:
-                from placement_core.placement import describe_ignored
+                from placement_core.model.placement import describe_ignored
                 s.placement_note = describe_ignored(ignored)
             st.rerun()
     if up is not None and s.get("trace_upload_error"):

@@ -100,7 +100,7 @@ def sidebar() -> None:
                  else f"{sim['profile']} costs")
         st.markdown(f"<small>Simulator: {sim_summary(sim)}, {costs}, {sim['penalty']} penalty"
                     "</small>", unsafe_allow_html=True)
-        from .live_runs import REGISTRY
+        from .background_runs import REGISTRY
         active = [r for r in REGISTRY.runs(s.session_key) if r.active]
         _runs_in_progress(s.session_key, poll=bool(active))
 
@@ -111,7 +111,7 @@ def _runs_in_progress(session_key: str, poll: bool) -> None:
 
     @st.fragment(run_every=1.0 if poll else None)
     def indicator():
-        from .live_runs import REGISTRY
+        from .background_runs import REGISTRY
         runs = REGISTRY.runs(session_key)
         active = [r for r in runs if r.active and not r.stop_event.is_set()]
         stopping = [r for r in runs if r.active and r.stop_event.is_set()]

@@ -5,11 +5,11 @@ graph -> devices -> cost -> simulate -> problem -> optimize. No Streamlit,
 and no torch at import time (``placement_core.torch`` imports it when used).
 """
 
-from .catalog import builtin_devices, builtin_networks, load_devices, load_network
-from .devices import Channel, Device, DeviceGraph
-from .errors import InputError
-from .graph import Graph, Op
-from .placement import placement_from_dict, placement_to_dict, random_placement, single_device
+from .formats.catalog import builtin_devices, builtin_networks, load_devices, load_network
+from .model.devices import Channel, Device, DeviceGraph
+from .base.errors import InputError
+from .model.graph import Graph, Op
+from .model.placement import placement_from_dict, placement_to_dict, random_placement, single_device
 from .problem import Evaluation, Problem
 from .simulate import SimResult, SimSettings
 

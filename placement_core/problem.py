@@ -12,13 +12,13 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .cost import get_profile
-from .devices import DeviceGraph
-from .errors import InputError
-from .graph import Graph
-from .jsonio import to_jsonable
-from .placement import check_placement
-from .sharding import Split
+from .cost.profiles import get_profile
+from .model.devices import DeviceGraph
+from .base.errors import InputError
+from .model.graph import Graph
+from .base.jsonio import to_jsonable
+from .model.placement import check_placement
+from .model.sharding import Split
 from .simulate import SimResult, SimSettings, Simulator, compile_problem
 from .simulate.shards import compile_shards
 from .simulate.schedules import SCHEDULES, micro_batch_graph, schedule_settings
@@ -56,7 +56,7 @@ class ProblemSpec:
     ``micro_batches`` units and ``batches`` and ``in_flight`` stay 1; ``virtual_stages`` cuts a
     device's single run of ops into chunks under ``interleaved-1f1b`` (1 elsewhere). ``None``
     efficiencies mean the profile's defaults; ``timings`` is a measured op-time table
-    (:mod:`placement_core.timings`) taken at batch ``timings_batch`` (0: the graph's own).
+    (:mod:`placement_core.cost.timings`) taken at batch ``timings_batch`` (0: the graph's own).
     """
 
     schedule: str = "thesis"
@@ -71,7 +71,7 @@ class ProblemSpec:
     timings_batch: int = 0
     penalty: str = "thesis"
     virtual_stages: int = 1
-    # The split table: gene d + t of a placement is splits[t] (placement_core.sharding); empty: whole ops only.
+    # The split table: gene d + t of a placement is splits[t] (placement_core.model.sharding); empty: whole ops only.
     splits: tuple[Split, ...] = ()
 
     def build(self, graph: Graph, devices: DeviceGraph, *, whole_batch: bool = True, fast: bool = True,

@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torchvision  # noqa: E402
 
-from placement_core.jsonio import write_json  # noqa: E402
-from placement_core.netformat import network_to_dict  # noqa: E402
+from placement_core.base.jsonio import write_json  # noqa: E402
+from placement_core.formats.network import network_to_dict  # noqa: E402
 from placement_core.torch.gpt2 import gpt2  # noqa: E402
 from placement_core.torch.model_import import import_module  # noqa: E402
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from placement_core.devices import Channel, Device, DeviceGraph, devices_to_dict  # noqa: E402
-from placement_core.jsonio import write_json  # noqa: E402
+from placement_core.model.devices import Channel, Device, DeviceGraph, devices_to_dict  # noqa: E402
+from placement_core.base.jsonio import write_json  # noqa: E402
 
 OUT = Path(__file__).resolve().parent.parent / "assets" / "devices"
 PCIE3 = 128e9 / 8  # bytes/s

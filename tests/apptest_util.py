@@ -54,7 +54,7 @@ def metrics(at: AppTest) -> dict[str, str]:
 
 def wait_for_runs(at: AppTest, timeout: float = 60) -> None:
     """Join every background run of this session, then rerun the page."""
-    from dashboard.live_runs import REGISTRY
+    from dashboard.background_runs import REGISTRY
 
     deadline = time.time() + timeout
     for r in REGISTRY.runs(at.session_state["session_key"]):

@@ -9,7 +9,7 @@ from bisect import bisect_right, insort
 
 import numpy as np
 
-from placement_core.optimize.fixed import FWD, Links, MemoryEstimate
+from placement_core.optimize.fixed_candidates import FWD, Links, MemoryEstimate
 from placement_core.optimize.heft import task_graph, upward_ranks
 
 

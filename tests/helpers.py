@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from placement_core.devices import Channel, Device, DeviceGraph
-from placement_core.graph import Graph, Op
+from placement_core.model.devices import Channel, Device, DeviceGraph
+from placement_core.model.graph import Graph, Op
 from placement_core.problem import Problem
 from placement_core.simulate import SimSettings
 

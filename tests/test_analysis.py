@@ -15,8 +15,8 @@ from placement_core.analysis import (archive_heatmap, channel_stats, compare_pla
 from placement_core.analysis.device_tables import (devices_from_tables, devices_to_tables, format_routes,
                                                    parse_routes)
 from placement_core.analysis.layout import _pack, edge_path
-from placement_core.devices import devices_to_dict
-from placement_core.graph import Graph, Op
+from placement_core.model.devices import devices_to_dict
+from placement_core.model.graph import Graph, Op
 from placement_core.optimize.archive import THESIS_DESCRIPTORS, Archive, make_descriptors
 
 

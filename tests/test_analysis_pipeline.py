@@ -6,7 +6,7 @@ from helpers import devices, op
 
 from placement_core import load_devices, load_network
 from placement_core.analysis.pipeline import even_stages, run_schedule, stages_of, sweep
-from placement_core.graph import Graph
+from placement_core.model.graph import Graph
 from test_pipeline_schedules import T_B, T_F, stages
 
 
@@ -96,7 +96,7 @@ def test_ideal_profile_makes_transfers_and_updates_free():
 
 def test_micro_batch_checks_contiguity_and_the_best_m():
     from placement_core.analysis.pipeline import best_micro_batches, check_micro_batches, divisors, is_contiguous
-    from placement_core.errors import InputError
+    from placement_core.base.errors import InputError
     assert divisors(12) == [1, 2, 3, 4, 6, 12] and divisors(128, 64) == [1, 2, 4, 8, 16, 32, 64]
     assert check_micro_batches(12, 4) == 4
     with pytest.raises(InputError, match=r"5 micro-batches do not split the batch of 12 evenly\. Use a divisor of "

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from apptest_util import assert_clean, decode, figures, frame, goto, start, text, wait_for_runs
 
-from dashboard.live_runs import REGISTRY
+from dashboard.background_runs import REGISTRY
 from placement_core.analysis import fmt_seconds
 
 
@@ -263,7 +263,7 @@ def test_use_an_elite_and_open_its_trace(with_archive):
 def test_one_bin_of_cross_device_edges_draws():
     """cross_edge_bins = 1 (allowed): the old axis labels divided by bins - 1."""
     from placement_core import Problem, load_devices, load_network
-    from placement_core.runs import start_run
+    from placement_core.store.recording import start_run
     from placement_core.store import RunStore
 
     problem = Problem(load_network("resnet50"), load_devices("malvik-4gpu"))

@@ -278,7 +278,7 @@ def test_the_top_k_of_a_stored_run(monkeypatch):
     """The K best distinct placements of a stored MAP-Elites run of the current setup, measured: simulated and
     measured rank side by side with Kendall tau, stored with the run."""
     from placement_core import Problem, load_devices, load_network
-    from placement_core.runs import start_run
+    from placement_core.store.recording import start_run
     from placement_core.store import RunStore
 
     problem = Problem(load_network("resnet50"), load_devices("malvik-4gpu"))  # the page's default setup
@@ -330,7 +330,7 @@ def test_calibrate_from_the_page_then_use_it():
     calibrated 'local' devices and this network's measured op times become the current setup."""
     pytest.importorskip("torch")
     from dashboard import calibview
-    from placement_core.catalog import user_dir
+    from placement_core.formats.catalog import user_dir
 
     at = start()
     import_tiny_model(at)
@@ -378,7 +378,7 @@ def test_the_top_k_of_a_live_run(monkeypatch):
     each placement once; a GA run keeps only its best and says so."""
     from apptest_util import wait_for_runs
 
-    from dashboard.live_runs import REGISTRY
+    from dashboard.background_runs import REGISTRY
 
     monkeypatch.setattr(benchview, "run_benchmark", lambda *a, **kw: [fake_result(t) for t in (0.01, 0.02, 0.03, 0.04)])
     at = start()

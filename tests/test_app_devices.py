@@ -5,7 +5,7 @@ import json
 from apptest_util import assert_clean, figures, goto, sidebar_text, start, text
 
 from placement_core import load_devices
-from placement_core.devices import devices_to_dict
+from placement_core.model.devices import devices_to_dict
 
 
 def devices_page():

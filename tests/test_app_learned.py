@@ -18,9 +18,9 @@ from placement_core.store import RunStore  # noqa: E402
 
 def save_untrained(name: str, method: str = "placeto", devices: int = 5) -> str:
     """An untrained policy in the user's policies folder (what is applied does not matter here, only how)."""
-    from placement_core.torch.learned.gdp import GdpNet
-    from placement_core.torch.learned.placeto_net import PlacetoNet
-    from placement_core.torch.learned.policy_io import save_policy
+    from placement_core.torch.policies.gdp import GdpNet
+    from placement_core.torch.policies.placeto_net import PlacetoNet
+    from placement_core.torch.policies.policy_io import save_policy
     torch.manual_seed(0)
     net = PlacetoNet(hidden=8, rounds=2, start="fastest") if method == "placeto" else GdpNet(devices, hidden=8)
     path = learnview.user_dir() / f"{name}.json"
@@ -54,7 +54,7 @@ def test_one_click_places_the_current_network_with_a_policy():
     assert "mine (zero-shot)" in sidebar_text(at)
     assert "placed 176 ops in" in text(at) and "It is now the current placement" in text(at)
     # exactly the policy's own placement of ResNet-50 on malvik-4gpu
-    from placement_core.torch.learned import load_policy, place
+    from placement_core.torch.policies import load_policy, place
     problem = ProblemSpec().build(load_network("resnet50"), load_devices("malvik-4gpu"))
     assert np.array_equal(at.session_state["placement"], place(load_policy(path), problem))
 

@@ -7,7 +7,7 @@ from apptest_util import assert_clean, figures, metrics, sidebar_text, start, te
 
 from placement_core import load_network
 from placement_core.analysis import fmt_bytes
-from placement_core.netformat import network_to_dict
+from placement_core.formats.network import network_to_dict
 
 
 def test_default_network_is_resnet50_with_summary_graph_and_table():
@@ -110,7 +110,7 @@ def test_network_figure_is_svg_and_escapes_op_names():
 
     from dashboard import charts
     from placement_core.analysis import layered_layout
-    from placement_core.graph import Graph
+    from placement_core.model.graph import Graph
 
     g = Graph("t", [op("x", kind="input"), op("<img src=x>", inputs=["x"])])
     fig = charts.network_figure(g, layered_layout(g), "device", [0, 1], ["gpu0", "<b>gpu1</b>"])

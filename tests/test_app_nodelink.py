@@ -11,9 +11,9 @@ import re
 from apptest_util import assert_clean, goto, start
 
 from placement_core import load_devices, load_network, random_placement
-from placement_core.analysis.units import fmt_bytes
-from placement_core.devices import devices_to_dict
-from placement_core.netformat import network_to_dict
+from placement_core.base.units import fmt_bytes
+from placement_core.model.devices import devices_to_dict
+from placement_core.formats.network import network_to_dict
 from placement_core.problem import ProblemSpec
 
 HOSTILE = ['<img src=x onerror="window.pwned=1">', "</script><script>window.pwned=2</script>", "it's & <b>"]

@@ -5,7 +5,7 @@ import time
 
 from apptest_util import assert_clean, figures, goto, sidebar_text, start, text, wait_for_runs
 
-from dashboard.live_runs import REGISTRY
+from dashboard.background_runs import REGISTRY
 
 
 def optimize_page(evaluations=400):

@@ -14,9 +14,9 @@ from helpers import devices, op
 from placement_core import load_devices, load_network
 from placement_core.analysis import fmt_seconds
 from placement_core.analysis.pipeline import even_stages, run_schedule, stages_of, sweep
-from placement_core.devices import devices_to_dict
-from placement_core.graph import Graph
-from placement_core.netformat import network_to_dict
+from placement_core.model.devices import devices_to_dict
+from placement_core.model.graph import Graph
+from placement_core.formats.network import network_to_dict
 from placement_core.problem import ProblemSpec
 
 RESNET, MALVIK = load_network("resnet50"), load_devices("malvik-4gpu")
@@ -296,7 +296,7 @@ def test_optimize_searches_under_the_schedule():
     at.button(key="opt_start").click().run()
     wait_for_runs(at)
     assert_clean(at)
-    from dashboard.live_runs import REGISTRY
+    from dashboard.background_runs import REGISTRY
     [r] = REGISTRY.runs(at.session_state["session_key"])
     assert r.spec.sim["schedule"] == "1f1b" and r.problem.settings.schedule == "1f1b"
     expect = ProblemSpec(schedule="1f1b", micro_batches=4, profile="default", penalty="thesis").build(RESNET, MALVIK)
@@ -319,7 +319,7 @@ def test_pipeline_gantt_draws_message_overhead_as_thin_grey_bars_over_the_stage_
     from dashboard.charts import OVERHEAD_COLOR, OVERHEAD_NAME
     from dashboard.pipecharts import schedule_gantt
     from placement_core.analysis.pipeline import schedule_blocks
-    from placement_core.devices import DeviceGraph
+    from placement_core.model.devices import DeviceGraph
     d = devices(2)
     d = DeviceGraph(d.name, [replace(x, message_overhead=0.25) for x in d.devices], list(d.channels))
     graph = Graph("g", [op("a", fwd=1, bwd=2), op("b", ["a"], fwd=1, bwd=2)], batch_size=4)

@@ -11,9 +11,9 @@ from helpers import devices, op
 
 from placement_core.analysis.bubble import bubble_breakdown
 from placement_core.analysis.pipeline import even_stages
-from placement_core.devices import devices_to_dict
-from placement_core.graph import Graph
-from placement_core.netformat import network_hash, network_to_dict
+from placement_core.model.devices import devices_to_dict
+from placement_core.model.graph import Graph
+from placement_core.formats.network import network_hash, network_to_dict
 
 T_F, T_B, P, CHUNKS, BATCH = 1.0, 2.0, 4, 8, 24
 

@@ -12,12 +12,12 @@ from apptest_util import (assert_clean, decode, figures, frame, goto, metrics, s
 
 from dashboard import stored
 from dashboard.charts import OBJECTIVE_TITLE
-from dashboard.live_runs import REGISTRY
+from dashboard.background_runs import REGISTRY
 from placement_core import Problem, load_devices, load_network
 from placement_core.analysis import fmt_bytes, fmt_seconds
 from placement_core.optimize import run as optimize
-from placement_core.runs import start_run
-from placement_core.jsonio import content_hash
+from placement_core.store.recording import start_run
+from placement_core.base.jsonio import content_hash
 from placement_core.store import RunRecord, RunStore
 
 
@@ -367,7 +367,7 @@ def test_hidden_statuses_stay_hidden_and_new_ones_show():
 
 
 def test_a_hostile_network_name_stays_text_in_the_comparison():
-    from placement_core.graph import Graph
+    from placement_core.model.graph import Graph
     g = load_network("alexnet")
     name = '<img src=x onerror=alert(1)> *net*'
     hostile = Problem(Graph(name, g.ops, g.batch_size), load_devices("malvik"))
@@ -386,7 +386,7 @@ def test_a_hostile_network_name_stays_text_in_the_comparison():
 def test_a_runs_strings_stay_text_and_its_seeding_is_shown():
     """Network name, label and parameters are a user's strings: shown literally, never as markup; the initial
     mappings a run started from are in its own column, listed and said in the run's details."""
-    from placement_core.graph import Graph
+    from placement_core.model.graph import Graph
     from placement_core.optimize.seeding import initial_placements, seeding_record
     g = load_network("alexnet")
     problem = Problem(Graph("<b>net</b> *x*", g.ops, g.batch_size), load_devices("malvik"))

@@ -4,7 +4,7 @@ import pytest
 from apptest_util import assert_clean, figures, frame, goto, start
 
 from placement_core import Problem, load_devices, load_network
-from placement_core.placement import single_device
+from placement_core.model.placement import single_device
 
 
 def test_the_critical_path_of_a_single_device_step_is_the_whole_step():

@@ -4,7 +4,7 @@ from apptest_util import assert_clean, figures, goto, metrics, start
 
 from placement_core import Problem, load_devices, load_network
 from placement_core.analysis import fmt_seconds
-from placement_core.placement import single_device
+from placement_core.model.placement import single_device
 
 
 def test_a_device_twice_as_fast_halves_a_single_device_step():

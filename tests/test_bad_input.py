@@ -13,9 +13,9 @@ import sys
 
 import pytest
 
-from placement_core.catalog import devices_from_data, network_from_data
+from placement_core.formats.catalog import devices_from_data, network_from_data
 from placement_core.cli import main
-from placement_core.errors import InputError
+from placement_core.base.errors import InputError
 from placement_core.store import RunStore
 from test_devices import EXPRIMO as EXPRIMO_DEVICES
 from test_fuzz import DEVICES, NETWORK
@@ -250,7 +250,7 @@ def test_dev_zero_in_a_real_process():
 
 def test_size_limit_is_enforced_while_reading(monkeypatch, tmp_path):
     """/proc files report size 0; a stat() check alone read them whole."""
-    from placement_core import jsonio
+    from placement_core.base import jsonio
     monkeypatch.setattr(jsonio, "MAX_FILE_BYTES", 64)
     with pytest.raises(InputError) as e:
         jsonio.read_json("/proc/self/maps")
@@ -330,13 +330,13 @@ def test_lone_surrogate_in_a_network_name(capsys, tmp_path, command):
 
 def test_surrogate_pair_is_fine():
     g = network_from_data(json.loads(json.dumps(dict(NETWORK, name="\U0001f600"))))
-    from placement_core.jsonio import parse_json
+    from placement_core.base.jsonio import parse_json
     assert parse_json('{"name": "\\ud83d\\ude00"}', "x") == {"name": "\U0001f600"}
     assert g.name == "\U0001f600"
 
 
 def test_surrogates_in_keys_and_nested_strings():
-    from placement_core.jsonio import parse_json
+    from placement_core.base.jsonio import parse_json
     with pytest.raises(InputError) as e:
         parse_json('{"ops": [{"name": "a", "times": {"\\udcff": {}}}]}', "x.json")
     assert e.value.field == "ops[0].times"
@@ -364,8 +364,8 @@ def test_trace_estimate_against_the_real_trace():
     from dataclasses import replace
 
     from placement_core import Problem, load_devices, load_network
-    from placement_core.devices import DeviceGraph
-    from placement_core.placement import random_placement
+    from placement_core.model.devices import DeviceGraph
+    from placement_core.model.placement import random_placement
     from placement_core.simulate import SimSettings
     from placement_core.simulate.chrome import chrome_trace
     from placement_core.problem import ProblemSpec
@@ -479,8 +479,8 @@ def test_user_presets_are_escaped_in_the_device_list(capsys, tmp_path, monkeypat
 
 def test_nul_in_a_path():
     """A NUL (possible from the dashboard or a library caller, never from argv) raised ValueError from os.stat."""
-    from placement_core.catalog import load_devices, load_network
-    from placement_core.jsonio import read_json
+    from placement_core.formats.catalog import load_devices, load_network
+    from placement_core.base.jsonio import read_json
     for load in (read_json, load_network, load_devices):
         with pytest.raises(InputError) as e:
             load("net\x00.json")

@@ -5,11 +5,11 @@ import pytest
 from helpers import devices
 
 from placement_core import InputError, load_devices, load_network
-from placement_core.devices import Channel, Device, DeviceGraph
-from placement_core.graph import Graph, Op
+from placement_core.model.devices import Channel, Device, DeviceGraph
+from placement_core.model.graph import Graph, Op
 from placement_core.optimize import ALGORITHMS, make_optimizer, run
 from placement_core.optimize.baselines import balanced_stages, etf_schedule
-from placement_core.optimize.fixed import MemoryEstimate
+from placement_core.optimize.fixed_candidates import MemoryEstimate
 from placement_core.problem import Problem
 
 DETERMINISTIC = ("single", "expert", "m-topo", "m-etf", "min-cut", "heft", "heft-nocomm", "heft-memory")

@@ -7,13 +7,13 @@ import json
 import pytest
 
 from placement_core.cli import main
-from placement_core.devices import Channel, Device, DeviceGraph
-from placement_core.errors import InputError
-from placement_core.fitting import CalibrationSettings, build_calibration, fastest, fixed_part
-from placement_core.graph import Graph, Op
+from placement_core.model.devices import Channel, Device, DeviceGraph
+from placement_core.base.errors import InputError
+from placement_core.analysis.calibration_fit import CalibrationSettings, build_calibration, fastest, fixed_part
+from placement_core.model.graph import Graph, Op
 from placement_core.problem import Problem
-from placement_core.sharding import Split
-from placement_core.timings import check_timings, scaled, timing_table
+from placement_core.model.sharding import Split
+from placement_core.cost.timings import check_timings, scaled, timing_table
 
 from test_timings_cli import NETWORK, files, simulate, times  # noqa: F401 (files is a fixture)
 

@@ -1,12 +1,11 @@
-"""placement_core.benchplan: the K best distinct placements, device mappings and the shared-device warning."""
+"""placement_core.analysis.benchmark_plan: the K best distinct placements, device mappings and the shared-device warning."""
 
 import numpy as np
 import pytest
 
 from placement_core import InputError, Problem, load_devices
-from placement_core.benchplan import (default_mapping, distinct_top, parse_mapping, shared_local_devices,
-                                      shared_warning)
-from placement_core.graph import Graph, Op
+from placement_core.analysis.benchmark_plan import (default_mapping, distinct_top, parse_mapping, shared_local_devices, shared_warning)
+from placement_core.model.graph import Graph, Op
 
 
 def chain() -> Problem:

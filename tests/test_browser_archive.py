@@ -11,7 +11,7 @@ from browser_util import (ARTIFACTS, choose, main, missing, no_errors, open_page
                           type_number, wait_text)
 
 from placement_core.analysis import elite_label, fmt_seconds
-from placement_core.runs import load_archive
+from placement_core.store.recording import load_archive
 from placement_core.store import RunStore
 
 pytestmark = pytest.mark.timeout(180)

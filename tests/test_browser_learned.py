@@ -19,8 +19,8 @@ pytestmark = pytest.mark.timeout(400)
 @pytest.fixture(scope="module")
 def home(tmp_path_factory):
     import torch
-    from placement_core.torch.learned.placeto_net import PlacetoNet
-    from placement_core.torch.learned.policy_io import save_policy
+    from placement_core.torch.policies.placeto_net import PlacetoNet
+    from placement_core.torch.policies.policy_io import save_policy
     home = tmp_path_factory.mktemp("learned_home")
     torch.manual_seed(1)
     (home / "policies").mkdir()
@@ -62,7 +62,7 @@ def test_place_with_a_policy_then_train_stop_and_keep(page, home):
     # the placement is the policy's own: check it against the policy read back here
     from placement_core import load_devices, load_network
     from placement_core.problem import ProblemSpec
-    from placement_core.torch.learned import load_policy, place
+    from placement_core.torch.policies import load_policy, place
     from placement_core.analysis import fmt_seconds
     problem = ProblemSpec().build(load_network("resnet50"), load_devices("malvik-4gpu"))
     expected = problem.simulate(place(load_policy(home / "policies" / "my-policy.json"), problem))

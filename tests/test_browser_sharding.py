@@ -17,8 +17,8 @@ from browser_util import (choose, download, main, multiselect, no_errors, on_gan
 from placement_core import Problem, load_devices, load_network
 from placement_core.analysis import fmt_seconds
 from placement_core.optimize import problem_for, run
-from placement_core.placement import placement_from_dict
-from placement_core.sharding import search_splits
+from placement_core.model.placement import placement_from_dict
+from placement_core.model.sharding import search_splits
 
 pytestmark = pytest.mark.timeout(300)
 

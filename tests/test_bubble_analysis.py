@@ -8,7 +8,7 @@ from helpers import devices, op
 from placement_core.analysis.bubble import bubble_breakdown, frame_times, idle_intervals, stage_times, until
 from placement_core.analysis.closed_forms import bubble_fraction, bubble_time, holds, step_time
 from placement_core.analysis.pipeline import Block
-from placement_core.graph import Graph
+from placement_core.model.graph import Graph
 
 M = 2
 

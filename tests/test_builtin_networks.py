@@ -2,8 +2,8 @@
 
 import pytest
 
-from placement_core.catalog import builtin_networks, load_network
-from placement_core.netformat import network_to_dict
+from placement_core.formats.catalog import builtin_networks, load_network
+from placement_core.formats.network import network_to_dict
 
 # Published per-image multiply-accumulates (torchvision model docs, "GFLOPS" there = GMACs) and parameters.
 PUBLISHED = {
@@ -72,7 +72,7 @@ def test_transformers_simulate_on_every_preset(name):
     """Every preset, every schedule: a pipeline of the preset's GPUs (stages:P, or P x 2 chunks for
     interleaved 1F1B) simulates to a positive step with the bubble between 0 and 1."""
     from placement_core.analysis.pipeline import even_stages
-    from placement_core.catalog import builtin_devices, load_devices
+    from placement_core.formats.catalog import builtin_devices, load_devices
     from placement_core.problem import ProblemSpec
     g = load_network(name)
     for preset in builtin_devices():

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from placement_core.catalog import builtin_devices, builtin_networks, load_network
+from placement_core.formats.catalog import builtin_devices, builtin_networks, load_network
 from placement_core.cli import main
 from test_exprimo_and_cost import NET
 

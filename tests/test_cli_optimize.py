@@ -109,12 +109,12 @@ def test_errors(capsys, tmp_path, argv, text):
 
 
 def test_out_is_checked_before_the_search(capsys, tmp_path, monkeypatch):
-    import placement_core.runs
+    import placement_core.store.recording
 
     def never(*a, **kw):
         raise AssertionError("the search started")
 
-    monkeypatch.setattr(placement_core.runs, "start_run", never)
+    monkeypatch.setattr(placement_core.store.recording, "start_run", never)
     (tmp_path / "file").write_text("")
     for target, text in ((tmp_path, f"error: {tmp_path}: --out: is a directory. Give a file name, e.g. "
                                     f"{tmp_path}/result.json"),

@@ -2,10 +2,10 @@
 
 import pytest
 
-from placement_core.catalog import builtin_devices, load_devices
-from placement_core.devices import devices_from_dict, devices_to_dict
-from placement_core.errors import InputError
-from placement_core.exprimo import devices_from_exprimo
+from placement_core.formats.catalog import builtin_devices, load_devices
+from placement_core.model.devices import devices_from_dict, devices_to_dict
+from placement_core.base.errors import InputError
+from placement_core.formats.exprimo import devices_from_exprimo
 
 
 def graph(devices=None, channels=None):
@@ -139,7 +139,7 @@ def test_exprimo_device_errors():
 
 
 def test_message_overhead_is_checked_when_built_in_python():
-    from placement_core.devices import Device, DeviceGraph
+    from placement_core.model.devices import Device, DeviceGraph
     for bad, text in ((-1e-3, "must not be negative"), (float("nan"), "expected a finite number")):
         with pytest.raises(InputError) as e:
             DeviceGraph("g", [Device("c", "cpu", 1.0, 1.0, 1.0, message_overhead=bad)], [])

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from placement_core import InputError
-from placement_core.catalog import devices_from_data, network_from_data
-from placement_core.placement import placement_from_dict
+from placement_core.formats.catalog import devices_from_data, network_from_data
+from placement_core.model.placement import placement_from_dict
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "formats.md"
 
@@ -89,7 +89,7 @@ def test_the_exprimo_examples(examples):
 
 
 def test_the_sharded_placement_example(examples):
-    from placement_core.sharding import Split
+    from placement_core.model.sharding import Split
     d = devices_from_data(examples[1])
     g = network_from_data(examples[0])
     table = []

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from placement_core.cli import main
-from placement_core.devices import devices_from_dict
-from placement_core.fitting import ETA_COMM, fit_curve, fit_link, pool_identical
+from placement_core.model.devices import devices_from_dict
+from placement_core.analysis.calibration_fit import ETA_COMM, fit_curve, fit_link, pool_identical
 
 MODELS = str(Path(__file__).resolve().parent / "torch_models.py")
 SMALL = f"{MODELS}:SmallCNN"

@@ -94,7 +94,7 @@ def test_a_too_short_warm_up_reads_the_first_window_slow():
 
 def test_e5_series_summary_states_each_run_and_whether_the_target_held():
     from placement_core.experiments.e5 import E5Result, E5Settings
-    from placement_core.experiments.e5_runs import summary
+    from placement_core.experiments.e5_series import summary
 
     def result(tau, tau_min):
         m = {"pearson_r": 0.95, "kendall_tau": tau, "mape_pct": 5.0, "n": 28}

@@ -44,8 +44,8 @@ def test_e4_from_the_archive_to_measurements(capsys, tmp_path):
     """The whole E4 path on a tiny model and a made-up calibration: an archive, three measured searches, the
     confirmation, the report; run again, it measures nothing more."""
     pytest.importorskip("torch")
-    from placement_core.jsonio import write_json
-    from placement_core.devices import devices_to_dict
+    from placement_core.base.jsonio import write_json
+    from placement_core.model.devices import devices_to_dict
     from placement_core.torch.devspec import nominal_device_graph, parse_devices
     from placement_core.torch.model_import import trace_model
     from placement_core.torch.sources import load_model, parse_source

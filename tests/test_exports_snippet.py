@@ -8,11 +8,11 @@ import sys
 import numpy as np
 
 from helpers import op
-from placement_core.catalog import assets_dir
+from placement_core.formats.catalog import assets_dir
 from placement_core.cli import main
-from placement_core.devices import Channel, Device, DeviceGraph
-from placement_core.exports import torch_snippet
-from placement_core.graph import Graph
+from placement_core.model.devices import Channel, Device, DeviceGraph
+from placement_core.analysis.exports import torch_snippet
+from placement_core.model.graph import Graph
 
 EVIL = 'x\nimport os; os.system("touch PWNED")\n# '
 

@@ -5,13 +5,13 @@ import math
 import numpy as np
 import pytest
 
-from placement_core.cost import get_profile
-from placement_core.devices import Channel, Device, DeviceGraph
-from placement_core.errors import InputError
-from placement_core.exprimo import network_from_exprimo
-from placement_core.graph import Graph, Op
-from placement_core.netformat import network_from_dict, network_to_dict
-from placement_core.placement import placement_from_dict, single_device
+from placement_core.cost.profiles import get_profile
+from placement_core.model.devices import Channel, Device, DeviceGraph
+from placement_core.base.errors import InputError
+from placement_core.formats.exprimo import network_from_exprimo
+from placement_core.model.graph import Graph, Op
+from placement_core.formats.network import network_from_dict, network_to_dict
+from placement_core.model.placement import placement_from_dict, single_device
 from placement_core.problem import Problem
 
 # A small network in the thesis' format: NHWC, SAME/VALID padding, -1 channel inference,

@@ -17,7 +17,7 @@ from placement_core.families import GROUPS, family_graph, family_graphs, split_o
 from placement_core.families.cifar10 import cifar10_graph, sample_cell as conv_cell
 from placement_core.families.nmt import nmt_graph
 from placement_core.families.ptb import ptb_graph
-from placement_core.netformat import network_hash, network_to_dict
+from placement_core.formats.network import network_hash, network_to_dict
 from placement_core.problem import ProblemSpec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +32,7 @@ def test_a_family_graph_is_a_pure_function_of_family_seed_and_index(family):
 
 
 def test_the_same_graphs_in_another_process_with_another_hash_seed():
-    code = ("from placement_core.families import family_graph\nfrom placement_core.netformat import network_hash\n"
+    code = ("from placement_core.families import family_graph\nfrom placement_core.formats.network import network_hash\n"
             "print(' '.join(network_hash(family_graph(f, 0, 1).graph) for f in ('nmt', 'ptb', 'cifar10')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONHASHSEED": "12345"}).stdout.split()

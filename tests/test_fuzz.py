@@ -19,11 +19,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from placement_core.catalog import devices_from_data, network_from_data
+from placement_core.formats.catalog import devices_from_data, network_from_data
 from placement_core.cli import main
-from placement_core.devices import devices_to_dict
-from placement_core.errors import InputError
-from placement_core.placement import placement_from_dict
+from placement_core.model.devices import devices_to_dict
+from placement_core.base.errors import InputError
+from placement_core.model.placement import placement_from_dict
 from placement_core.problem import Problem
 from placement_core.store import RunStore
 from test_exprimo_and_cost import NET as EXPRIMO_NET
@@ -150,7 +150,7 @@ def test_placement_loader(doc):
 @fuzz
 @given(st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
 def test_raw_bytes_upload(content):
-    from placement_core.catalog import devices_from_upload, network_from_upload
+    from placement_core.formats.catalog import devices_from_upload, network_from_upload
     for loader in (network_from_upload, devices_from_upload):
         try:
             loader(content, "upload.json")
@@ -296,8 +296,8 @@ def exprimo_chain(draw):
 @given(exprimo_chain(), st.one_of(st.none(), st.integers(1, 2**31 - 1), st.integers(2**31, 2**40)))
 def test_exprimo_size_limits(doc, batch):
     """Whatever loads stays inside our format's limits, so both cost profiles give finite times."""
-    from placement_core.errors import MAX_QUANTITY
-    from placement_core.netformat import MAX_DIM
+    from placement_core.base.errors import MAX_QUANTITY
+    from placement_core.formats.network import MAX_DIM
     try:
         g = network_from_data(doc, source="chain.json", batch_size=batch)
     except InputError as e:

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from placement_core.errors import InputError
-from placement_core.graph import Graph, Op
-from placement_core.netformat import network_from_dict, network_to_dict
+from placement_core.base.errors import InputError
+from placement_core.model.graph import Graph, Op
+from placement_core.formats.network import network_from_dict, network_to_dict
 
 
 def net(ops, **extra):
@@ -71,7 +71,7 @@ def test_wrong_format_and_batch_size():
 
 
 def test_a_number_too_long_to_read_is_named():
-    from placement_core.jsonio import parse_json
+    from placement_core.base.jsonio import parse_json
     with pytest.raises(InputError, match="f.json: holds a number too long to read"):
         parse_json('{"batch_size": ' + "9" * 5000 + "}", "f.json")
 
@@ -114,7 +114,7 @@ def test_batch_size_scales_activations_not_parameters():
 def test_the_cycle_named_is_the_one_behind_the_stuck_ops():
     """``d`` hangs below the cycle a -> b -> c -> a without being on it: the message names the cycle only,
     in data-flow order from the op listed first."""
-    from placement_core.graph import topological_order
+    from placement_core.model.graph import topological_order
     ops = [Op("x"), Op("d", inputs=("c",)), Op("a", inputs=("x", "c")), Op("b", inputs=("a",)), Op("c", inputs=("b",))]
     with pytest.raises(InputError, match=r"has a cycle: a -> b -> c -> a\."):
         topological_order(ops)

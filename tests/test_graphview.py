@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from placement_core.analysis import layered_layout
 from placement_core.analysis.graphview import (COLLAPSE_ABOVE, LAYER_DX, ROW_DY, device_graph_view, edge_width,
                                                module_count, network_view)
-from placement_core.devices import Channel, Device, DeviceGraph
-from placement_core.graph import Graph, Op
+from placement_core.model.devices import Channel, Device, DeviceGraph
+from placement_core.model.graph import Graph, Op
 
 # a -> b, a -> c, b -> d, c -> d; compute (forward + backward) 0, 100, 400, 25 GFLOP; a's output is 400 bytes,
 # b's and c's 100, d's 25

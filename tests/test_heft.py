@@ -5,10 +5,10 @@ import pytest
 from helpers import devices, op, problem
 
 from placement_core import load_devices, load_network
-from placement_core.devices import Channel, Device, DeviceGraph
-from placement_core.graph import Graph, Op
+from placement_core.model.devices import Channel, Device, DeviceGraph
+from placement_core.model.graph import Graph, Op
 from placement_core.optimize import ALGORITHMS, run
-from placement_core.optimize.fixed import Links
+from placement_core.optimize.fixed_candidates import Links
 from placement_core.optimize.heft import Timeline, heft_schedule
 from placement_core.problem import Problem
 from placement_core.simulate import SimSettings

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from placement_core import Problem, load_devices
-from placement_core.devices import Channel, Device, DeviceGraph
-from placement_core.graph import Graph, Op
+from placement_core.model.devices import Channel, Device, DeviceGraph
+from placement_core.model.graph import Graph, Op
 from placement_core.optimize import heft as heft_module
 from placement_core.optimize import run
 from placement_core.optimize.base import Progress

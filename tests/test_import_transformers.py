@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from placement_core.coarsen import coarsen, expand_assignment  # noqa: E402
+from placement_core.model.coarsen import coarsen, expand_assignment  # noqa: E402
 from placement_core.torch.model_import import trace_model  # noqa: E402
 
 

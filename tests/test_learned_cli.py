@@ -12,8 +12,8 @@ import pytest
 
 from placement_core.cli import main
 from placement_core.families.nmt import nmt_graph
-from placement_core.jsonio import write_json
-from placement_core.netformat import network_to_dict
+from placement_core.base.jsonio import write_json
+from placement_core.formats.network import network_to_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,8 +25,8 @@ def run(capsys, *argv):
 
 
 def test_the_learned_placers_need_no_torch_until_used():
-    code = ("import sys, placement_core, placement_core.cli, placement_core.families, placement_core.learned.features, "
-            "placement_core.learned.policyfile, placement_core.learned.reinforce, placement_core.optimize\n"
+    code = ("import sys, placement_core, placement_core.cli, placement_core.families, placement_core.policies.features, "
+            "placement_core.policies.policy_file, placement_core.policies.reinforce, placement_core.optimize\n"
             "from placement_core.optimize import ALGORITHMS\n"
             "assert {'pg', 'ppo', 'post'} <= set(ALGORITHMS)\n"
             "placement_core.cli.build_parser()\n"
@@ -92,7 +92,7 @@ def test_zero_shot_is_one_evaluation_of_the_policys_own_placement(trained, nets,
     assert zero["evaluations"] == 1
     from placement_core import load_devices, load_network
     from placement_core.problem import ProblemSpec
-    from placement_core.torch.learned import load_policy, place
+    from placement_core.torch.policies import load_policy, place
     problem = ProblemSpec().build(load_network(str(nets[2])), load_devices("malvik-4gpu"))
     placement = place(load_policy(policy), problem)
     assert zero["best_objective_s"] == problem.evaluate(placement)
@@ -107,7 +107,7 @@ def test_zero_shot_is_one_evaluation_of_the_policys_own_placement(trained, nets,
 
 def random_dag(rng: np.random.Generator, name: str, n: int):
     """A random layered DAG of ``n`` ops with FLOPs and tensors (for small, fast trainings)."""
-    from placement_core.graph import Graph, Op
+    from placement_core.model.graph import Graph, Op
     ops = [Op(name="in", kind="input", output_bytes=1e6)]
     for k in range(1, n):
         parents = sorted({f"o{j}" if j else "in" for j in rng.integers(max(0, k - 3), k, 2)})
@@ -119,7 +119,7 @@ def random_dag(rng: np.random.Generator, name: str, n: int):
 
 def two_speeds():
     """A slow device and two fast ones on one shared link."""
-    from placement_core.devices import Channel, Device, DeviceGraph
+    from placement_core.model.devices import Channel, Device, DeviceGraph
     devs = [Device("slow", "cpu", 1e11, 1e12, 1e10), Device("fast0", "gpu", 1e12, 1e12, 1e11),
             Device("fast1", "gpu", 1e12, 1e12, 1e11)]
     pairs = tuple((a.name, b.name) for a in devs for b in devs if a is not b)
@@ -128,9 +128,9 @@ def two_speeds():
 
 def test_a_short_training_beats_a_random_policy_on_a_held_out_graph():
     from placement_core.problem import ProblemSpec
-    from placement_core.torch.learned import TrainSettings, place, train
-    from placement_core.torch.learned.placeto_net import PlacetoNet
-    from placement_core.torch.learned.policy_io import LoadedPolicy
+    from placement_core.torch.policies import TrainSettings, place, train
+    from placement_core.torch.policies.placeto_net import PlacetoNet
+    from placement_core.torch.policies.policy_io import LoadedPolicy
     rng = np.random.default_rng(5)
     devs = two_speeds()
     problems = [ProblemSpec().build(random_dag(rng, f"g{k}", 10), devs) for k in range(5)]
@@ -169,8 +169,8 @@ def test_gdp_trains_and_places_in_one_shot(nets, tmp_path, capsys):
 
 
 def test_a_policy_file_round_trips_exactly(trained, tmp_path):
-    from placement_core.torch.learned import load_policy
-    from placement_core.torch.learned.policy_io import save_policy
+    from placement_core.torch.policies import load_policy
+    from placement_core.torch.policies.policy_io import save_policy
     a = load_policy(trained[0])
     save_policy(tmp_path / "again.json", a.method, a.net, devices=a.devices, training=a.training)
     b = load_policy(tmp_path / "again.json")

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from placement_core.catalog import assets_dir  # noqa: E402
+from placement_core.formats.catalog import assets_dir  # noqa: E402
 from placement_core.cli import main  # noqa: E402
 
 PTB = str(assets_dir() / "policies" / "placeto-ptb-malvik-4gpu.json")

@@ -9,15 +9,14 @@ from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
-from placement_core.devices import DeviceGraph  # noqa: E402
-from placement_core.graph import Graph  # noqa: E402
-from placement_core.learned.features import (DEVICE_FEATURES, NODE_FEATURES, GraphInfo,  # noqa: E402
-                                             device_context, node_features)
-from placement_core.learned.reinforce import step_returns, terminal_returns, time_step_baseline  # noqa: E402
+from placement_core.model.devices import DeviceGraph  # noqa: E402
+from placement_core.model.graph import Graph  # noqa: E402
+from placement_core.policies.features import DEVICE_FEATURES, NODE_FEATURES, GraphInfo, device_context, node_features
+from placement_core.policies.reinforce import step_returns, terminal_returns, time_step_baseline  # noqa: E402
 from placement_core.problem import Problem  # noqa: E402
 from placement_core.simulate import SimSettings  # noqa: E402
-from placement_core.torch.learned.placeto import (GraphTensors, reinforce_loss, rollout)  # noqa: E402
-from placement_core.torch.learned.placeto_net import PlacetoNet, sparse_adjacency  # noqa: E402
+from placement_core.torch.policies.placeto import GraphTensors, reinforce_loss, rollout  # noqa: E402
+from placement_core.torch.policies.placeto_net import PlacetoNet, sparse_adjacency  # noqa: E402
 from tests.helpers import devices, op  # noqa: E402
 
 
@@ -175,7 +174,7 @@ def test_device_context_counts_decisions_made():
 
 
 def test_gdps_clipped_ppo_loss_by_hand():
-    from placement_core.torch.learned.gdp import ppo_clip_loss
+    from placement_core.torch.policies.gdp import ppo_clip_loss
     old = torch.log(torch.tensor([0.5, 0.5, 0.5], dtype=torch.float64))
     # ratios 1.1 (inside the clip), 1.5 (above 1 + 0.2) and 0.5 (below 1 - 0.2)
     new = torch.log(torch.tensor([0.55, 0.75, 0.25], dtype=torch.float64)).requires_grad_()
@@ -189,8 +188,8 @@ def test_gdps_clipped_ppo_loss_by_hand():
 
 
 def test_the_numpy_greedy_pass_computes_the_torch_networks_logits():
-    """learned/fast_placeto.py mirrors PlacetoNet layer by layer: the same logits on random states."""
-    from placement_core.learned.fast_placeto import FastPlaceto, NeighbourSum
+    """policies/fast_placeto.py mirrors PlacetoNet layer by layer: the same logits on random states."""
+    from placement_core.policies.fast_placeto import FastPlaceto, NeighbourSum
     p = Problem(Graph("g", branchy_ops()), devices(3), comm_efficiency=1.0, comp_efficiency=1.0)
     info = GraphInfo(p)
     torch.manual_seed(3)
@@ -218,7 +217,7 @@ def test_gdps_placement_does_not_depend_on_node_names_or_file_order():
     """GraphSAGE's max-pooling, the mean and attention without positions: node i's logits follow node i."""
     from dataclasses import replace
 
-    from placement_core.torch.learned.gdp import GdpGraph, GdpNet, static_features
+    from placement_core.torch.policies.gdp import GdpGraph, GdpNet, static_features
     ops = branchy_ops()
     perm = [7, 3, 0, 5, 1, 6, 2, 4]
     rename = {o.name: f"n{k}" for k, o in enumerate(ops)}
@@ -251,7 +250,7 @@ def test_any_relabelling_gives_the_same_greedy_placement_in_the_same_visiting_or
     as the nodes are visited in the same order (the traversal order itself is another matter: docs/learned.md)."""
     from dataclasses import replace
 
-    from placement_core.torch.learned.optimizers import fast_greedy
+    from placement_core.torch.policies.optimizers import fast_greedy
     ops = branchy_ops()
     rename = {o.name: f"v{(k * 5) % 8}" for k, o in enumerate(ops)}
     other_ops = [replace(ops[i], name=rename[ops[i].name], inputs=tuple(rename[p] for p in ops[i].inputs))
@@ -278,7 +277,7 @@ def test_any_relabelling_gives_the_same_greedy_placement_in_the_same_visiting_or
 def test_the_visiting_order_changes_the_state_and_so_the_placement():
     """The embedding is blind to labels, not to the order of the MDP: which nodes are visited, and where the
     earlier ones went, is part of every later state. Some two orders give different placements."""
-    from placement_core.torch.learned.optimizers import fast_greedy
+    from placement_core.torch.policies.optimizers import fast_greedy
     p = Problem(Graph("g", branchy_ops()), devices(3), comm_efficiency=1.0, comp_efficiency=1.0)
     info = GraphInfo(p, start="fastest")
     torch.manual_seed(3)

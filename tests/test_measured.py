@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from placement_core import Problem, load_devices, load_network
-from placement_core.learn.search import Ledger, SearchSettings, run_search
-from placement_core.learn.surrogate import SurrogateSpec
-from placement_core.measured import resume_measured, start_measured
-from placement_core.runs import start_run
+from placement_core.surrogate.search import Ledger, SearchSettings, run_search
+from placement_core.surrogate.model import SurrogateSpec
+from placement_core.store.measured_search import resume_measured, start_measured
+from placement_core.store.recording import start_run
 from placement_core.store import RunStore
 
 pytest.importorskip("sklearn")
@@ -171,8 +171,8 @@ def test_a_measured_search_says_what_it_needs(capsys, tmp_path, monkeypatch, arg
 
 def test_the_optimize_resume_of_a_measured_run_needs_pytorch_in_the_dashboard(stored):
     """resume_run (the dashboard's) refuses a measured search and says how to resume it."""
-    from placement_core.errors import InputError
-    from placement_core.runs import resume_run
+    from placement_core.base.errors import InputError
+    from placement_core.store.recording import resume_run
 
     store, from_run, problem = stored
     with pytest.raises(Killed):
@@ -186,7 +186,7 @@ def test_the_optimize_resume_of_a_measured_run_needs_pytorch_in_the_dashboard(st
 def test_half_of_each_round_refines_the_best_true_placements():
     """The trust region of the assisted search: neighbours of the best true placements (a few ops or one run
     of ops changed), rated by the surrogate, none already evaluated or already in the GA's pool."""
-    from placement_core.learn.search import _local_pool, _State
+    from placement_core.surrogate.search import _local_pool, _State
 
     problem = Problem(load_network("alexnet"), load_devices("malvik"))
     n, rng = problem.n_ops, np.random.default_rng(0)

@@ -11,8 +11,8 @@ from dataclasses import replace
 import numpy as np
 from helpers import devices, op, problem
 
-from placement_core.devices import DeviceGraph
-from placement_core.graph import Graph, Op
+from placement_core.model.devices import DeviceGraph
+from placement_core.model.graph import Graph, Op
 from placement_core.problem import Problem
 from placement_core.simulate import SimSettings
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from helpers import devices, op, problem
 
-from placement_core.errors import InputError
+from placement_core.base.errors import InputError
 from placement_core.optimize import make_optimizer, run
 from placement_core.optimize import operators as ops
 from placement_core.optimize.archive import (Archive, CrossDeviceEdges, Descriptor, DevicesUsed, MostUsedDevice,

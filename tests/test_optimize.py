@@ -9,7 +9,7 @@ import pytest
 from helpers import devices, op
 
 from placement_core import Problem, load_devices, load_network
-from placement_core.graph import Graph
+from placement_core.model.graph import Graph
 from placement_core.optimize import ALGORITHMS, make_optimizer, run
 from placement_core.optimize.driver import drive
 from placement_core.parallel import DaskEvaluator, ProcessPoolEvaluator, SerialEvaluator
@@ -156,7 +156,7 @@ def for_algorithm(problem, algorithm):
     """The problem an algorithm that splits ops runs on: heft-sharded's split table, the data-parallel and
     hybrid splits (what the CLI's --sharding and placement_core.optimize.problem_for add)."""
     from placement_core.optimize import problem_for
-    from placement_core.sharding import search_splits
+    from placement_core.model.sharding import search_splits
     if algorithm == "heft-sharded":
         problem = problem.with_splits(search_splits(problem.devices, ["channel", "batch"], 4))
     return problem_for(problem, algorithm)
@@ -299,7 +299,7 @@ def test_backends_agree():
 
 
 def test_bad_parameters_are_input_errors(mid):
-    from placement_core.errors import InputError
+    from placement_core.base.errors import InputError
     with pytest.raises(InputError, match="unknown parameter"):
         run(mid, "ga", evaluations=10, params={"popsize": 3})
     with pytest.raises(InputError, match="population must be"):

@@ -8,8 +8,8 @@ import stat
 import pytest
 
 from placement_core.cli import main
-from placement_core.errors import InputError
-from placement_core.outputs import check_output_file, write_output
+from placement_core.base.errors import InputError
+from placement_core.base.outputs import check_output_file, write_output
 
 SIMULATE = ["simulate", "--network", "alexnet", "--devices", "malvik", "--placement", "single:gpu0"]
 

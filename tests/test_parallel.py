@@ -340,7 +340,7 @@ def test_a_task_that_kills_every_worker_stops_the_run(resnet, monkeypatch):
 
 
 def test_backends_check_placements_before_shipping_them(resnet):
-    from placement_core.errors import InputError
+    from placement_core.base.errors import InputError
     with make_evaluator(resnet, workers=2) as ev:
         with pytest.raises(InputError, match="out of range"):
             ev.evaluate(np.full((3, resnet.n_ops), 9, dtype=np.int32))

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from helpers import devices, op
 
-from placement_core.errors import InputError
-from placement_core.graph import Graph
+from placement_core.base.errors import InputError
+from placement_core.model.graph import Graph
 from placement_core.problem import ProblemSpec
 from placement_core.simulate.schedules import micro_batch_graph, schedule_settings
 
@@ -107,7 +107,7 @@ def test_cli_reports_bubble_and_idle_time(capsys, tmp_path):
     import json
 
     from placement_core.cli import main
-    from placement_core.netformat import network_to_dict
+    from placement_core.formats.network import network_to_dict
     graph, placement = stages(3, 1)
     net = tmp_path / "stages.json"
     net.write_text(json.dumps(network_to_dict(graph)))
@@ -115,7 +115,7 @@ def test_cli_reports_bubble_and_idle_time(capsys, tmp_path):
     place.write_text(json.dumps({"format": "placement/1", "assignment": {
         o.name: f"d{int(d)}" for o, d in zip(graph.ops, placement)}}))
     devs = tmp_path / "d.json"
-    from placement_core.devices import devices_to_dict
+    from placement_core.model.devices import devices_to_dict
     devs.write_text(json.dumps(devices_to_dict(devices(3))))
     for schedule, m in (("gpipe", 4), ("1f1b", 6)):
         code = main(["simulate", "--network", str(net), "--devices", str(devs), "--placement", str(place),
@@ -272,7 +272,7 @@ def test_virtual_stages_are_checked():
 
 def test_network_files_carry_the_b_w_split():
     """``bwd_weight_flops`` round-trips; absent, an op with parameters splits 1:1 and one without has no W."""
-    from placement_core.netformat import network_from_dict, network_to_dict
+    from placement_core.formats.network import network_from_dict, network_to_dict
     base = {"format": "placement-network/1", "ops": [
         {"name": "a", "bwd_flops": 300, "bwd_weight_flops": 100, "param_bytes": 8},
         {"name": "b", "inputs": ["a"], "bwd_flops": 300, "param_bytes": 8},
@@ -292,8 +292,8 @@ def test_cli_simulates_the_new_schedules(capsys, tmp_path):
     import json
 
     from placement_core.cli import main
-    from placement_core.devices import devices_to_dict
-    from placement_core.netformat import network_to_dict
+    from placement_core.model.devices import devices_to_dict
+    from placement_core.formats.network import network_to_dict
     p, m, V = 2, 4, 2
     graph, _ = chunked(p, V, m)  # 4 equal chunks: stages:2x2 puts chunks 0, 2 on d0 and 1, 3 on d1
     net, devs = tmp_path / "net.json", tmp_path / "d.json"

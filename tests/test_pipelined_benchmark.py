@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from placement_core.errors import InputError
-from placement_core.pipeplan import pipeline_plan
+from placement_core.base.errors import InputError
+from placement_core.analysis.pipeline_stages import pipeline_plan
 
 torch = pytest.importorskip("torch")
 

@@ -6,9 +6,9 @@ from helpers import op
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from placement_core.devices import Channel, Device, DeviceGraph
-from placement_core.errors import InputError
-from placement_core.graph import Graph, Op
+from placement_core.model.devices import Channel, Device, DeviceGraph
+from placement_core.base.errors import InputError
+from placement_core.model.graph import Graph, Op
 from placement_core.problem import Problem
 
 MB = 1e6

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from placement_core import InputError, Problem, load_devices, load_network
-from placement_core.placement import random_placement
+from placement_core.model.placement import random_placement
 from placement_core.problem import ProblemSpec
 from placement_core.simulate import SimSettings
 from placement_core.simulate.model import ADMIT_EAGER, ADMIT_THESIS

@@ -10,7 +10,7 @@ from placement_core import Problem, load_devices, load_network
 from placement_core.optimize import ALGORITHMS, run
 from placement_core.optimize.base import Optimizer, register
 from placement_core.parallel import DaskEvaluator, Evaluator, ProcessPoolEvaluator, SerialEvaluator
-from placement_core.placement import random_placement
+from placement_core.model.placement import random_placement
 
 
 def test_every_algorithm_is_registered_once_in_the_order_users_see():

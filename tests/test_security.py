@@ -113,7 +113,7 @@ def test_an_import_that_hangs_is_stopped_with_a_clear_error(tmp_path):
 
 def test_the_worker_gives_the_same_graph_as_an_import_in_process():
     pytest.importorskip("torch")
-    from placement_core.netformat import network_to_dict
+    from placement_core.formats.network import network_to_dict
     from placement_core.torch.model_import import import_module
     from placement_core.torch.isolated import import_in_subprocess
     from placement_core.torch.sources import load_model

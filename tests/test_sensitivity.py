@@ -14,7 +14,7 @@ import pytest
 from helpers import devices, op, problem
 
 from placement_core.analysis.sensitivity import bandwidth_sensitivity, what_if, what_if_problem
-from placement_core.errors import InputError
+from placement_core.base.errors import InputError
 
 OPS = [op("a", out=100), op("b", ["a"], out=100), op("c", ["b"], out=100)]
 PLACEMENT = np.array([0, 1, 1], dtype=np.int32)

@@ -7,13 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from placement_core.catalog import load_devices, load_network
-from placement_core.devices import Channel, Device, DeviceGraph
-from placement_core.errors import InputError
-from placement_core.graph import Graph, Op
-from placement_core.placement import placement_from_dict, placement_to_dict
+from placement_core.formats.catalog import load_devices, load_network
+from placement_core.model.devices import Channel, Device, DeviceGraph
+from placement_core.base.errors import InputError
+from placement_core.model.graph import Graph, Op
+from placement_core.model.placement import placement_from_dict, placement_to_dict
 from placement_core.problem import ProblemSpec
-from placement_core.sharding import Split, even_sizes, extent, search_splits
+from placement_core.model.sharding import Split, even_sizes, extent, search_splits
 
 FIX = Path(__file__).parent / "fixtures" / "exprimo"
 
@@ -149,7 +149,7 @@ def test_exprimo_cannot_split_a_convolution_inside_a_block():
                       "blk": {"type": "Block", "parents": ["data"], "endpoint": "c", "layers": {
                           "c": {"type": "Convolution", "filter": [1, 1, 3, 4], "padding": "SAME"}}},
                       "out": {"type": "Softmax", "parents": ["blk"], "num_classes": 4}}}
-    from placement_core.exprimo import network_from_exprimo
+    from placement_core.formats.exprimo import network_from_exprimo
     g = network_from_exprimo(net, batch_size=2)
     _, d = exprimo("alex_v2.json")
     with pytest.raises(InputError, match="'blk/c' is a Convolution inside a Block") as err:
@@ -158,7 +158,7 @@ def test_exprimo_cannot_split_a_convolution_inside_a_block():
 
 
 def test_exprimo_splits_field_is_refused_with_what_it_means():
-    from placement_core.exprimo import network_from_exprimo
+    from placement_core.formats.exprimo import network_from_exprimo
     net = json.loads((FIX / "alex_v2.json").read_text())
     net["layers"]["conv1"]["splits"] = 2
     with pytest.raises(InputError, match="floor-divides the layer's output channels"):
@@ -206,7 +206,7 @@ def test_a_grouped_convolution_splits_by_batch_only_and_its_groups_survive_a_fil
     its input too, which the runner cannot do (E5 on MobileNetV2 drew such splits; the runner refused)."""
     from dataclasses import replace
 
-    from placement_core.netformat import network_from_dict, network_to_dict
+    from placement_core.formats.network import network_from_dict, network_to_dict
     g = net()
     dw = Graph("tiny", [replace(o, groups=8) if o.name == "conv" else o for o in g.ops], batch_size=4)
     size, why = extent(dw.op("conv"), dw, "channel")

@@ -9,9 +9,9 @@ import pytest
 
 from placement_core.analysis.trace import critical_path, event_label
 from placement_core.cli import main
-from placement_core.graph import Graph, Op
+from placement_core.model.graph import Graph, Op
 from placement_core.problem import Problem
-from placement_core.sharding import Split
+from placement_core.model.sharding import Split
 from placement_core.simulate import SimSettings
 from placement_core.simulate.chrome import chrome_trace
 

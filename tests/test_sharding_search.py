@@ -6,14 +6,14 @@ import json
 import numpy as np
 import pytest
 
-from placement_core.devices import Channel, Device, DeviceGraph
-from placement_core.errors import InputError
-from placement_core.graph import Graph, Op
+from placement_core.model.devices import Channel, Device, DeviceGraph
+from placement_core.base.errors import InputError
+from placement_core.model.graph import Graph, Op
 from placement_core.optimize import ALGORITHMS, problem_for, run
 from placement_core.optimize.archive import ShardedShare
 from placement_core.optimize.genes import SHARD_RATE, Genes
 from placement_core.problem import Problem
-from placement_core.sharding import Split, search_splits
+from placement_core.model.sharding import Split, search_splits
 
 BATCH = 16
 

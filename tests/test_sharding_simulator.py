@@ -6,11 +6,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from placement_core.devices import Channel, Device, DeviceGraph
-from placement_core.errors import InputError
-from placement_core.graph import Graph, Op
+from placement_core.model.devices import Channel, Device, DeviceGraph
+from placement_core.base.errors import InputError
+from placement_core.model.graph import Graph, Op
 from placement_core.problem import Problem
-from placement_core.sharding import Split, applicable, search_splits
+from placement_core.model.sharding import Split, applicable, search_splits
 from placement_core.simulate import SimSettings
 
 from helpers import devices

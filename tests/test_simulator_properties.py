@@ -13,8 +13,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from placement_core.devices import Channel, Device, DeviceGraph
-from placement_core.graph import Graph, Op
+from placement_core.model.devices import Channel, Device, DeviceGraph
+from placement_core.model.graph import Graph, Op
 from placement_core.problem import Problem
 from placement_core.simulate import ADMIT_EAGER, SimSettings, reference
 from placement_core.simulate.schedules import schedule_settings

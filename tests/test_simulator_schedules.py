@@ -154,7 +154,7 @@ def test_memory_timeline_of_a_chain_split_over_two_devices():
     #      3.4: c's forward stores nothing (no consumer) = 46
     #      5.4: c's backward frees the copy (-40) and makes b's gradient (+40) = 46
     #      5.8: the gradient has been sent = 6      5.9: c's update = 6
-    from placement_core.graph import Op
+    from placement_core.model.graph import Op
     from placement_core.simulate.chrome import chrome_trace
 
     def timed(name, inputs, out, params):

@@ -8,7 +8,7 @@ import threading
 import numpy as np
 
 from placement_core import Problem, load_devices, load_network
-from placement_core.placement import random_placement
+from placement_core.model.placement import random_placement
 
 
 def test_two_threads_on_one_problem_get_their_own_results():

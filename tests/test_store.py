@@ -14,9 +14,9 @@ import pytest
 
 from placement_core import Problem, load_devices, load_network
 from placement_core.cli import main
-from placement_core.errors import InputError
+from placement_core.base.errors import InputError
 from placement_core.optimize import run
-from placement_core.runs import load_archive, resume_run, start_run
+from placement_core.store.recording import load_archive, resume_run, start_run
 from placement_core.problem import ProblemSpec
 from placement_core.store import RunStore, problem_hashes
 
@@ -379,7 +379,7 @@ def test_of_two_resumes_at_once_one_is_refused(store, problem):
 
 
 def test_a_resume_that_cannot_start_its_evaluator_changes_nothing(store, problem, monkeypatch):
-    import placement_core.runs as runs
+    import placement_core.store.recording as runs
 
     run_id = store.create_run(problem, "random", {}, 0, evaluations=20)
     store.stop(run_id)

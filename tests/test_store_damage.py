@@ -11,8 +11,8 @@ import pytest
 
 from placement_core import Problem, load_devices, load_network
 from placement_core.cli import main
-from placement_core.errors import InputError
-from placement_core.runs import start_run
+from placement_core.base.errors import InputError
+from placement_core.store.recording import start_run
 from placement_core.store import RunStore, StoreError, process_start, store_error
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from placement_core import Problem, load_devices, load_network
 from placement_core.analysis.stats import kendall_tau, mape, pearson_r
 from placement_core.cli import main
-from placement_core.learn.features import Featurizer
+from placement_core.surrogate.features import Featurizer
 from placement_core.store import RunStore
 
 from helpers import devices, op, problem as make_problem
@@ -130,7 +130,7 @@ def test_a_measured_surrogate_learns_what_the_simulator_misses(capsys, tmp_path,
     code, out, err = run(capsys, "optimize", "--network", "alexnet", "--devices", "malvik", "--algorithm", "random",
                          "--budget", "50", "--json")
     run_id = json.loads(out)["run_id"]
-    from placement_core.learn.surrogate import sample_placements
+    from placement_core.surrogate.model import sample_placements
 
     with RunStore() as store:
         p = store.problem(run_id)

@@ -12,9 +12,9 @@ from placement_core import Problem, load_devices, load_network
 from placement_core.analysis.stats import mean_ci
 from placement_core.cli import main
 from placement_core.cli.sweep_cmds import seeds_list
-from placement_core.errors import InputError
+from placement_core.base.errors import InputError
 from placement_core.optimize import run
-from placement_core.optimize.many import RunJob, grid, run_many
+from placement_core.optimize.sweep import RunJob, grid, run_many
 from placement_core.store import RunStore
 
 

@@ -91,7 +91,7 @@ def test_a_table_for_another_batch_or_network_is_refused(capsys, files):
 
 
 def test_a_saved_calibration_is_found_by_its_preset_name(capsys, files, tmp_path):
-    from placement_core.timings import user_timings_path
+    from placement_core.cost.timings import user_timings_path
     path = user_timings_path("tiny", [1, 4], 4, preset="local")
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(TIMINGS))
@@ -120,7 +120,7 @@ def test_the_dashboard_offers_a_saved_calibration_and_simulates_with_it(tmp_path
     from apptest_util import assert_clean, goto, metrics, sidebar_text, start
 
     from placement_core import load_network
-    from placement_core.timings import user_timings_path
+    from placement_core.cost.timings import user_timings_path
 
     monkeypatch.setenv("PLACEMENT_HOME", str(tmp_path / "home"))
     net = load_network("resnet50")

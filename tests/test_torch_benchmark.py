@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from placement_core.errors import InputError
+from placement_core.base.errors import InputError
 
 torch = pytest.importorskip("torch")
 

@@ -5,13 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from placement_core.catalog import builtin_devices, load_devices
-from placement_core.errors import InputError
-from placement_core.graph import Graph, Op
-from placement_core.placement import single_device
+from placement_core.formats.catalog import builtin_devices, load_devices
+from placement_core.base.errors import InputError
+from placement_core.model.graph import Graph, Op
+from placement_core.model.placement import single_device
 from placement_core.problem import Problem
-from placement_core.fitting import fit_link
-from placement_core.timings import load_timings, timing_table
+from placement_core.analysis.calibration_fit import fit_link
+from placement_core.cost.timings import load_timings, timing_table
 
 MODELS = str(Path(__file__).resolve().parent / "torch_models.py")
 SOURCE = f"{MODELS}:Branchy"
@@ -28,7 +28,7 @@ def test_link_fit_recovers_latency_and_bandwidth():
 
 
 def test_curve_fit_keeps_the_measured_points_and_removes_dips():
-    from placement_core.fitting import fit_curve, isotonic
+    from placement_core.analysis.calibration_fit import fit_curve, isotonic
     # pool adjacent violators by hand: 3, 1 -> 2, 2 (equal weights)
     assert isotonic([1.0, 3.0, 1.0, 4.0]) == [1.0, 2.0, 2.0, 4.0]
     # sizes out of order, a dip at 1e5 (noise: a larger message never arrives sooner) pooled with 1e4 in log
@@ -44,7 +44,7 @@ def test_curve_fit_keeps_the_measured_points_and_removes_dips():
 @pytest.fixture(scope="module")
 def calibration(tmp_path_factory):
     pytest.importorskip("torch")
-    from placement_core.fitting import CalibrationSettings
+    from placement_core.analysis.calibration_fit import CalibrationSettings
     from placement_core.torch.calibrate import calibrate
     return calibrate(SOURCE, SHAPE, "cpu:2", batch_size=4, name="branchy",
                      settings=CalibrationSettings(sizes=(1000, 100_000, 10_000_000), steps=3, min_time=0.01,
@@ -99,9 +99,8 @@ def test_calibration_measures_every_op_and_the_link(calibration):
 
 def test_overhead_fit_recovers_a_known_overhead():
     """Steps 'measured' by the simulator itself with 300 us per message: the fit finds 300 us again."""
-    from placement_core.devices import Channel, Device, DeviceGraph
-    from placement_core.fitting import Calibration, fit_message_overhead, fit_placements, \
-        with_message_overhead
+    from placement_core.model.devices import Channel, Device, DeviceGraph
+    from placement_core.analysis.calibration_fit import (Calibration, fit_message_overhead, fit_placements, with_message_overhead)
     ops = [Op("x", "input", (), output_bytes=4000)] + [
         Op(f"op{i}", "conv", (f"op{i - 1}" if i else "x",), output_bytes=4000, param_bytes=100) for i in range(20)]
     graph = Graph("chain", ops, batch_size=4)
@@ -128,8 +127,8 @@ def test_overhead_fit_recovers_a_known_overhead():
 def test_the_link_model_that_reproduces_the_steps_is_kept():
     """Steps 'measured' by the simulator with one link model and 200 us per message: fitted with both models,
     the one they came from reproduces them exactly, so it is kept with its overhead; forcing a model keeps it."""
-    from placement_core.devices import Channel, Device, DeviceGraph
-    from placement_core.fitting import Calibration, fit_message_overhead, fit_placements, with_message_overhead
+    from placement_core.model.devices import Channel, Device, DeviceGraph
+    from placement_core.analysis.calibration_fit import (Calibration, fit_message_overhead, fit_placements, with_message_overhead)
     ops = [Op("x", "input", (), output_bytes=4000)] + [
         Op(f"op{i}", "conv", (f"op{i - 1}" if i else "x",), output_bytes=4000 * (1 + i % 4), param_bytes=100)
         for i in range(20)]
@@ -162,7 +161,7 @@ def test_the_link_model_that_reproduces_the_steps_is_kept():
 
 
 def test_calibration_placements_vary_the_traffic():
-    from placement_core.fitting import fit_placements
+    from placement_core.analysis.calibration_fit import fit_placements
     xs = fit_placements(40, 2, 6, seed=0)
     crossings = [int((x[1:] != x[:-1]).sum()) for x in xs]
     assert len(xs) == 6 and all(set(x.tolist()) <= {0, 1} for x in xs)
@@ -210,7 +209,7 @@ def test_calibrating_a_gpu_measures_its_ops_and_its_link():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    from placement_core.fitting import CalibrationSettings
+    from placement_core.analysis.calibration_fit import CalibrationSettings
     from placement_core.torch.calibrate import calibrate
     cal = calibrate(SOURCE, SHAPE, "cpu,cuda:0", batch_size=4, name="branchy",
                     settings=CalibrationSettings(sizes=(1000, 100_000), steps=3, min_time=0.01, rounds=1,
@@ -225,7 +224,7 @@ def test_three_ranks_measure_every_pair_without_waiting_on_each_other():
     """Each pair's ping-pong synchronises only that pair (it used to wait on a barrier the third rank never
     entered, so calibrating three devices hung)."""
     pytest.importorskip("torch")
-    from placement_core.fitting import CalibrationSettings
+    from placement_core.analysis.calibration_fit import CalibrationSettings
     from placement_core.torch.calibrate import calibrate
     cal = calibrate(SOURCE, SHAPE, "cpu:3", batch_size=4, name="branchy",
                     settings=CalibrationSettings(sizes=(1000, 100_000), steps=2, min_time=0.005, rounds=1,

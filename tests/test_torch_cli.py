@@ -20,8 +20,8 @@ def run(capsys, *argv):
 
 
 def test_torch_is_imported_only_when_used():
-    code = ("import sys, placement_core, placement_core.cli, placement_core.timings, "
-            "placement_core.coarsen, placement_core.torch.devspec\n"
+    code = ("import sys, placement_core, placement_core.cli, placement_core.cost.timings, "
+            "placement_core.model.coarsen, placement_core.torch.devspec\n"
             "placement_core.cli.build_parser()\n"
             "assert 'torch' not in sys.modules, 'torch was imported'\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parent.parent)

@@ -5,10 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from placement_core.errors import InputError
-from placement_core.graph import Graph, Op
-from placement_core.coarsen import (coarsen, contract, expand_assignment, groups_path, read_groups,
-                                          write_groups)
+from placement_core.base.errors import InputError
+from placement_core.model.graph import Graph, Op
+from placement_core.model.coarsen import coarsen, contract, expand_assignment, groups_path, read_groups, write_groups
 from placement_core.torch.sources import parse_input_shape, parse_source
 
 torch = pytest.importorskip("torch")
@@ -81,7 +80,7 @@ def test_a_depthwise_convolution_keeps_its_groups_through_fx_and_export():
     from the module and by torch.export from aten.convolution's arguments."""
     from torch import nn
 
-    from placement_core.sharding import extent
+    from placement_core.model.sharding import extent
 
     class Depthwise(nn.Module):
         def __init__(self):

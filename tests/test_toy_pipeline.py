@@ -6,7 +6,7 @@ import pytest
 
 from placement_core.analysis.toy_pipeline import (Toy, bubble_breakdown, closed_form_bubble, closed_form_step,
                                                   run_toy)
-from placement_core.errors import InputError
+from placement_core.base.errors import InputError
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])

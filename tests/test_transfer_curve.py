@@ -14,12 +14,11 @@ from helpers import devices, op, problem
 
 from placement_core.analysis.device_tables import devices_from_tables, devices_to_tables, parse_curve
 from placement_core.analysis.sensitivity import what_if
-from placement_core.cost import get_profile
-from placement_core.devices import (Channel, Device, DeviceGraph, curve_time, devices_from_dict, devices_hash,
-                                    devices_to_dict)
-from placement_core.errors import InputError
-from placement_core.graph import Graph, Op
-from placement_core.optimize.fixed import Links
+from placement_core.cost.profiles import get_profile
+from placement_core.model.devices import (Channel, Device, DeviceGraph, curve_time, devices_from_dict, devices_hash, devices_to_dict)
+from placement_core.base.errors import InputError
+from placement_core.model.graph import Graph, Op
+from placement_core.optimize.fixed_candidates import Links
 from placement_core.problem import Problem, ProblemSpec
 from placement_core.simulate import SimSettings
 

@@ -12,7 +12,7 @@ from .layout import LayeredLayout, edge_buckets, layered_layout, scale_sizes
 from .stats import (compare_placements, channel_stats, correlation_stats, device_stats, kendall_tau,
                     largest_transfers, linear_fit, pearson_r, placement_summary)
 from .trace import GanttSegments, critical_path, gantt_rows, gantt_segments, memory_series
-from .units import fmt_bytes, fmt_flops, fmt_seconds
+from ..base.units import fmt_bytes, fmt_flops, fmt_seconds
 
 __all__ = [
     "GanttSegments", "HeatmapData", "LayeredLayout", "archive_heatmap", "channel_stats", "compare_placements",

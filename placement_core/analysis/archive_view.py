@@ -9,7 +9,7 @@ from typing import Callable
 import numpy as np
 
 from ..optimize.archive import Archive, Descriptor, Elite
-from .units import fmt_seconds
+from ..base.units import fmt_seconds
 
 
 @dataclass

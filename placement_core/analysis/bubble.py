@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..devices import DeviceGraph
-from ..graph import Graph
+from ..model.devices import DeviceGraph
+from ..model.graph import Graph
 from .closed_forms import bubble_time
 from .pipeline import IdealPipelineProfile, ScheduleRun, run_schedule
 
@@ -25,7 +25,7 @@ def stage_idle(run: ScheduleRun) -> float:
 def stage_times(graph: Graph, devices: DeviceGraph, placement, stage_devices: list[int], *, schedule: str = "gpipe",
                 micro_batches: int = 1, profile="default", **cost_kw) -> dict:
     """Mean forward, backward and weight-gradient time per micro-batch of a stage (its ops on its device)."""
-    from ..cost import get_profile
+    from ..cost.profiles import get_profile
     from ..simulate.schedules import micro_batch_graph
     unit = graph if schedule == "thesis" else micro_batch_graph(graph, micro_batches)
     prof = get_profile(profile, **cost_kw) if isinstance(profile, str) else profile
@@ -44,7 +44,7 @@ def bubble_breakdown(graph: Graph, devices: DeviceGraph, placement, schedule: st
                      virtual_stages: int = 1, profile="default", penalty: str = "thesis", **cost_kw) -> dict:
     """The stage devices' idle seconds in one step, split into schedule, imbalance, updates and transfers
     (each also as a share of the whole); ``closed_form_s`` is the schedule's bubble for one equal stage."""
-    from ..cost import get_profile
+    from ..cost.profiles import get_profile
     base = get_profile(profile, **cost_kw) if isinstance(profile, str) else profile
     kw = dict(virtual_stages=virtual_stages, penalty=penalty)
     real = run_schedule(graph, devices, placement, schedule, micro_batches, profile=base, **kw)

@@ -16,7 +16,7 @@ Every step adds the weight update ``t_u`` once, after the last backward.
 
 from __future__ import annotations
 
-from ..errors import InputError
+from ..base.errors import InputError
 
 FORMULAS = {"thesis": "(p − 1)(t_f + t_b), m = 1", "gpipe": "(p − 1)(t_f + t_b)", "1f1b": "(p − 1)(t_f + t_b)",
             "interleaved-1f1b": "(p − 1)(t_f + t_b) / V", "zb-h1": "(p − 1)(t_f + t_B − t_W)"}

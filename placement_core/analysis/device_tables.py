@@ -12,8 +12,8 @@ import math
 import numbers
 import re
 
-from ..devices import DeviceGraph, devices_from_dict
-from ..errors import InputError
+from ..model.devices import DeviceGraph, devices_from_dict
+from ..base.errors import InputError
 
 # column -> (field, factor from the column's unit to SI)
 DEVICE_COLUMNS = {

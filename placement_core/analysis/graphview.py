@@ -4,7 +4,7 @@ Everything a node-link drawing needs is computed here, once, so the browser only
 from the layered layout (left to right, one column per layer; physics never runs), a node's area grows
 with its compute, an edge's width with its tensor, an edge between ops on different devices is marked,
 and each op carries its card (kind, FLOPs, bytes, device, its times on every device). A network over
-``COLLAPSE_ABOVE`` ops is also given modules (the coarsening groups of :func:`placement_core.coarsen.coarsen`)
+``COLLAPSE_ABOVE`` ops is also given modules (the coarsening groups of :func:`placement_core.model.coarsen.coarsen`)
 so the view can open collapsed and expand a module on click. Strings are returned as they are: whoever
 writes them into HTML or JavaScript escapes them.
 """
@@ -15,10 +15,10 @@ from collections import Counter
 
 import numpy as np
 
-from ..coarsen import coarsen
-from ..graph import Graph
+from ..model.coarsen import coarsen
+from ..model.graph import Graph
 from .layout import LayeredLayout, scale_sizes
-from .units import fmt_bytes, fmt_flops, fmt_seconds
+from ..base.units import fmt_bytes, fmt_flops, fmt_seconds
 
 COLLAPSE_ABOVE = 1000  # ops: larger networks open as modules
 LAYER_DX, ROW_DY = 110.0, 80.0  # canvas units between layers and between ops of one layer
@@ -58,7 +58,7 @@ def gene_text(gene: int, device_names, splits=(), op=None, graph: Graph | None =
     s = splits[gene - nd]
     text = f"{s.dim} over " + ", ".join(str(device_names[d]) for d in s.devices)
     if op is not None and graph is not None:
-        from ..sharding import shard_sizes
+        from ..model.sharding import shard_sizes
         text += " (" + " + ".join(str(v) for v in shard_sizes(op, graph, s)) + ")"
     return text
 

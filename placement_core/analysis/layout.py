@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..graph import Graph
+from ..model.graph import Graph
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..graph import BYTES_PER_FLOAT, Graph
+from ..model.graph import BYTES_PER_FLOAT, Graph
 
 
 def network_summary(graph: Graph) -> dict:
@@ -21,7 +21,7 @@ def op_table(graph: Graph, placement=None, device_names=None, splits=()) -> list
                "output MB": op.output_bytes / 1e6, "parameters MB": op.param_bytes / 1e6,
                "shape": " × ".join(str(s) for s in op.shape)}
         if placement is not None and device_names is not None:
-            from ..sharding import gene_label
+            from ..model.sharding import gene_label
             row["device"] = gene_label(int(placement[i]), device_names, splits)
         rows.append(row)
     return rows

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..devices import DeviceGraph
-from ..errors import InputError
-from ..graph import Graph
+from ..model.devices import DeviceGraph
+from ..base.errors import InputError
+from ..model.graph import Graph
 from ..problem import Evaluation, Problem, ProblemSpec
 from ..simulate.model import OVERHEAD_KINDS
 
@@ -21,7 +21,7 @@ def even_stages(graph: Graph, devices: DeviceGraph, p: int, *, virtual_stages: i
     With ``virtual_stages`` V > 1 the network is cut into p V balanced chunks placed round-robin, chunk c
     on the (c mod p)-th of those devices: Megatron-LM's layout for interleaved 1F1B."""
     from ..optimize.baselines import balanced_stages
-    from ..optimize.fixed import op_work
+    from ..optimize.fixed_candidates import op_work
     problem = Problem(graph, devices, profile=profile, **cost_kw)
     work = op_work(problem)
     gpus = [i for i, d in enumerate(devices.devices) if d.kind == "gpu"]
@@ -47,7 +47,7 @@ def placement_option(spec: str, graph: Graph, devices: DeviceGraph, ignored: lis
     """``--placement``: ``stages:P`` (P balanced stages, :func:`even_stages`), ``stages:PxV`` (P V chunks
     round-robin, for interleaved 1F1B), or anything :func:`placement.parse_placement_spec` reads (``splits``
     collects a file's split ops, docs/sharding.md)."""
-    from ..placement import parse_placement_spec
+    from ..model.placement import parse_placement_spec
     if not spec.startswith("stages:"):
         return parse_placement_spec(spec, graph, devices, ignored=ignored, splits=splits)
     text = spec.split(":", 1)[1]
@@ -196,7 +196,7 @@ class IdealPipelineProfile:
 
 def ideal_profile(profile: str | object = "default", **kw) -> IdealPipelineProfile:
     """``profile`` (a name or a profile object) with transfers and weight updates that take no time."""
-    from ..cost import get_profile
+    from ..cost.profiles import get_profile
     return IdealPipelineProfile(get_profile(profile, **kw) if isinstance(profile, str) else profile)
 
 

@@ -13,8 +13,8 @@ from typing import Mapping
 
 import numpy as np
 
-from ..cost import curve_arrays
-from ..errors import InputError
+from ..cost.profiles import curve_arrays
+from ..base.errors import InputError
 from ..problem import Problem
 
 

@@ -87,7 +87,7 @@ def placement_summary(problem: Problem, placement, evaluation: Evaluation | None
     r = ev.result
     counts = np.bincount(p[p < problem.n_devices], minlength=problem.n_devices)
     if problem.splits:  # a split op counts on each of its devices
-        from ..sharding import gene_devices
+        from ..model.sharding import gene_devices
         for g in p[p >= problem.n_devices].tolist():
             counts[list(gene_devices(int(g), problem.n_devices, problem.splits))] += 1
     return {

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..devices import Channel, Device, DeviceGraph
-from ..errors import InputError
-from ..graph import Graph, Op
+from ..model.devices import Channel, Device, DeviceGraph
+from ..base.errors import InputError
+from ..model.graph import Graph, Op
 from .closed_forms import bubble_time, step_time
 from .pipeline import ScheduleRun, run_schedule
 

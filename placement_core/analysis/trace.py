@@ -11,10 +11,10 @@ from html import escape
 
 import numpy as np
 
-from ..graph import Graph
+from ..model.graph import Graph
 from ..simulate import SimResult, TraceEvent
 from ..simulate.model import OVERHEAD_KINDS  # a device's time on a message it sends or receives
-from .units import fmt_bytes, fmt_seconds
+from ..base.units import fmt_bytes, fmt_seconds
 
 PHASE_ORDER = {"fwd": 0, "bwd": 1, "allreduce": 2, "update": 3}
 KIND_ORDER = {"op": 0, "send": 1, "recv": 2, "transfer": 3}

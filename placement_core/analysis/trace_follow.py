@@ -7,7 +7,7 @@ and Perfetto draw the same arrows.
 
 from __future__ import annotations
 
-from ..graph import Graph
+from ..model.graph import Graph
 from ..simulate.chrome import tensor_flows
 from ..simulate.model import OVERHEAD_KINDS
 

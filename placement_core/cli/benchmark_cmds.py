@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from ..errors import InputError
-from ..analysis.units import fmt_bytes, fmt_seconds
+from ..base.errors import InputError
+from ..base.units import fmt_bytes, fmt_seconds
 from .common import print_json, table
 from .torch_common import _assignment, _needs_torch, _shape_and_network
 
@@ -78,15 +78,15 @@ def cmd_benchmark_top(args) -> int:
     import numpy as np
 
     from ..analysis import kendall_tau
-    from ..benchplan import default_mapping, parse_mapping, shared_warning, top_of_run
-    from ..catalog import load_network
-    from ..netformat import network_hash
+    from ..analysis.benchmark_plan import default_mapping, parse_mapping, shared_warning, top_of_run
+    from ..formats.catalog import load_network
+    from ..formats.network import network_hash
     from ..store import RunStore
     from ..torch.benchmark import BenchmarkSettings, benchmark
-    from ..coarsen import expand_assignment, groups_path, read_groups
+    from ..model.coarsen import expand_assignment, groups_path, read_groups
     from ..torch.devspec import check_available, parse_devices
     from ..torch.sources import parse_input_shape
-    from ..timings import input_shape_of
+    from ..cost.timings import input_shape_of
 
     devs = parse_devices(args.devices)
     check_available(devs)
@@ -113,7 +113,7 @@ def cmd_benchmark_top(args) -> int:
                          field="--input-shape", fix="Give --input-shape, e.g. 1,3,224,224")
     batch = args.batch_size or graph.batch_size
     local = [d.name for d in devs]
-    from ..sharding import gene_entry, used_devices
+    from ..model.sharding import gene_entry, used_devices
     splits = problem.splits
     used = used_devices([r.placement for r in ranked], len(names), splits)
     chosen = parse_mapping(args.map, names, local) if args.map else {}
@@ -191,7 +191,7 @@ def cmd_benchmark_top(args) -> int:
 
 def _store_benchmark(args, graph, assignment: dict, result) -> int:
     """Record the measurement, so the dashboard's Benchmark page and `placement runs` see it."""
-    from ..netformat import network_hash
+    from ..formats.network import network_hash
     from ..store import RunStore
 
     with RunStore(home=args.home) as store:

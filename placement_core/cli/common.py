@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Callable, Sequence
 
-from ..errors import InputError, escape, shown
+from ..base.errors import InputError, escape, shown
 from ..problem import Problem, ProblemSpec
 from ..simulate.schedules import PIPELINES, SCHEDULES
 
@@ -132,7 +132,7 @@ def add_problem_options(p: argparse.ArgumentParser, required: bool = True) -> No
 
 def sharding_splits(args, devices) -> tuple:
     """The split table ``--sharding DIMS --max-shards K`` stand for (empty without --sharding)."""
-    from ..sharding import DIMS, MAX_SHARDS, search_splits
+    from ..model.sharding import DIMS, MAX_SHARDS, search_splits
     dims_text = getattr(args, "sharding", None)
     if dims_text is None:
         if getattr(args, "max_shards", None) is not None:
@@ -177,7 +177,7 @@ def spec_from_args(args, graph) -> ProblemSpec:
 
 def build_problem(args) -> Problem:
     """Load the network and devices the options name and compile the problem they describe."""
-    from ..catalog import load_devices, load_network
+    from ..formats.catalog import load_devices, load_network
     graph = load_network(args.network, batch_size=args.batch_size)
     devices = load_devices(args.devices)
     spec = spec_from_args(args, graph)
@@ -186,8 +186,8 @@ def build_problem(args) -> Problem:
 
 def load_cli_timings(spec: str, network_spec: str, graph):
     """The calibrated table for ``graph``; a coarsened network (import-model --groups) sums its groups' ops."""
-    from ..coarsen import groups_path, read_groups
-    from ..timings import load_timings
+    from ..model.coarsen import groups_path, read_groups
+    from ..cost.timings import load_timings
 
     gp = groups_path(network_spec)
     groups = read_groups(gp) if _is_file(gp) else None

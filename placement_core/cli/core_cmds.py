@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from ..analysis.stats import channel_stats, device_stats
-from ..analysis.units import fmt_bytes, fmt_seconds
-from ..catalog import builtin_devices, builtin_networks, load_devices, load_network
-from ..jsonio import write_json
+from ..base.units import fmt_bytes, fmt_seconds
+from ..formats.catalog import builtin_devices, builtin_networks, load_devices, load_network
+from ..base.jsonio import write_json
 from ..analysis.pipeline import placement_option
-from ..placement import describe_ignored
+from ..model.placement import describe_ignored
 from .common import add_problem_options, build_problem, print_json, printable, table
 from .validate import check_output_file
 
@@ -132,7 +132,7 @@ def cmd_simulate(args) -> int:
                                       graph=problem.graph), indent=None)
     report = simulation_report(problem, args.placement, ev)
     report["ignored_placement_keys"] = len(ignored)  # Exprimo files: keys that are not ops (Block names, stale)
-    from ..sharding import gene_entry
+    from ..model.sharding import gene_entry
     names = problem.devices.names
     report["split_ops"] = {op.name: gene_entry(int(g), names, problem.splits)
                                                   for op, g in zip(problem.graph.ops, placement) if g >= len(names)}
@@ -153,7 +153,7 @@ def cmd_simulate(args) -> int:
     if ignored:
         print(f"note: {printable(describe_ignored(ignored))}")
     if report["split_ops"]:
-        from ..sharding import gene_label
+        from ..model.sharding import gene_label
         shown = [f"{printable(op.name)} ({printable(gene_label(int(g), names, problem.splits))})"
                  for op, g in zip(problem.graph.ops, placement) if g >= len(names)]
         print(f"{len(shown)} op(s) split over several devices: " + ", ".join(shown[:6])

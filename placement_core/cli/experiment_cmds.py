@@ -14,7 +14,7 @@ import importlib
 import shlex
 import sys
 
-from ..errors import InputError
+from ..base.errors import InputError
 from .common import Parser, positive_int, print_json
 from .torch_common import DEVICES_HELP, MODEL_HELP, _model_options, _needs_torch, _shape_and_network
 from .validate import check_output_dir, seed_int
@@ -190,7 +190,7 @@ def cmd_e5(args) -> int:
     command = "placement experiment e5 " + " ".join(shlex.quote(a) for a in _argv(args))
     progress = None if args.json else (lambda m: print(m, file=sys.stderr))
     if args.runs > 1:
-        from ..experiments.e5_runs import run_series
+        from ..experiments.e5_series import run_series
         results = run_series(args.model, shape, args.devices, batch_size=batch, out_dir=args.out, runs=args.runs,
                              settings=settings, calibration_dir=args.calibration, command=command.strip(),
                              progress=progress)
@@ -292,7 +292,7 @@ def register_sharding(sub) -> None:
 
 
 def cmd_sharding(args) -> int:
-    from ..catalog import load_devices, load_network
+    from ..formats.catalog import load_devices, load_network
     from ..experiments.parallelism import run_sharding, table
     from ..optimize import algorithm_class
 

@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 
-from ..analysis.units import fmt_bytes, fmt_seconds
+from ..base.units import fmt_bytes, fmt_seconds
 from .common import Parser, fraction, positive_int, print_json, printable, table
 from .optimize_cmds import note
 from .validate import check_output_dir, check_output_file, seed_int
@@ -86,8 +86,8 @@ def register(sub) -> None:
 
 def cmd_generate(args) -> int:
     from ..families import family_graphs
-    from ..jsonio import write_json
-    from ..netformat import network_to_dict
+    from ..base.jsonio import write_json
+    from ..formats.network import network_to_dict
 
     out = check_output_dir(args.out, "--out")
     graphs = family_graphs(args.family, count=args.count, seed=args.seed, split=args.split)
@@ -113,7 +113,7 @@ def cmd_generate(args) -> int:
 
 def training_problems(args):
     """(problems, graph names, what was trained on, device graph) for train-policy's options."""
-    from ..catalog import load_devices, load_network
+    from ..formats.catalog import load_devices, load_network
     from ..families import family_graphs
     from ..problem import ProblemSpec
 
@@ -133,11 +133,11 @@ def training_problems(args):
 def cmd_train(args) -> int:
     from ..torch import require_torch
     require_torch()
-    from ..torch.learned import TrainSettings
-    from ..torch.learned.policy_io import save_policy
-    from ..torch.learned.runs import train_recorded
+    from ..torch.policies import TrainSettings
+    from ..torch.policies.policy_io import save_policy
+    from ..torch.policies.recorded_training import train_recorded
     from ..store import RunStore
-    from ..devices import devices_hash
+    from ..model.devices import devices_hash
 
     out = check_output_file(args.out, "--out", "policy.json")
     lr = args.lr if args.lr is not None else (2e-3 if args.method == "placeto" else 1e-3)

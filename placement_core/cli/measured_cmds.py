@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from ..errors import InputError
+from ..base.errors import InputError
 from .common import positive_int, print_json, printable
 from .torch_common import MODEL_HELP, _needs_torch
 from .validate import positive_seconds, run_id as run_id_arg
@@ -58,12 +58,12 @@ def cmd_measured(args) -> int:
     _needs_torch()
     import numpy as np
 
-    from ..benchplan import default_mapping, distinct_top, parse_mapping, run_candidates, shared_warning
-    from ..learn.search import SearchSettings
-    from ..learn.surrogate import SurrogateSpec, require_sklearn
-    from ..measured import resume_measured, start_measured
+    from ..analysis.benchmark_plan import default_mapping, distinct_top, parse_mapping, run_candidates, shared_warning
+    from ..surrogate.search import SearchSettings
+    from ..surrogate.model import SurrogateSpec, require_sklearn
+    from ..store.measured_search import resume_measured, start_measured
     from ..store import RunStore
-    from ..timings import input_shape_of
+    from ..cost.timings import input_shape_of
     from ..torch.devspec import parse_devices
     from ..torch.sources import parse_input_shape
 

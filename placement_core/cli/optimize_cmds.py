@@ -6,10 +6,10 @@ import argparse
 import sys
 import time
 
-from ..errors import InputError, escape
-from ..jsonio import write_json
-from ..placement import placement_to_dict
-from ..analysis.units import fmt_seconds
+from ..base.errors import InputError, escape
+from ..base.jsonio import write_json
+from ..model.placement import placement_to_dict
+from ..base.units import fmt_seconds
 from . import measured_cmds
 from .common import add_problem_options, build_problem, print_json, printable
 from .core_cmds import batch_summary, describe_batches
@@ -166,12 +166,12 @@ def require_learned():
 
     from ..torch import require_torch
     require_torch()
-    return importlib.import_module("placement_core.torch.learned")
+    return importlib.import_module("placement_core.torch.policies")
 
 
 def cmd_optimize(args) -> int:
     from ..optimize import LEARNED_NAMES, run
-    from ..runs import resume_run, start_run
+    from ..store.recording import resume_run, start_run
     from ..store import RunStore
 
     bar = ProgressBar(enabled=not args.quiet and sys.stderr.isatty())
@@ -281,7 +281,7 @@ def cmd_optimize(args) -> int:
 
 
 def _measured_run(args) -> bool:
-    from ..measured import is_measured
+    from ..store.measured_search import is_measured
     from ..store import RunStore
 
     with RunStore(home=args.home) as store:

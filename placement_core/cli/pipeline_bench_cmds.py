@@ -3,14 +3,14 @@ and (``--simulate DEVICES``) set against the simulator's step and bubble for the
 
 from __future__ import annotations
 
-from ..analysis.units import fmt_seconds
-from ..errors import InputError
+from ..base.units import fmt_seconds
+from ..base.errors import InputError
 from .common import print_json, table
 from .torch_common import _assignment, _shape_and_network
 
 
 def cmd_benchmark_pipeline(args) -> int:
-    from ..pipeplan import pipeline_plan
+    from ..analysis.pipeline_stages import pipeline_plan
     from ..torch.benchmark import BenchmarkSettings
     from ..torch.devspec import check_available, parse_devices
     from ..torch.pipeline_bench import benchmark_pipeline
@@ -38,7 +38,7 @@ def cmd_benchmark_pipeline(args) -> int:
     report = {"model": args.model, "network": traced.graph.name, "batch_size": batch, "placement": args.placement,
               **result.to_dict()}
     if not args.no_store:
-        from ..netformat import network_hash
+        from ..formats.network import network_hash
         from ..store import RunStore
         with RunStore(home=args.home) as store:
             report["benchmark_id"] = store.add_benchmark(
@@ -73,9 +73,9 @@ def simulate_plan(args, graph, assignment: dict[str, str], plan) -> dict:
     (a calibrated preset such as ``local``), with ``--timings`` op times when given."""
     import numpy as np
 
-    from ..catalog import load_devices
+    from ..formats.catalog import load_devices
     from ..problem import ProblemSpec
-    from ..timings import load_timings
+    from ..cost.timings import load_timings
 
     devices = load_devices(args.simulate)
     missing = sorted({d for d in assignment.values() if d not in devices.index})

@@ -7,8 +7,8 @@ import io
 import sys
 import time
 
-from ..exports import RUN_EXPORTS as FORMATS
-from ..analysis.units import fmt_seconds
+from ..analysis.exports import RUN_EXPORTS as FORMATS
+from ..base.units import fmt_seconds
 from .common import print_json, printable, table
 from .validate import check_output_file, run_id, write_output_bytes
 
@@ -135,7 +135,7 @@ def cmd_show(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from ..exports import export_run
+    from ..analysis.exports import export_run
     out = check_output_file(args.out, "--out", f"run{args.run}-{args.what}")
     with open_store(args) as store:
         exported = export_run(store, args.run, args.what, args.format)
@@ -145,7 +145,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_benchmarks(args) -> int:
-    from ..exports import export_benchmarks
+    from ..analysis.exports import export_benchmarks
     out = check_output_file(args.out, "--out", "benchmarks.csv") if args.out is not None else None
     with open_store(args) as store:
         exported = export_benchmarks(store, args.network)
@@ -167,7 +167,7 @@ def cmd_delete(args) -> int:
 
 def cmd_doctor(args) -> int:
     from ..store import home_dir
-    from ..store_doctor import examine
+    from ..store.doctor import examine
     out = check_output_file(args.out, "--out", "runs-salvaged.sqlite") if args.out is not None else None
     report = examine(home_dir(args.home) / "runs.sqlite", out, salvage=not args.check_only)
     for line in report.lines():

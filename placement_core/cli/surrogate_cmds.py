@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InputError
-from ..jsonio import read_json, write_json
+from ..base.errors import InputError
+from ..base.jsonio import read_json, write_json
 from .common import positive_int, print_json, printable, table
 from .validate import check_output_file, run_id as run_id_arg, seed_int
 
@@ -49,7 +49,7 @@ def _common(p) -> None:
 
 
 def _seeds(store, run_id: int) -> np.ndarray:
-    from ..benchplan import run_candidates
+    from ..analysis.benchmark_plan import run_candidates
 
     _, cands, _ = run_candidates(store, run_id)
     return np.array([x for _, x in cands], dtype=np.int32)
@@ -79,7 +79,7 @@ def measured_samples(store, run_id: int, problem) -> tuple[np.ndarray, np.ndarra
 
 
 def cmd_fit(args) -> int:
-    from ..learn.surrogate import SurrogateSpec, cross_validate, model_to_dict, require_sklearn, sample_placements
+    from ..surrogate.model import SurrogateSpec, cross_validate, model_to_dict, require_sklearn, sample_placements
     from ..store import RunStore
 
     require_sklearn()
@@ -122,7 +122,7 @@ def _line(m: dict) -> str:
 
 
 def cmd_score(args) -> int:
-    from ..learn.surrogate import learning_curve, metrics, model_from_dict, require_sklearn, sample_placements
+    from ..surrogate.model import learning_curve, metrics, model_from_dict, require_sklearn, sample_placements
     from ..store import RunStore
 
     require_sklearn()

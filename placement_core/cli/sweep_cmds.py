@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import InputError
+from ..base.errors import InputError
 from ..analysis.stats import mean_ci
-from ..analysis.units import fmt_seconds
+from ..base.units import fmt_seconds
 from .common import add_problem_options, build_problem, print_json, printable, table
 from .optimize_cmds import note, parse_params
 from .validate import count_int, positive_seconds, workers_int
@@ -55,7 +55,7 @@ def seeds_list(text: str) -> list[int]:
 
 
 def cmd_sweep(args) -> int:
-    from ..optimize.many import grid, run_many
+    from ..optimize.sweep import grid, run_many
     from ..store import RunStore
 
     algorithms = [a.strip() for a in args.algorithm.split(",") if a.strip()]

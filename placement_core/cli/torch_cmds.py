@@ -10,8 +10,8 @@ import json
 import sys
 from pathlib import Path
 
-from ..errors import InputError
-from ..analysis.units import fmt_bytes
+from ..base.errors import InputError
+from ..base.units import fmt_bytes
 from .common import positive_int, print_json, table
 from ..simulate.schedules import PIPELINES
 from .benchmark_cmds import cmd_benchmark
@@ -124,9 +124,9 @@ def register(sub) -> None:
 
 def cmd_import(args) -> int:
     _needs_torch()
-    from ..jsonio import write_json
-    from ..netformat import network_to_dict
-    from ..coarsen import coarsen, groups_path, write_groups
+    from ..base.jsonio import write_json
+    from ..formats.network import network_to_dict
+    from ..model.coarsen import coarsen, groups_path, write_groups
     from ..torch.model_import import trace_model
     from ..torch.sources import load_model, parse_input_shape, parse_source
 
@@ -162,7 +162,7 @@ def cmd_import(args) -> int:
 
 def cmd_calibrate(args) -> int:
     _needs_torch()
-    from ..fitting import CalibrationSettings, summary_rows
+    from ..analysis.calibration_fit import CalibrationSettings, summary_rows
     from ..torch.calibrate import calibrate, save_calibration
 
     if args.out:
@@ -170,7 +170,7 @@ def cmd_calibrate(args) -> int:
     shape, batch, _, _ = _shape_and_network(args)
     if args.fit_placements < 0:
         raise InputError("--fit-placements must not be negative", field="--fit-placements")
-    from ..fitting import SIZES
+    from ..analysis.calibration_fit import SIZES
     sizes = tuple(n for n in SIZES if n <= args.max_transfer * (1 + 1e-9))
     if len(sizes) < 2:
         raise InputError(f"--max-transfer must be at least {fmt_bytes(SIZES[1])}: a link's latency and bandwidth "

@@ -6,7 +6,7 @@ import argparse
 import re
 import sys
 
-from ..errors import InputError
+from ..base.errors import InputError
 from .common import positive_int
 
 MODEL_HELP = ("torchvision:NAME (built with weights=None, e.g. torchvision:resnet18), placement:gpt2 (GPT-2, defined "
@@ -42,10 +42,10 @@ def _needs_torch() -> None:
 
 def _shape_and_network(args):
     """(input shape, batch, network or None, group mapping or None) from --input-shape / --network."""
-    from ..catalog import load_network
-    from ..coarsen import groups_path, read_groups
+    from ..formats.catalog import load_network
+    from ..model.coarsen import groups_path, read_groups
     from ..torch.sources import parse_input_shape
-    from ..timings import input_shape_of
+    from ..cost.timings import input_shape_of
 
     network = groups = None
     if getattr(args, "network", None):
@@ -67,7 +67,7 @@ def _shape_and_network(args):
 def _assignment(args, shape, network, groups, devs) -> tuple[dict[str, str], object]:
     """The placement as op -> device name over the model's own ops, and the traced model."""
     from ..analysis.pipeline import placement_option
-    from ..coarsen import expand_assignment
+    from ..model.coarsen import expand_assignment
     from ..torch.devspec import nominal_device_graph
     from ..torch.model_import import trace_model
     from ..torch.sources import load_model, parse_source
@@ -80,9 +80,9 @@ def _assignment(args, shape, network, groups, devs) -> tuple[dict[str, str], obj
     splits: list = []
     placement = placement_option(args.placement, graph, devgraph, ignored=ignored, splits=splits)
     if ignored:
-        from ..placement import describe_ignored
+        from ..model.placement import describe_ignored
         print(f"note: {describe_ignored(ignored)}", file=sys.stderr)
-    from ..placement import placement_to_dict
+    from ..model.placement import placement_to_dict
     assignment = placement_to_dict(placement, graph, devgraph, splits)["assignment"]  # a split op: its entry
     if groups is not None:
         if splits:

@@ -13,12 +13,12 @@ import math
 import os
 from pathlib import Path
 
-from .. import outputs
-from ..errors import InputError
+from ..base import outputs
+from ..base.errors import InputError
 
 
 def check_output_file(spec: str, option: str, example: str = "result.json") -> Path:
-    """``spec`` as a Path that can be written (see :mod:`placement_core.outputs`: regular files or new paths)."""
+    """``spec`` as a Path that can be written (see :mod:`placement_core.base.outputs`: regular files or new paths)."""
     return outputs.check_output_file(spec, option, example)
 
 

@@ -25,7 +25,7 @@ HEURISTICS = "heft,heft-nocomm,heft-memory,min-cut,m-etf,m-topo,expert,single"
 
 
 def _problems(text: str):
-    from ..catalog import load_devices, load_network
+    from ..formats.catalog import load_devices, load_network
     from ..problem import Problem
 
     out = []
@@ -42,7 +42,7 @@ def _best_at(history: np.ndarray, evaluations: int) -> float:
 
 def assisted_rows(problems: str, seeds: int, budget: int, reference: int, batch: int, generations: int,
                   initial: int, say=lambda m: None, first_seed: int = 0) -> list[dict]:
-    from ..learn.search import Ledger, SearchSettings, run_search
+    from ..surrogate.search import Ledger, SearchSettings, run_search
     from ..optimize import run
 
     rows = []

@@ -18,9 +18,9 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..devices import Channel, Device, DeviceGraph, curve_time, devices_to_dict
-from ..fitting import ETA_COMM, ETA_COMP, fit_curve, fit_link
-from ..jsonio import write_json
+from ..model.devices import Channel, Device, DeviceGraph, curve_time, devices_to_dict
+from ..analysis.calibration_fit import ETA_COMM, ETA_COMP, fit_curve, fit_link
+from ..base.jsonio import write_json
 from .e3 import kept_discussion, write_text
 
 
@@ -160,7 +160,7 @@ def plot(rows, latency, bandwidth, curve, nominal, copy, path: Path, title: str)
 
 def report(result: E1Result, measured, devices: str, repeats: int, rounds: int, nominal, copy, command: str,
            png: str, folder: str) -> str:
-    from ..analysis.units import fmt_bytes, fmt_seconds
+    from ..base.units import fmt_bytes, fmt_seconds
     rows = result.rows
     (b1, b5, b15), (a1, a5, a15) = result.load
     peak = max(rows, key=lambda r: r["bandwidth_median"])

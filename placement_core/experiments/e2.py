@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..analysis.stats import kendall_tau
-from ..jsonio import write_json
+from ..base.jsonio import write_json
 from ..analysis.stats import mean_ci
 from .e3 import kept_discussion, write_text
 
@@ -190,8 +190,8 @@ def run_e2(source: str, input_shape, devices: str, *, batch_size: int | None, co
            steps: int = 50, rounds: int = 2, window: int = 10, seed: int = 0, timeout: float = 600.0,
            out_dir: str | Path = "docs/e2", markdown_path: str | Path | None = "docs/e2.md", command: str = "",
            progress=None) -> E2Result:
-    from ..errors import InputError
-    from ..fitting import fit_placements
+    from ..base.errors import InputError
+    from ..analysis.calibration_fit import fit_placements
     from ..torch.benchmark import BenchmarkSettings, benchmark
     from ..torch.devspec import parse_devices
     from ..torch.model_import import trace_model
@@ -249,8 +249,8 @@ def run_e2(source: str, input_shape, devices: str, *, batch_size: int | None, co
 def write_e2(out_dir: str | Path, window: int = 10, markdown_path: str | Path | None = "docs/e2.md") -> E2Result:
     """Analyse the steps an E2 run recorded in ``out_dir`` (steps.csv, run.json); write e2.png and the report.
     ``placement experiment e2 --reanalyse DIR`` calls this alone: a change of analysis needs no new run."""
-    from ..errors import InputError
-    from ..jsonio import read_json
+    from ..base.errors import InputError
+    from ..base.jsonio import read_json
     out = Path(out_dir)
     if not (out / "steps.csv").is_file() or not (out / "run.json").is_file():
         raise InputError(f"{out} holds no recorded E2 run (steps.csv and run.json)", field="--reanalyse",

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..outputs import write_output
+from ..base.outputs import write_output
 from ..analysis.stats import mean_ci
 from ..parallel.tasks import map_unordered
 from ..problem import ProblemSpec
@@ -78,7 +78,7 @@ def devices_for(version: str, network: str) -> str:
 
 def exprimo_files(folder: str | Path, version: str, network: str) -> tuple[Path, Path]:
     """The thesis' network and device file of one E3 cell, in Exprimo's folder layout."""
-    from ..errors import InputError
+    from ..base.errors import InputError
     devices = EXPRIMO_DEVICES[version]
     devices = devices[network] if isinstance(devices, dict) else devices
     net = Path(folder) / "nets" / f"{EXPRIMO_NETS[network]}.json"
@@ -101,7 +101,7 @@ def problem_for(version: str, network: str, schedule: str = "thesis", exprimo: s
 
 def parse_variant(label: str) -> tuple[str, dict]:
     """``ga[min_mutation_rate=0.01;population=100]`` -> ("ga", {"min_mutation_rate": "0.01", ...})."""
-    from ..errors import InputError
+    from ..base.errors import InputError
     m = re.fullmatch(r"([\w-]+)(?:\[([^\]]*)\])?", label.strip())
     if not m:
         raise InputError(f"cannot read the algorithm {label!r}", field="--algorithms",
@@ -122,7 +122,7 @@ def split_algorithms(text: str) -> list[str]:
 
 def _check_params(name: str, params: dict) -> None:
     """A variant's parameters exist and parse (before any run starts)."""
-    from ..errors import InputError
+    from ..base.errors import InputError
     from ..optimize import ALGORITHMS
     known = ALGORITHMS[name].PARAMS
     for key, value in params.items():
@@ -290,7 +290,7 @@ def splice(text: str, tag: str, block: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..errors import InputError
+    from ..base.errors import InputError
     from ..optimize import ALGORITHMS
     ap = argparse.ArgumentParser(prog="placement experiment e3", description=__doc__.splitlines()[0])
     ap.add_argument("--budget", type=int, default=20000, help="evaluations per run (thesis: 20000)")

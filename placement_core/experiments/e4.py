@@ -23,7 +23,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import InputError
+from ..base.errors import InputError
 
 SEARCHES = ("top-k", "assisted", "ga")
 TITLES = {"top-k": "top-K re-benchmarking", "assisted": "surrogate-assisted GA", "ga": "plain GA on measurements"}
@@ -37,15 +37,15 @@ def run_e4(source: str, shape, devices: str, *, batch_size: int, calibration: st
            budget: int = 50, archive_budget: int = 20000, seed: int = 0, steps: int = 4, warmup: int = 1,
            rounds: int = 2, confirm_rounds: int = 6, command: str = "",
            say: Callable[[str], None] = lambda m: None) -> dict:
-    from ..catalog import load_devices
-    from ..learn.search import SearchSettings
-    from ..learn.surrogate import SurrogateSpec
-    from ..measured import resume_measured, start_measured
-    from ..benchplan import distinct_top, run_candidates
+    from ..formats.catalog import load_devices
+    from ..surrogate.search import SearchSettings
+    from ..surrogate.model import SurrogateSpec
+    from ..store.measured_search import resume_measured, start_measured
+    from ..analysis.benchmark_plan import distinct_top, run_candidates
     from ..problem import Problem
-    from ..runs import start_run
+    from ..store.recording import start_run
     from ..store import RunStore
-    from ..timings import read_timings, timing_table
+    from ..cost.timings import read_timings, timing_table
     from ..torch.benchmark import BenchmarkSettings, benchmark
     from ..torch.devspec import parse_devices
     from ..torch.measure import measurer_from_params as truth_for
@@ -157,7 +157,7 @@ def _write(out: Path, data: dict) -> None:
                 w.writerow([s, int(used), f"{best:.6g}"])
     _plot(out / "e4.png", data)
     (out / "report.md").write_text(report(data))
-    from ..jsonio import write_json
+    from ..base.jsonio import write_json
     write_json(out / "results.json", {k: v for k, v in data.items() if k != "searches"} | {
         "searches": {s: {k: v for k, v in f.items() if k != "placement"} | {"placement": np.asarray(f["placement"]).tolist()}
                      for s, f in data["searches"].items()}})

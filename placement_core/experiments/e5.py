@@ -31,8 +31,8 @@ from typing import Callable
 import numpy as np
 
 from ..analysis.stats import kendall_tau, mape, pearson_r
-from ..errors import InputError
-from ..jsonio import write_json
+from ..base.errors import InputError
+from ..base.jsonio import write_json
 from ..problem import Problem
 from .e2 import STATISTICS, estimate
 
@@ -138,7 +138,7 @@ def collect_placements(problem: Problem, settings: E5Settings,
 
 
 def sharded_table(problem: Problem):
-    from ..sharding import search_splits
+    from ..model.sharding import search_splits
     return search_splits(problem.devices, ["channel", "batch"], problem.n_devices)
 
 
@@ -148,7 +148,7 @@ def sharded_placements(problem: Problem, settings: E5Settings, rng: np.random.Ge
     if settings.sharded <= 0 or problem.n_devices < 2:
         return []
     from ..optimize.genes import Genes
-    from ..sharding import Split
+    from ..model.sharding import Split
     wide = problem.with_splits(sharded_table(problem))
     out = []
     everyone = Split("batch", tuple(range(wide.n_devices)))
@@ -167,14 +167,14 @@ def sharded_placements(problem: Problem, settings: E5Settings, rng: np.random.Ge
 def run_e5(source: str, input_shape, devices: str, *, batch_size: int | None, out_dir: str | Path,
            settings: E5Settings | None = None, calibration_dir: str | Path | None = None,
            progress: Callable[[str], None] | None = None, command: str = "") -> E5Result:
-    from ..catalog import load_devices
+    from ..formats.catalog import load_devices
     from ..torch.benchmark import BenchmarkSettings, benchmark
-    from ..fitting import CalibrationSettings
+    from ..analysis.calibration_fit import CalibrationSettings
     from ..torch.calibrate import calibrate, save_calibration
     from ..torch.devspec import parse_devices
     from ..torch.model_import import trace_model
     from ..torch.sources import load_model, parse_input_shape, parse_source
-    from ..timings import read_timings, timing_table
+    from ..cost.timings import read_timings, timing_table
 
     settings = settings or E5Settings()
     say = progress or (lambda _: None)
@@ -211,7 +211,7 @@ def run_e5(source: str, input_shape, devices: str, *, batch_size: int | None, ou
     table = sharded_table(calibrated) if settings.sharded > 0 else ()
     calibrated, default = calibrated.with_splits(table), default.with_splits(table)
     say(f"benchmarking {len(candidates)} placements x {settings.rounds} rounds x {settings.steps} steps ...")
-    from ..sharding import gene_entry
+    from ..model.sharding import gene_entry
     assignments = [{op.name: gene_entry(int(i), names, table) for op, i in zip(graph.ops, c.placement)}
                    for c in candidates]
     results = benchmark(source, shape, assignments, devs, runner="ranks", batch_size=batch, name=graph.name,

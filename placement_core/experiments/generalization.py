@@ -47,14 +47,14 @@ class Job:
 
 
 def default_policy(method: str, family: str, devices: str) -> str:
-    from ..catalog import assets_dir
+    from ..formats.catalog import assets_dir
     return str(assets_dir() / "policies" / f"{method}-{family}-{devices}.json")
 
 
 def run_graph(job: Job) -> list[dict]:
     """Every scheme on one test graph."""
-    import placement_core.torch.learned  # noqa: F401  (registers placeto and gdp)
-    from ..catalog import load_devices
+    import placement_core.torch.policies  # noqa: F401  (registers placeto and gdp)
+    from ..formats.catalog import load_devices
     from ..families import family_graph
     from ..optimize import run
     from ..problem import ProblemSpec
@@ -153,7 +153,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def _write(path: Path, rows: list[dict]) -> None:
-    from ..outputs import write_output
+    from ..base.outputs import write_output
     import io
     buf = io.StringIO()
     w = csv.DictWriter(buf, FIELDS)

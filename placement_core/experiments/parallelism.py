@@ -24,8 +24,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..jsonio import write_json
-from ..outputs import write_output
+from ..base.jsonio import write_json
+from ..base.outputs import write_output
 
 NETWORKS = ("vgg16", "resnet50", "inception_v3")
 UNSHARDED_INIT = "heft,expert,m-topo,min-cut,single"
@@ -57,10 +57,10 @@ def load() -> str:
 
 
 def _problem(network: str, devices: str, batch_size: int, max_shards: int):
-    from ..catalog import load_devices, load_network
+    from ..formats.catalog import load_devices, load_network
     from ..optimize import problem_for
     from ..problem import Problem
-    from ..sharding import search_splits
+    from ..model.sharding import search_splits
     graph = load_network(network, batch_size=batch_size)
     devs = load_devices(devices)
     gpus = sum(d.kind == "gpu" for d in devs.devices)
@@ -84,7 +84,7 @@ def run_network(network: str, *, devices: str = "nvlink-8gpu", batch_size: int =
                 say: Callable[[str], None] = lambda m: None) -> list[Row]:
     """The six columns of one network."""
     from ..optimize import run
-    from ..optimize.fixed import target_devices
+    from ..optimize.fixed_candidates import target_devices
     from ..optimize.seeding import initial_placements
 
     whole, sharded = _problem(network, devices, batch_size, max_shards)
@@ -120,13 +120,13 @@ def run_network(network: str, *, devices: str = "nvlink-8gpu", batch_size: int =
 
 
 def _group_size(problem, x) -> int:
-    from ..sharding import gene_devices
+    from ..model.sharding import gene_devices
     return max(len(gene_devices(int(g), problem.n_devices, problem.splits)) for g in x)
 
 
 def run_sharding(networks: Sequence[str] = NETWORKS, *, out_dir: str | Path, markdown: str | Path | None = None,
                  command: str = "", say: Callable[[str], None] = lambda m: None, **kw) -> list[Row]:
-    from ..placement import placement_to_dict
+    from ..model.placement import placement_to_dict
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     start_load = load()

@@ -24,7 +24,7 @@ FIELDS = ["network", "devices", "algorithm", "seed", "objective_s", "feasible", 
 
 
 def run_job(job: tuple) -> dict:
-    from ..catalog import load_devices, load_network
+    from ..formats.catalog import load_devices, load_network
     from ..optimize import run
     from ..problem import ProblemSpec
     network, devices, algorithm, seed, budget = job

@@ -46,12 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="docs/learned", help="folder for traversal.csv, .md and .png")
     args = ap.parse_args(argv)
     require_torch()
-    from ..catalog import load_devices, load_network
-    from ..learned.features import GraphInfo
+    from ..formats.catalog import load_devices, load_network
+    from ..policies.features import GraphInfo
     from ..optimize import run
     from ..problem import ProblemSpec
-    from ..torch.learned.optimizers import fast_greedy
-    from ..torch.learned.train import TrainSettings, train
+    from ..torch.policies.optimizers import fast_greedy
+    from ..torch.policies.train import TrainSettings, train
 
     problem = ProblemSpec().build(load_network(args.network, batch_size=args.batch_size), load_devices(args.devices))
     rng = np.random.default_rng(args.seed)
@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     result = train([problem], settings, progress=progress, orders=[train_orders])
     train_s = time.perf_counter() - t0
     if args.policy_out:
-        from ..devices import devices_hash
-        from ..torch.learned.policy_io import save_policy
+        from ..model.devices import devices_hash
+        from ..torch.policies.policy_io import save_policy
         save_policy(args.policy_out, "placeto", result.net, devices={"name": problem.devices.name,
                     "count": problem.n_devices, "hash": devices_hash(problem.devices)},
                     training={"networks": [f"{args.network}@{args.batch_size}"], "episodes": result.episodes,

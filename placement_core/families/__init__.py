@@ -15,9 +15,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from ..coarsen import coarsen
-from ..errors import InputError
-from ..graph import Graph
+from ..model.coarsen import coarsen
+from ..base.errors import InputError
+from ..model.graph import Graph
 from . import cifar10, nmt, ptb
 
 FAMILIES = {"nmt": nmt, "ptb": ptb, "cifar10": cifar10}

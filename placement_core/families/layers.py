@@ -15,7 +15,7 @@ and cross a device boundary once per device.
 
 from __future__ import annotations
 
-from ..graph import BYTES_PER_FLOAT, Graph, Op
+from ..model.graph import BYTES_PER_FLOAT, Graph, Op
 
 F = BYTES_PER_FLOAT
 

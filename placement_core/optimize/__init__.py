@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from ..errors import InputError
+from ..base.errors import InputError
 from ..problem import Problem
 # Importing an algorithm's module registers it (@register); this order is the order users see.
 from . import genetic, map_elites, local, cem, policy_gradient, baselines, mincut, heft, asynchronous  # noqa: F401,E401  isort: skip
@@ -20,7 +20,7 @@ def algorithm_class(name: str) -> type[Optimizer]:
         return LEARNED[name]
     if name in LEARNED_NAMES:
         raise InputError(f"{name} applies a trained policy and needs PyTorch's side of placement_core loaded",
-                         field="algorithm", fix="Import placement_core.torch.learned first (the CLI and the "
+                         field="algorithm", fix="Import placement_core.torch.policies first (the CLI and the "
                                                 "dashboard do), with the torch extra installed")
     if name not in ALGORITHMS:
         raise InputError(f"unknown algorithm {name!r}", field="algorithm", fix="Use one of: " + ", ".join(ALGORITHMS))
@@ -29,7 +29,7 @@ def algorithm_class(name: str) -> type[Optimizer]:
 
 def problem_for(problem: Problem, algorithm: str) -> Problem:
     """``problem`` with the splits ``algorithm`` proposes added to its table (data parallel, hybrid), else itself."""
-    from ..sharding import merge_splits
+    from ..model.sharding import merge_splits
     extra = dataparallel.needed_splits(problem, algorithm)
     return problem.with_splits(merge_splits(problem.splits, extra)[0]) if extra else problem
 

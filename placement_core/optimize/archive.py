@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InputError
+from ..base.errors import InputError
 from ..problem import Problem
 
 

@@ -115,7 +115,7 @@ class SteadyStateGA(_Pipelined):
     def __init__(self, problem, **kw):
         super().__init__(problem, **kw)
         if not ops.valid_crossover(self.params["crossover"]):
-            from ..errors import InputError
+            from ..base.errors import InputError
             raise InputError(f"crossover must be single-point, N-point or uniform, got {self.params['crossover']!r}",
                              field="crossover")
         self.pop = np.zeros((0, self.n), dtype=np.int32)

@@ -15,7 +15,7 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from ..errors import InputError
+from ..base.errors import InputError
 from ..problem import Evaluation, Problem
 
 
@@ -88,7 +88,7 @@ def _short(value: Any) -> str:
 # Every optimizer by name, in the order their modules are imported (optimize/__init__ imports them all):
 # the CLI's --algorithm choices and the dashboard's list.
 ALGORITHMS: dict[str, type["Optimizer"]] = {}
-# Optimizers that apply a trained policy (they need torch): registered when placement_core.torch.learned is
+# Optimizers that apply a trained policy (they need torch): registered when placement_core.torch.policies is
 # imported, kept apart so that the everyday list never depends on what happened to be imported.
 LEARNED_NAMES = ("placeto", "gdp")
 LEARNED: dict[str, type["Optimizer"]] = {}

@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InputError
+from ..base.errors import InputError
 from ..problem import Problem
 from .base import Param, register
-from .fixed import DEVICE_CHOICE, FixedCandidates, Links, MemoryEstimate, _names, op_work, target_devices
+from .fixed_candidates import DEVICE_CHOICE, FixedCandidates, Links, MemoryEstimate, _names, op_work, target_devices
 
 # -- single device ------------------------------------------------------------------------------
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InputError
-from ..sharding import Split
+from ..base.errors import InputError
+from ..model.sharding import Split
 from .base import register
 from .baselines import balanced_stages
-from .fixed import FixedCandidates, op_work, target_devices
+from .fixed_candidates import FixedCandidates, op_work, target_devices
 
 
 def _groups(problem, size: int) -> list[tuple[int, ...]]:

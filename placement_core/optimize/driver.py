@@ -8,13 +8,13 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import InputError
+from ..base.errors import InputError
 from ..parallel import Done, Evaluator, SerialEvaluator
 from ..problem import Problem
 from . import variation
 from .base import OptimizeResult, Optimizer, Progress
 from .variation import Recipe
-from .kept import KEEP, KeptBest
+from .best_kept import KEEP, KeptBest
 
 ProgressCallback = Callable[[Progress], None]
 

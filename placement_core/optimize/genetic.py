@@ -44,11 +44,11 @@ class GeneticAlgorithm(Optimizer):
         super().__init__(problem, **kw)
         p = self.params
         if not ops.valid_crossover(p["crossover"]):
-            from ..errors import InputError
+            from ..base.errors import InputError
             raise InputError(f"crossover must be single-point, N-point or uniform, got {p['crossover']!r}",
                              field="crossover")
         if p["elite"] >= p["population"]:
-            from ..errors import InputError
+            from ..base.errors import InputError
             raise InputError("elite must be smaller than the population", field="elite")
         self.pop = np.zeros((0, self.n), dtype=np.int32)
         self.pop_f = np.zeros(0)

@@ -44,7 +44,7 @@ import numpy as np
 
 from ..problem import Problem
 from .base import register
-from .fixed import BWD, FWD, UPD, FixedCandidates, Links, MemoryEstimate
+from .fixed_candidates import BWD, FWD, UPD, FixedCandidates, Links, MemoryEstimate
 
 PHASES = ("fwd", "bwd", "update")
 PROGRESS_EVERY = 2000  # tasks planned between progress reports

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InputError
+from ..base.errors import InputError
 from .base import register
-from .fixed import FixedCandidates, Links
+from .fixed_candidates import FixedCandidates, Links
 from .heft import heft_schedule, task_graph, upward_ranks
 
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..problem import Problem
 from .base import Param, register
-from .fixed import DEVICE_CHOICE, FixedCandidates, _names, op_work, target_devices
+from .fixed_candidates import DEVICE_CHOICE, FixedCandidates, _names, op_work, target_devices
 
 def _cut(adj: np.ndarray, side: np.ndarray) -> float:
     return float(adj[side][:, ~side].sum())

@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import InputError
+from ..base.errors import InputError
 from ..problem import Problem
 
 HEURISTICS = ("heft", "heft-nocomm", "heft-memory", "min-cut", "m-etf", "m-topo", "expert", "single",

@@ -35,6 +35,11 @@ class Recipe:
     def __len__(self) -> int:
         return len(self.a)
 
+    def make_and_evaluate(self, problem) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """What a worker does with the recipe it was sent. The backends call this method of the object
+        they receive, so ``parallel/`` runs any such work without importing the optimizers."""
+        return apply_and_evaluate(problem, self)
+
     def to_dict(self) -> dict:
         """JSON for a checkpoint: a resumed run makes and evaluates the batches that were in flight."""
         arr = lambda v: None if v is None else np.asarray(v).tolist()  # noqa: E731

@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from ..errors import InputError
+from ..base.errors import InputError
 from ..problem import Problem
 from .cluster import DASK_FLOOR_S, ClusterSession
 from .pacing import DRIVER_S_PER_OP, Pacing, median_round_trip, probe_eval_seconds

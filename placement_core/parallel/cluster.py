@@ -18,7 +18,7 @@ import uuid
 
 import numpy as np
 
-from ..errors import InputError
+from ..base.errors import InputError
 from . import wire
 from .heap import restore_malloc_thresholds
 
@@ -55,10 +55,8 @@ def evaluate_on_worker(plugin_name: str, packed: np.ndarray) -> np.ndarray:
 def vary_on_worker(plugin_name: str, recipe) -> tuple:
     """A task that makes a batch's children here and evaluates them: (children, objectives, rates)."""
     from distributed import get_worker
-
-    from ..optimize.variation import apply_and_evaluate
     problem = get_worker().plugins[plugin_name].problem
-    kids, out, rates = apply_and_evaluate(problem, recipe)
+    kids, out, rates = recipe.make_and_evaluate(problem)  # the work travels with the task (optimize.variation)
     return wire.compact(kids, problem.n_genes), out, rates
 
 

@@ -46,9 +46,8 @@ def _serve(payload: bytes, tasks, replies) -> None:  # pragma: no cover - runs i
             if isinstance(work, np.ndarray):
                 out = problem.evaluate_many(work) if len(work) else np.zeros(0)
                 replies.send_bytes(wire.reply_frame(task_id, out))
-            else:  # a recipe: make the children here, then evaluate them
-                from ..optimize.variation import apply_and_evaluate
-                kids, out, rates = apply_and_evaluate(problem, work)
+            else:  # a recipe (optimize.variation.Recipe): make the children here, then evaluate them
+                kids, out, rates = work.make_and_evaluate(problem)
                 replies.send_bytes(wire.made_frame(task_id, kids, out, rates, problem.n_genes))
         except Exception:
             replies.send_bytes(wire.error_frame(task_id, traceback.format_exc()))

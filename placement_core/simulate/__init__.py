@@ -85,7 +85,7 @@ class Simulator:
         ZB-H1's W gates follow one device per stage, which a split op does not have."""
         if self.settings.kind == SCHED_STATIC:
             return
-        from ..errors import InputError
+        from ..base.errors import InputError
         op = self.compiled.op_names[int(np.flatnonzero(np.asarray(placement) >= self.compiled.n_dev)[0])]
         name = {SCHED_INTERLEAVED: "interleaved-1f1b", SCHED_ZB: "zb-h1"}[self.settings.kind]
         raise InputError(f"op {op!r} is split over several devices, which the {name} schedule cannot run "

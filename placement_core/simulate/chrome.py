@@ -8,7 +8,7 @@ transfer, to each consumer's forward slice on the other device, one flow per edg
 
 from __future__ import annotations
 
-from ..graph import Graph
+from ..model.graph import Graph
 from .model import OVERHEAD_KINDS, SimResult
 
 

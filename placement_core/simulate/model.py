@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..cost import CostArrays, transfer_time
-from ..devices import DeviceGraph
-from ..errors import InputError
-from ..graph import Graph
+from ..cost.profiles import CostArrays, transfer_time
+from ..model.devices import DeviceGraph
+from ..base.errors import InputError
+from ..model.graph import Graph
 
 FWD, BWD, UPD, WGT = 0, 1, 2, 3
 # Under zb-h1 a backward is split: "bwd" is the input gradient (B), "wgrad" the weight gradient (W).

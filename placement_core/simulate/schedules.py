@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InputError
-from ..graph import Graph
+from ..base.errors import InputError
+from ..model.graph import Graph
 from .model import (ADMIT_EAGER, ADMIT_THESIS, BWD, FWD, SCHED_INTERLEAVED, SCHED_STATIC, SCHED_ZB, UPD, WGT,
                     SimSettings)
 from .pipeline_rules import stage_order

@@ -20,10 +20,10 @@ from typing import Sequence
 
 import numpy as np
 
-from ..devices import DeviceGraph
-from ..graph import Graph
-from ..sharding import Split, applicable, shard_sizes
-from ..shardcost import gather_rate, shard_costs
+from ..model.devices import DeviceGraph
+from ..model.graph import Graph
+from ..model.sharding import Split, applicable, shard_sizes
+from ..cost.shards import gather_rate, shard_costs
 from .model import Compiled, SimSettings
 
 CHANNEL, BATCH = 0, 1

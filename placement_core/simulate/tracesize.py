@@ -8,7 +8,7 @@ transfer count) gives the number of events exactly enough to refuse at once.
 
 from __future__ import annotations
 
-from ..errors import InputError
+from ..base.errors import InputError
 from .model import SimResult
 
 # About 1 GB of memory while tracing and a 160 MB file: as much as Perfetto's web UI opens comfortably.

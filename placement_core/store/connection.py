@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..jsonio import compact as _dumps
-from ..jsonio import content_hash
+from ..base.jsonio import compact as _dumps
+from ..base.jsonio import content_hash
 from .records import DOCTOR, SCHEMA_VERSION, StoreError, home_dir, store_error
 from .schema import _SCHEMA
 

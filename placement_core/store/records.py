@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from ..devices import DeviceGraph, devices_hash
-from ..errors import InputError
-from ..graph import Graph
-from ..netformat import network_hash
+from ..model.devices import DeviceGraph, devices_hash
+from ..base.errors import InputError
+from ..model.graph import Graph
+from ..formats.network import network_hash
 
 SCHEMA_VERSION = 1
 STATUSES = ("running", "done", "stopped", "failed")

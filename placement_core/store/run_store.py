@@ -11,14 +11,14 @@ import zlib
 
 import numpy as np
 
-from ..catalog import network_from_data
-from ..devices import devices_from_dict, devices_to_dict
-from ..netformat import network_to_dict
+from ..formats.catalog import network_from_data
+from ..model.devices import devices_from_dict, devices_to_dict
+from ..formats.network import network_to_dict
 from ..problem import Problem, ProblemSpec
 from .connection import StoreFile
-from ..errors import InputError
-from ..jsonio import compact as _dumps
-from ..jsonio import to_jsonable as _jsonable
+from ..base.errors import InputError
+from ..base.jsonio import compact as _dumps
+from ..base.jsonio import to_jsonable as _jsonable
 from .records import (DOCTOR, JSON_COLUMNS, STOP_IT_FIRST, DamagedRun, RunRecord, StoreError, _finite,
                       _finite_or_none, _guarded, _json_cell, machine_info, process_start, run_ids)
 

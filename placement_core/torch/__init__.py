@@ -11,11 +11,11 @@
     e5             the thesis' experiment E5: simulated against measured step times
 
 Importing this package does not import torch. The torch-free halves live beside the
-core: ``placement_core.coarsen`` (groups), ``placement_core.timings`` (timing tables),
-``placement_core.fitting`` (fitting calibration measurements).
+core: ``placement_core.model.coarsen`` (groups), ``placement_core.cost.timings`` (timing tables),
+``placement_core.analysis.calibration_fit`` (fitting calibration measurements).
 """
 
-from ..errors import InputError
+from ..base.errors import InputError
 
 
 def require_torch() -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import difflib
 from typing import Hashable, Mapping, TypeVar
 
-from ..errors import InputError
+from ..base.errors import InputError
 
 D = TypeVar("D", bound=Hashable)
 

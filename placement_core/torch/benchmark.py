@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
-from ..errors import InputError
+from ..base.errors import InputError
 from .devspec import LocalDevice, check_available, device_index, parse_devices
 from .sources import parse_input_shape
 
@@ -319,7 +319,7 @@ def _peer_failure(message: str) -> bool:
 
 def limit_message(limit: float, peaks: Mapping[str, float | None]) -> str:
     """``peak memory above the limit of 25 kB on cpu1 (peak 41 kB)``: the devices that went over."""
-    from ..analysis.units import fmt_bytes
+    from ..base.units import fmt_bytes
 
     over = [f"{d} (peak {fmt_bytes(b)})" for d, b in peaks.items() if b is not None and b > limit]
     where = ", ".join(over[:-1]) + f" and {over[-1]}" if len(over) > 1 else (over[0] if over else "another rank")

@@ -89,7 +89,7 @@ class _InProcessWorker(_Worker):
             return self.timed(step, lambda peaks: self.limit is not None and any(
                 b is not None and b > self.limit for b in peaks.values()))
         except Exception as e:  # noqa: BLE001 - reported as the placement's result
-            from ..errors import InputError
+            from ..base.errors import InputError
             if isinstance(e, InputError):
                 return {"status": "error", "message": e.message}
             if is_oom(e):
@@ -144,7 +144,7 @@ class _RanksWorker(_Worker):
         import torch
         import torch.distributed as dist
 
-        from ..errors import InputError
+        from ..base.errors import InputError
         from .apply import node_devices, shared_module_conflicts
         from .executor import RankStep
         from .memory import CpuTracker, is_oom, tensor_bytes

@@ -40,8 +40,8 @@ sends do not pay the ping-pong's delayed-ack hump at 256 kB - 3 MB (docs/e5.md).
 The report records the fit (``overhead_fit``).
 
 Output: a ``placement-devices/1`` graph (the ``local`` preset) and a
-``placement-timings/1`` table (:mod:`placement_core.timings`); the fitting is
-:mod:`placement_core.fitting` (no torch), the measuring :mod:`.calibrate_worker`. Device and channel figures
+``placement-timings/1`` table (:mod:`placement_core.cost.timings`); the fitting is
+:mod:`placement_core.analysis.calibration_fit` (no torch), the measuring :mod:`.calibrate_worker`. Device and channel figures
 are stored divided by the default efficiencies (η_comp 0.9, η_comm 0.25), so
 the default profile reproduces the measured rates.
 """
@@ -52,12 +52,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..devices import devices_to_dict
-from ..errors import InputError
-from ..fitting import (Calibration, CalibrationSettings, build_calibration, fastest, fit_message_overhead,
-                       fit_placements)
-from ..jsonio import write_json
-from ..timings import user_timings_path, write_timings
+from ..model.devices import devices_to_dict
+from ..base.errors import InputError
+from ..analysis.calibration_fit import (Calibration, CalibrationSettings, build_calibration, fastest, fit_message_overhead, fit_placements)
+from ..base.jsonio import write_json
+from ..cost.timings import user_timings_path, write_timings
 from .devspec import check_available, parse_devices
 from .sources import parse_input_shape
 
@@ -184,7 +183,7 @@ def fit_overhead(cal: Calibration, graph, source, shape, devs, runner, settings:
 def save_calibration(cal: Calibration, out_dir: str | Path | None = None, preset: str | None = "local") -> list[Path]:
     """``out_dir``/devices.json + timings.json, and (unless ``preset`` is None) the user preset, which
     ``load_devices(preset)`` and ``load_timings(preset, graph)`` then find."""
-    from ..catalog import user_dir
+    from ..formats.catalog import user_dir
     targets = []
     if out_dir is not None:
         out = Path(out_dir)

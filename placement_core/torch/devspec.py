@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..devices import Channel, Device, DeviceGraph
-from ..errors import InputError
+from ..model.devices import Channel, Device, DeviceGraph
+from ..base.errors import InputError
 
 FIELD = "--devices"
 USAGE = "Write e.g. cpu:2 (two CPU ranks), cuda:0,cuda:1, or cpu,cuda:0"

@@ -19,9 +19,9 @@ import logging
 import torch
 from torch import nn
 
-from ..errors import InputError
-from ..graph import Graph
-from ..coarsen import contract
+from ..base.errors import InputError
+from ..model.graph import Graph
+from ..model.coarsen import contract
 from .fx_import import Traced, _reason, example_input, node_ops, record, recorded_ops
 from .op_kinds import module_kind
 

@@ -30,8 +30,8 @@ import torch.fx
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..errors import InputError
-from ..graph import Graph, Op
+from ..base.errors import InputError
+from ..model.graph import Graph, Op
 from .flops import backward_flops, forward_flops, memory_traffic, tensors_of, weight_flops
 from .op_kinds import function_kind, module_kind
 

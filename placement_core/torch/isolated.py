@@ -16,8 +16,8 @@ import json
 import time
 from pathlib import Path
 
-from ..errors import InputError
-from ..graph import Graph
+from ..base.errors import InputError
+from ..model.graph import Graph
 
 IMPORT_TIMEOUT_S = 300.0  # tracing resnet152 on a laptop CPU takes well under a minute
 GRAPH_FILE = "graph.json"
@@ -30,7 +30,7 @@ def import_in_subprocess(source: str, input_shape: tuple[int, ...], batch_size: 
     sample of ``input_shape`` (with its batch dimension) and scaled to ``batch_size``, built and traced in a
     worker process that is killed after ``timeout`` seconds (default :data:`IMPORT_TIMEOUT_S`). Every failure
     is an :class:`InputError`."""
-    from ..netformat import network_from_dict
+    from ..formats.network import network_from_dict
     from .launcher import WorkerJob
     from .sources import parse_source
 
@@ -71,7 +71,7 @@ def import_in_subprocess(source: str, input_shape: tuple[int, ...], batch_size: 
 
 def worker_main(spec: dict, rank: int, events) -> None:
     """In the worker: build, trace, write the Graph, report ``result`` (errors are reported by the worker)."""
-    from ..netformat import network_to_dict
+    from ..formats.network import network_to_dict
     from .model_import import import_module
     from .sources import load_model, parse_source
 

@@ -27,7 +27,7 @@ class Measurer:
 
     def assignment(self, x) -> dict[str, str]:
         """The placement as op -> local device, over the model's own ops."""
-        from ..coarsen import expand_assignment
+        from ..model.coarsen import expand_assignment
 
         names = self.problem.devices.names
         a = {op.name: self.mapping[names[int(i)]] for op, i in zip(self.problem.graph.ops, x)}

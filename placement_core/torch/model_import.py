@@ -7,7 +7,7 @@ import torch
 import torch.fx
 from torch import nn
 
-from ..graph import Graph
+from ..model.graph import Graph
 from .export_import import trace_exported
 from .fx_import import Traced, TraceFailure, _check_shape, node_ops, record, recorded_ops, trace
 

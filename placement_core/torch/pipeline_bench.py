@@ -1,7 +1,7 @@
 """Pipelined benchmarks: a placement's stages run by torch.distributed.pipelining on CPU ranks (gloo).
 
 The driver side of :mod:`.pipeline_worker`: it checks the placement against the schedule
-(:func:`..pipeplan.pipeline_plan`), starts one worker per device like every benchmark
+(:func:`..analysis.pipeline_stages.pipeline_plan`), starts one worker per device like every benchmark
 (:mod:`.launcher`, :func:`.benchmark._run_items`: timeouts, crashes and out-of-memory end a worker, not
 the caller) and adds what a pipeline measures: each rank's busy and idle time per step and the bubble,
 the mean share of the step a rank waits.
@@ -14,8 +14,8 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from ..errors import InputError
-from ..pipeplan import PipelinePlan
+from ..base.errors import InputError
+from ..analysis.pipeline_stages import PipelinePlan
 from .benchmark import BenchmarkResult, BenchmarkSettings
 from .devspec import LocalDevice
 

@@ -52,7 +52,7 @@ class _PipelineRank:
         import torch.distributed as dist
         from torch.distributed import pipelining
 
-        from ..pipeplan import TORCH_SCHEDULES
+        from ..analysis.pipeline_stages import TORCH_SCHEDULES
         from .executor import Loss, make_input
         from .stage_split import plan_stages
 

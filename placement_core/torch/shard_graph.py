@@ -23,7 +23,7 @@ from typing import Mapping
 import torch
 from torch import nn
 
-from ..errors import InputError
+from ..base.errors import InputError
 
 
 def take_samples(x, start: int, length: int):

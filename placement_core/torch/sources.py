@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from ..base.errors import InputError
 
 FIELD = "model"
 USAGE = ("Write torchvision:NAME (e.g. torchvision:resnet18), placement:gpt2 (GPT-2, defined here) or FILE.py:NAME "

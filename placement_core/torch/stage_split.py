@@ -1,4 +1,4 @@
-"""A traced model cut into pipeline stages: one ``GraphModule`` per chunk of a :class:`..pipeplan.PipelinePlan`.
+"""A traced model cut into pipeline stages: one ``GraphModule`` per chunk of a :class:`..analysis.pipeline_stages.PipelinePlan`.
 
 Stage k takes the tensors that cross from chunks before it into chunks after it (in the fx graph's
 order) and returns those that cross on past it, so a value that skips stages (a residual stream, the
@@ -105,7 +105,7 @@ def split_stages(gm: torch.fx.GraphModule, node_chunk: dict[str, int], consts: d
 
 
 def plan_stages(traced, plan, micro_shape) -> list:
-    """The stages of ``plan`` (:class:`..pipeplan.PipelinePlan`) for a traced model, at ``micro_shape``."""
+    """The stages of ``plan`` (:class:`..analysis.pipeline_stages.PipelinePlan`) for a traced model, at ``micro_shape``."""
     from .executor import make_input
 
     chunk_of = {op: c for c, (_, ops) in enumerate(plan.chunks) for op in ops}

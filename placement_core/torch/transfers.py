@@ -21,7 +21,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from ..errors import InputError
+from ..base.errors import InputError
 from .devspec import LocalDevice, check_available, parse_devices
 
 # 4 B .. 256 MiB, every factor of 4: "a few bytes to hundreds of MB"

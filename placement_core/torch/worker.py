@@ -36,7 +36,7 @@ def main(argv: list[str]) -> int:
     cores = (spec.get("affinity") or [None] * (rank + 1))[rank]
     if cores and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cores)
-    from ..errors import InputError
+    from ..base.errors import InputError
     try:
         import torch
         threads = (spec.get("threads") or [None] * (rank + 1))[rank]

@@ -1,0 +1,181 @@
+"""Calibrated timing tables (``placement-timings/1``): reading, checking, finding them. No torch.
+
+``placement calibrate`` measures one network's ops on the local devices and
+writes a file like::
+
+    {"format": "placement-timings/1", "network": "resnet18", "source": "torchvision:resnet18",
+     "input_shape": [1, 3, 32, 32], "batch_size": 32, "devices": "local",
+     "ops": {"conv1": {"cpu0": {"fwd": s, "bwd": s, "update": s}, "cpu1": {...}}, ...},
+     "measured": {...}, "channels": {...}}
+
+``ops`` is the table the simulator uses (``Problem(..., timings=table)``);
+the rest records what was measured. A table belongs to one network at one
+input size and batch size: applying it to another would silently give wrong
+times, so :func:`timing_table` refuses. Saved calibrations live in
+``$PLACEMENT_HOME/timings/<preset>/<network>-<CxHxW>-b<batch>.json``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+from ..formats.catalog import user_dir
+from ..base.errors import InputError, require_mapping, require_name, require_number
+from ..model.graph import Graph
+from ..base.jsonio import path_exists, read_json, write_json
+from ..formats.network import MAX_BATCH, MAX_DIM
+
+FORMAT = "placement-timings/1"
+PHASES = ("fwd", "bwd", "update")
+# The part of a phase's time that does not shrink with the batch (an op's launch, dispatch and fixed-size
+# work), fitted by ``placement calibrate`` from a second measurement at half the batch. A fraction k of the
+# measured work (a micro-batch, a batch shard, a channel shard) then takes fixed + (t - fixed) * k, not t * k.
+FIXED = {"fwd": "fwd_fixed", "bwd": "bwd_fixed"}
+KEYS = PHASES + tuple(FIXED.values())
+
+
+def scaled(times: Mapping[str, float], k: float, update: float = 1.0) -> dict[str, float]:
+    """One device's measured times for ``k`` times the measured work: each phase's fixed part stays and the
+    rest scales by ``k``; the weight update scales by ``update`` (it depends on the weights, not the batch)."""
+    out = {}
+    for ph in PHASES:
+        if ph in times:
+            t = times[ph]
+            if ph == "update":
+                out[ph] = t * update
+            else:
+                fixed = min(times.get(FIXED[ph], 0.0), t)
+                out[ph] = fixed + (t - fixed) * k
+    return out
+
+
+def input_shape_of(graph: Graph) -> tuple[int, ...] | None:
+    inputs = [op for op in graph.ops if op.kind == "input"]
+    return tuple(inputs[0].shape) if len(inputs) == 1 and inputs[0].shape else None
+
+
+def key_for(network: str, input_shape, batch_size: int) -> str:
+    dims = "x".join(str(int(s)) for s in list(input_shape)[1:])
+    return f"{network}-{dims}-b{int(batch_size)}"
+
+
+def user_timings_path(network: str, input_shape, batch_size: int, preset: str = "local") -> Path:
+    return user_dir() / "timings" / preset / f"{key_for(network, input_shape, batch_size)}.json"
+
+
+def check_timings(doc, source: str | None = None) -> dict:
+    """A parsed timings document, checked: format, network, every time a finite non-negative number."""
+    doc = require_mapping(doc, source=source, field=None, what="a timing table")
+    if doc.get("format") != FORMAT:
+        raise InputError(f"unknown format {doc.get('format')!r}", source=source, field="format",
+                         fix=f'Set "format": "{FORMAT}" (placement calibrate writes these files)')
+    for key in ("network", "batch_size", "ops"):
+        if key not in doc:
+            raise InputError(f"missing {key!r}", source=source, field=key, fix="Use a file written by placement "
+                                                                                  "calibrate")
+    require_name(doc["network"], source=source, field="network")
+    batch = doc["batch_size"]
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
+        raise InputError(f"must be an integer from 1 to {MAX_BATCH}, got {_short(batch)}", source=source,
+                         field="batch_size", fix="Use a file written by placement calibrate")
+    shape = doc.get("input_shape")
+    if shape is not None and not (isinstance(shape, list) and all(
+            isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= MAX_DIM for d in shape)):
+        raise InputError(f"must be a list of integers from 0 to {MAX_DIM}, got {_short(shape)}", source=source,
+                         field="input_shape", fix="Use a file written by placement calibrate")
+    ops = require_mapping(doc["ops"], source=source, field="ops", what="op -> device -> times")
+    for op, per_device in ops.items():
+        per_device = require_mapping(per_device, source=source, field=f"ops.{op}", what="device -> times")
+        for dev, phases in per_device.items():
+            phases = require_mapping(phases, source=source, field=f"ops.{op}.{dev}", what='{"fwd": s, ...}')
+            for ph, t in phases.items():
+                if ph not in KEYS:
+                    raise InputError(f"unknown phase {ph!r}", source=source, field=f"ops.{op}.{dev}",
+                                     fix='Use "fwd", "bwd" or "update" (and "fwd_fixed", "bwd_fixed": the part '
+                                         'of a time that does not shrink with the batch)')
+                require_number(t, source=source, field=f"ops.{op}.{dev}.{ph}", maximum=1e7)
+            for ph, key in FIXED.items():
+                if key in phases and phases[key] > phases.get(ph, 0.0):
+                    raise InputError(f"{key} is {phases[key]:g} s, more than the whole {ph} time "
+                                     f"({phases.get(ph, 0.0):g} s)", source=source, field=f"ops.{op}.{dev}.{key}",
+                                     fix=f"Give {key} at most {ph}'s time (it is the part of {ph} that does not "
+                                         "shrink with the batch), or leave it out")
+    return doc
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def read_timings(path: str | Path) -> dict:
+    return check_timings(read_json(path), source=str(path))
+
+
+def write_timings(path: str | Path, doc: dict) -> None:
+    write_json(path, check_timings(doc))
+
+
+def timing_table(doc: dict, graph: Graph, groups: Mapping[str, list[str]] | None = None) -> dict:
+    """The ``ops`` table for ``graph``, or an error when it was measured for another network or batch.
+
+    A coarsened network (``groups``: group -> member ops) gets each group's
+    times as the sum of its members'.
+    """
+    where = "timings"
+    if doc["network"] != graph.name or int(doc["batch_size"]) != graph.batch_size:
+        raise InputError(f"the timings are for {doc['network']} at batch {doc['batch_size']}, not {graph.name} at "
+                         f"batch {graph.batch_size}", field=where,
+                         fix="Calibrate this network at this batch size (placement calibrate --model ...)")
+    shape = input_shape_of(graph)
+    if doc.get("input_shape") and shape and tuple(doc["input_shape"][1:]) != tuple(shape[1:]):
+        raise InputError(f"the timings are for inputs of shape {doc['input_shape'][1:]}, the network's are "
+                         f"{list(shape[1:])}", field=where, fix="Calibrate at the network's input size")
+    ops = doc["ops"]
+    if groups is None:
+        missing = [op.name for op in graph.ops if op.name not in ops]
+        if missing:
+            raise InputError(f"the timings have no entry for op(s) {', '.join(missing[:5])}", field=where,
+                             fix="Calibrate the same model the network was imported from")
+        return {op.name: ops[op.name] for op in graph.ops}
+    table: dict[str, dict[str, dict[str, float]]] = {}
+    for group, members in groups.items():
+        if not members:
+            raise InputError(f"group {group!r} has no ops", field=where,
+                             fix="Every group needs at least one op; write the mapping again with import-model "
+                                 "--groups")
+        absent = [m for m in members if m not in ops]
+        if absent:
+            raise InputError(f"the timings have no entry for op {absent[0]!r} of group {group!r}", field=where,
+                             fix="Calibrate the model the coarsened network was made from")
+        devices = set.intersection(*(set(ops[m]) for m in members))
+        keys = [k for k in KEYS if k in PHASES or any(k in ops[m][d] for m in members for d in devices)]
+        table[group] = {d: {ph: sum(ops[m][d].get(ph, 0.0) for m in members) for ph in keys} for d in devices}
+    return table
+
+
+def saved_calibrations(graph: Graph) -> dict[str, Path]:
+    """The saved calibrations (preset name -> file) measured for ``graph``'s network, input and batch."""
+    shape = input_shape_of(graph)
+    if shape is None:
+        return {}
+    name = f"{key_for(graph.name, shape, graph.batch_size)}.json"
+    root = user_dir() / "timings"
+    return {p.parent.name: p for p in sorted(root.glob(f"*/{name}")) if p.is_file()}
+
+
+def load_timings(spec: str, graph: Graph, groups: Mapping[str, list[str]] | None = None) -> dict:
+    """The table for ``graph`` from a file, or from the saved calibration of a preset (``local``)."""
+    path = Path(spec)
+    if not path_exists(path, "timings"):  # a FIFO or device is a path too: reading it says what is wrong
+        shape = input_shape_of(graph)
+        if shape is None:
+            raise InputError(f"{spec!r} is not a file, and {graph.name} has no single input to look it up by",
+                             field="timings", fix="Give the timings.json written by placement calibrate")
+        path = user_timings_path(graph.name, shape, graph.batch_size, preset=spec)
+        if not path.is_file():
+            raise InputError(f"no saved calibration {spec!r} for {graph.name} at input {list(shape[1:])}, batch "
+                             f"{graph.batch_size}", field="timings",
+                             fix="Run placement calibrate for this model, input shape and batch size")
+    return timing_table(read_timings(path), graph, groups)

@@ -1,0 +1,284 @@
+"""The device graph: devices, channels and the directed routes that use them.
+
+A transfer from device A to device B queues on the channel that carries the
+route (A, B). One channel may carry several routes, which then contend (the
+thesis' Malvik server shares one PCIe link between CPU->GPU and GPU->GPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..base.errors import InputError, check_fields, require_list, require_mapping, require_name, require_number
+
+FORMAT = "placement-devices/1"
+KINDS = ("cpu", "gpu")
+MAX_MESSAGE_OVERHEAD = 1e3  # seconds, the bound a channel's latency has
+MAX_CURVE_POINTS = 64  # a transfer curve's knots (a measurement has one per message size: 10-20)
+# Rates and sizes that divide (FLOP/s, bytes/s, bytes, Hz) are at least 1: with a quantity of at most 1e24
+# and an efficiency of at least 0.001 every time stays below 1e27 s, while a subnormal 5e-324 gave inf.
+MIN_RATE = 1.0
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    kind: str
+    peak_flops: float
+    memory_bytes: float
+    mem_bandwidth: float
+    model: str = ""
+    # Only the exprimo-2020 profile uses the clock (every cost term lasts at
+    # least one cycle in the thesis' implementation).
+    clock_hz: float | None = None
+    # Device time spent on every message the device sends and on every message it receives
+    # (LogP's "o": serialisation, the transport thread, waking up). The simulator runs it as a
+    # send or receive task on the device, under any cost profile; 0 (the default) means none.
+    message_overhead: float = 0.0
+
+
+@dataclass(frozen=True)
+class Channel:
+    name: str
+    bandwidth: float  # bytes/s, theoretical
+    latency: float  # s
+    routes: tuple[tuple[str, str], ...]
+    # Measured transfer time against message size, ((bytes, seconds), ...) with the bytes increasing: when
+    # given it replaces latency + bytes / (bandwidth * efficiency) (thesis E1: the practical bandwidth depends
+    # on the message size). Empty: the formula.
+    transfer_curve: tuple[tuple[float, float], ...] = ()
+
+
+def curve_time(points, nbytes: float) -> float:
+    """Seconds to send ``nbytes`` on a link with this transfer curve: flat at the first point's time below
+    it (latency dominates), linear between points, the last segment's slope (the link's asymptotic
+    bandwidth) beyond the last. The compiled kernel computes exactly this, in this order of operations."""
+    b0, t0 = points[0]
+    if nbytes <= b0:
+        return float(t0)
+    k = 1
+    while k < len(points) - 1 and nbytes > points[k][0]:
+        k += 1
+    (b_lo, t_lo), (b_hi, t_hi) = points[k - 1], points[k]
+    return t_lo + (nbytes - b_lo) * (t_hi - t_lo) / (b_hi - b_lo)
+
+
+class DeviceGraph:
+    def __init__(self, name: str, devices: list[Device], channels: list[Channel], *,
+                 source: str | None = None):
+        self.name = name
+        self.devices = tuple(devices)
+        self.channels = tuple(channels)
+        self.source = source
+        _validate(self)
+        self.index = {d.name: i for i, d in enumerate(self.devices)}
+        self.route: dict[tuple[int, int], int] = {}
+        for c, ch in enumerate(self.channels):
+            for src, dst in ch.routes:
+                self.route[(self.index[src], self.index[dst])] = c
+
+    def __len__(self) -> int:
+        return len(self.devices)
+
+    def __repr__(self) -> str:
+        return f"DeviceGraph({self.name!r}, {len(self.devices)} devices, {len(self.channels)} channels)"
+
+    @property
+    def names(self) -> list[str]:
+        return [d.name for d in self.devices]
+
+    def channel_for(self, src: int, dst: int) -> Channel:
+        return self.channels[self.route[(src, dst)]]
+
+    def with_memory(self, memory_bytes: dict[str, float]) -> "DeviceGraph":
+        """A copy with some devices' memory replaced (E3's limited variants)."""
+        from dataclasses import replace
+        devs = [replace(d, memory_bytes=memory_bytes.get(d.name, d.memory_bytes)) for d in self.devices]
+        return DeviceGraph(self.name, devs, list(self.channels), source=self.source)
+
+
+def _validate(g: DeviceGraph) -> None:
+    src = g.source
+    if not g.devices:
+        raise InputError("the device graph has no devices", source=src, field="devices",
+                         fix="Add at least one device")
+    names: dict[str, int] = {}
+    for i, d in enumerate(g.devices):
+        if d.name in names:
+            raise InputError(f"duplicate device name {d.name!r} (devices[{names[d.name]}] and devices[{i}])",
+                             source=src, field=f"devices[{i}].name", fix="Give every device a unique name")
+        names[d.name] = i
+        if d.kind not in KINDS:
+            raise InputError(f"kind must be 'cpu' or 'gpu', got {d.kind!r}", source=src,
+                             field=f"devices[{i}].kind", fix='Use "cpu" or "gpu"')
+        for attr in ("peak_flops", "memory_bytes", "mem_bandwidth"):
+            require_number(getattr(d, attr), source=src, field=f"devices[{i}].{attr}", positive=True)
+        if d.clock_hz is not None:
+            require_number(d.clock_hz, source=src, field=f"devices[{i}].clock_hz", positive=True)
+        require_number(d.message_overhead, source=src, field=f"devices[{i}].message_overhead",
+                       maximum=MAX_MESSAGE_OVERHEAD)
+    ch_names: dict[str, int] = {}
+    owner: dict[tuple[str, str], str] = {}
+    for c, ch in enumerate(g.channels):
+        at = f"channels[{c}]"
+        if ch.name in ch_names:
+            raise InputError(f"duplicate channel name {ch.name!r}", source=src, field=f"{at}.name",
+                             fix="Give every channel a unique name")
+        if ch.name in names:
+            raise InputError(f"channel name {ch.name!r} is also a device name", source=src,
+                             field=f"{at}.name", fix="Channels and devices need distinct names")
+        ch_names[ch.name] = c
+        require_number(ch.bandwidth, source=src, field=f"{at}.bandwidth", positive=True)
+        require_number(ch.latency, source=src, field=f"{at}.latency")
+        check_curve(ch.transfer_curve, source=src, field=f"{at}.transfer_curve")
+        for r, (a, b) in enumerate(ch.routes):
+            for end in (a, b):
+                if end not in names:
+                    raise InputError(f"route names device {end!r}, which is not in this graph", source=src,
+                                     field=f"{at}.routes[{r}]", fix="Use one of: " + ", ".join(names))
+            if a == b:
+                raise InputError(f"route from {a!r} to itself", source=src, field=f"{at}.routes[{r}]",
+                                 fix="A device needs no route to itself; remove it")
+            if (a, b) in owner:
+                raise InputError(f"route {a} -> {b} is on two channels ({owner[(a, b)]!r} and {ch.name!r})",
+                                 source=src, field=f"{at}.routes[{r}]",
+                                 fix="Each ordered device pair needs exactly one route")
+            owner[(a, b)] = ch.name
+    missing = [(a.name, b.name) for a in g.devices for b in g.devices
+               if a.name != b.name and (a.name, b.name) not in owner]
+    if missing:
+        shown = ", ".join(f"{a} -> {b}" for a, b in missing[:6])
+        more = f" and {len(missing) - 6} more" if len(missing) > 6 else ""
+        raise InputError(f"no route for {shown}{more}; any two devices may have to exchange a tensor",
+                         source=src, field="channels",
+                         fix="Add each missing [SRC, DST] pair to the routes of the channel that carries it")
+
+
+_DEVICE_FIELDS = {"name", "kind", "peak_flops", "memory_bytes", "mem_bandwidth", "model", "clock_hz",
+                  "message_overhead"}
+_CHANNEL_FIELDS = {"name", "bandwidth", "latency", "routes", "transfer_curve"}
+_CURVE_FIX = 'Write [[BYTES, SECONDS], ...], e.g. [[4, 3e-5], [1e6, 2.5e-4], [1e8, 0.02]]'
+
+
+def check_curve(points, *, source: str | None, field: str) -> tuple[tuple[float, float], ...]:
+    """A transfer curve as the simulator needs it: 2 to 64 points of (bytes, seconds), sizes strictly
+    increasing, times never decreasing (a larger message never arrives sooner) and rising on the last
+    segment (its slope is the bandwidth beyond the last point). Returns it as a tuple of float pairs."""
+    if len(points) == 0:
+        return ()
+    if not 2 <= len(points) <= MAX_CURVE_POINTS:
+        raise InputError(f"a transfer curve needs 2 to {MAX_CURVE_POINTS} points, got {len(points)}",
+                         source=source, field=field, fix=_CURVE_FIX)
+    out = []
+    for k, pt in enumerate(points):
+        if not isinstance(pt, (list, tuple)) or len(pt) != 2:
+            raise InputError(f"expected a [BYTES, SECONDS] pair, got {pt!r}"[:200], source=source,
+                             field=f"{field}[{k}]", fix=_CURVE_FIX)
+        b = require_number(pt[0], source=source, field=f"{field}[{k}][0]")
+        t = require_number(pt[1], source=source, field=f"{field}[{k}][1]", maximum=1e3)
+        if out and b <= out[-1][0]:
+            raise InputError(f"message sizes must increase, but {b:g} B follows {out[-1][0]:g} B", source=source,
+                             field=f"{field}[{k}][0]", fix="List the points from the smallest message up")
+        if out and b - out[-1][0] < 1.0:  # closer points would make a slope of up to 1e3 s per byte overflow
+            raise InputError(f"{b:g} B is less than a byte above {out[-1][0]:g} B", source=source,
+                             field=f"{field}[{k}][0]", fix="Give message sizes at least one byte apart")
+        if out and t < out[-1][1]:
+            raise InputError(f"{b:g} B takes {t:g} s, less than the smaller {out[-1][0]:g} B ({out[-1][1]:g} s)",
+                             source=source, field=f"{field}[{k}][1]",
+                             fix="A larger message never arrives sooner: make the times non-decreasing")
+        out.append((b, t))
+    if out[-1][1] <= out[-2][1]:
+        raise InputError("the last two points have the same time, so messages beyond the last point would "
+                         "take no time per byte", source=source, field=f"{field}[{len(out) - 1}][1]",
+                         fix="End the curve on a segment that rises (its slope is the link's bandwidth)")
+    return tuple(out)
+
+
+def devices_from_dict(data: Any, source: str | None = None) -> DeviceGraph:
+    data = require_mapping(data, source=source, field=None, what="a device graph")
+    if data.get("format") != FORMAT:
+        raise InputError(f"unknown format {data.get('format')!r}", source=source, field="format",
+                         fix=f'Set "format": "{FORMAT}" (or load an Exprimo device file, which has "comm_channels")')
+    name = require_name(data.get("name", "devices"), source=source, field="name")
+    devices = []
+    for i, raw in enumerate(require_list(data.get("devices"), source=source, field="devices",
+                                         what="a list of devices")):
+        at = f"devices[{i}]"
+        raw = require_mapping(raw, source=source, field=at, what="a device")
+        check_fields(raw, _DEVICE_FIELDS, source=source, at=at)
+        kind = raw.get("kind")
+        if kind not in KINDS:
+            raise InputError(f"kind must be 'cpu' or 'gpu', got {kind!r}", source=source, field=f"{at}.kind",
+                             fix='Use "cpu" or "gpu"')
+        model = raw.get("model", "")
+        if not isinstance(model, str):
+            raise InputError("model must be a string", source=source, field=f"{at}.model")
+        clock = raw.get("clock_hz")
+        devices.append(Device(
+            name=require_name(raw.get("name"), source=source, field=f"{at}.name"),
+            kind=kind,
+            peak_flops=require_number(raw.get("peak_flops"), source=source, field=f"{at}.peak_flops",
+                                      positive=True, minimum=MIN_RATE),
+            memory_bytes=require_number(raw.get("memory_bytes"), source=source, field=f"{at}.memory_bytes",
+                                        positive=True, minimum=MIN_RATE),
+            mem_bandwidth=require_number(raw.get("mem_bandwidth"), source=source,
+                                         field=f"{at}.mem_bandwidth", positive=True, minimum=MIN_RATE),
+            model=model,
+            clock_hz=None if clock is None else require_number(clock, source=source, field=f"{at}.clock_hz",
+                                                               positive=True,
+                                                               minimum=MIN_RATE),
+            message_overhead=require_number(raw.get("message_overhead", 0.0), source=source,
+                                            field=f"{at}.message_overhead", maximum=MAX_MESSAGE_OVERHEAD),
+        ))
+    channels = []
+    for c, raw in enumerate(require_list(data.get("channels", []), source=source, field="channels",
+                                         what="a list of channels")):
+        at = f"channels[{c}]"
+        raw = require_mapping(raw, source=source, field=at, what="a channel")
+        check_fields(raw, _CHANNEL_FIELDS, source=source, at=at)
+        routes = []
+        for r, route in enumerate(require_list(raw.get("routes"), source=source, field=f"{at}.routes",
+                                               what="a list of [SRC, DST] pairs")):
+            if (not isinstance(route, list) or len(route) != 2
+                    or not all(isinstance(x, str) for x in route)):
+                raise InputError(f"expected [SRC, DST] device names, got {route!r}", source=source,
+                                 field=f"{at}.routes[{r}]", fix='Write e.g. ["cpu0", "gpu0"]')
+            routes.append((route[0], route[1]))
+        channels.append(Channel(
+            name=require_name(raw.get("name"), source=source, field=f"{at}.name"),
+            bandwidth=require_number(raw.get("bandwidth"), source=source, field=f"{at}.bandwidth",
+                                     positive=True, minimum=MIN_RATE),
+            latency=require_number(raw.get("latency", 0.0), source=source, field=f"{at}.latency",
+                                   maximum=1e3),
+            routes=tuple(routes),
+            transfer_curve=check_curve(require_list(raw.get("transfer_curve", []), source=source,
+                                                    field=f"{at}.transfer_curve", what="[[BYTES, SECONDS], ...]"),
+                                       source=source, field=f"{at}.transfer_curve"),
+        ))
+    return DeviceGraph(name, devices, channels, source=source)
+
+
+def devices_to_dict(g: DeviceGraph) -> dict:
+    devs = []
+    for d in g.devices:
+        item = {"name": d.name, "kind": d.kind, "peak_flops": d.peak_flops, "memory_bytes": d.memory_bytes,
+                "mem_bandwidth": d.mem_bandwidth, "model": d.model}
+        if d.clock_hz is not None:
+            item["clock_hz"] = d.clock_hz
+        if d.message_overhead:  # omitted when 0, so files without the field read and write back unchanged
+            item["message_overhead"] = d.message_overhead
+        devs.append(item)
+    chans = []
+    for c in g.channels:
+        item = {"name": c.name, "bandwidth": c.bandwidth, "latency": c.latency, "routes": [list(r) for r in c.routes]}
+        if c.transfer_curve:  # omitted when absent: files without it read and write back unchanged
+            item["transfer_curve"] = [list(p) for p in c.transfer_curve]
+        chans.append(item)
+    return {"format": FORMAT, "name": g.name, "devices": devs, "channels": chans}
+
+
+def devices_hash(g: DeviceGraph) -> str:
+    """The device graph's identity in the run store: equal content, equal hash."""
+    from ..base.jsonio import content_hash
+    return content_hash(devices_to_dict(g))
