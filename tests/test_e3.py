@@ -114,3 +114,19 @@ def test_splice_replaces_one_block_and_inserts_a_new_one_before_the_discussion()
     assert both == "# T\n\n<!-- e3:own -->\nB\n<!-- /e3:own -->\n\n<!-- e3:exprimo -->\nX\n<!-- /e3:exprimo -->\n" \
                    "\n## Discussion\nD\n"
     assert splice("# T\n", "own", "B") == "# T\n\n<!-- e3:own -->\nB\n<!-- /e3:own -->\n"
+
+
+def test_without_matplotlib_e3_writes_its_results_and_names_the_figure_it_left_out(exprimo, tmp_path, capsys,
+                                                                                     monkeypatch):
+    """matplotlib comes with the torch or plots extra only: E3 needs neither torch nor a figure to be useful."""
+    import sys
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now raises ImportError
+    out = tmp_path / "out"
+    argv = ["experiment", "e3", "--exprimo", str(exprimo), "--budget", "60", "--seeds", "1", "--versions", "normal",
+            "--networks", "alexnet", "--algorithms", "heft", "--workers", "1", "--out", str(out),
+            "--markdown", str(tmp_path / "e3.md")]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert (out / "results.csv").read_text().count("normal,alexnet,heft") == 1
+    assert not (out / "e3.png").exists()
+    assert f"note: {out / 'e3.png'} was not drawn: matplotlib is not installed" in err and '".[plots]"' in err

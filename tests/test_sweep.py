@@ -89,6 +89,25 @@ def test_sweep_command_stores_every_run_and_summarizes_each_configuration(tmp_pa
 
 
 def test_mean_ci_by_hand():
-    # 1, 2, 3: mean 2, sd 1, t(2 dof) = 4.303 -> 4.303 / sqrt(3)
-    assert mean_ci([1, 2, 3]) == pytest.approx((2.0, 4.303 / 3 ** 0.5))
+    # 1, 2, 3: mean 2, sd 1, t(2 dof) = 4.3027 -> 4.3027 / sqrt(3)
+    assert mean_ci([1, 2, 3]) == pytest.approx((2.0, 4.3027 / 3 ** 0.5), rel=1e-4)
     assert mean_ci([5.0]) == (5.0, 0.0)
+    # 12 values 0, 1, ..., 11: mean 5.5, sd sqrt(13), t(11 dof) = 2.2010 (the normal's 1.96 is 11 % short)
+    assert mean_ci(range(12)) == pytest.approx((5.5, 2.2010 * 13 ** 0.5 / 12 ** 0.5), rel=1e-4)
+
+
+@pytest.mark.parametrize("dof, printed", [(1, 12.706), (2, 4.303), (5, 2.571), (10, 2.228), (11, 2.201),
+                                          (15, 2.131), (20, 2.086), (29, 2.045), (30, 2.042), (60, 2.000),
+                                          (120, 1.980)])
+def test_t_quantiles_match_the_printed_table(dof, printed):
+    from placement_core.analysis.stats import student_t_quantile
+    assert round(student_t_quantile(0.975, dof), 3) == printed
+
+
+def test_t_quantiles_match_scipy():
+    from scipy.stats import t
+
+    from placement_core.analysis.stats import student_t_quantile
+    for dof in (1, 3, 7, 13, 31, 64, 250, 1000):
+        for p in (0.6, 0.9, 0.975, 0.995):
+            assert student_t_quantile(p, dof) == pytest.approx(t.ppf(p, dof), rel=1e-10)

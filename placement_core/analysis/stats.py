@@ -192,14 +192,59 @@ def correlation_stats(simulated, measured) -> dict:
 
 # -- over seeds ---------------------------------------------------------------------------------------
 
-_T95 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365, 9: 2.306, 10: 2.262}
+def _betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b), by its continued fraction (modified Lentz)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x > (a + 1.0) / (a + b + 2.0):  # the fraction converges fast on this side only
+        return 1.0 - _betainc(b, a, 1.0 - x)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)) / a
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    f = d
+    for m in range(1, 500):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            f *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return front * f
+
+
+def student_t_quantile(p: float, dof: int) -> float:
+    """The p-quantile (0.5 < p < 1) of Student's t with ``dof`` degrees of freedom, by bisection on its CDF.
+
+    Exact to about 1e-12, so a 95 % interval over 11 to 30 seeds is as wide as it should be (a table that
+    stops at ten values and then uses the normal's 1.96 makes it 4 to 8 % too narrow there)."""
+    if not 0.5 < p < 1.0 or dof < 1:
+        raise ValueError("student_t_quantile needs 0.5 < p < 1 and dof >= 1")
+    lo, hi = 0.0, 1.0
+    upper = lambda t: 0.5 * _betainc(dof / 2.0, 0.5, dof / (dof + t * t))  # noqa: E731  P(T > t)
+    while upper(hi) > 1.0 - p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if upper(mid) > 1.0 - p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-13 * hi:
+            break
+    return 0.5 * (lo + hi)
 
 
 def mean_ci(values) -> tuple[float, float]:
-    """Mean and the half-width of its 95 % confidence interval (Student's t; 1.96 beyond ten values)."""
+    """Mean and the half-width of its 95 % confidence interval (Student's t with n - 1 degrees of freedom)."""
     values = [float(v) for v in values]
     m = sum(values) / len(values)
     if len(values) < 2:
         return m, 0.0
     sd = math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
-    return m, _T95.get(len(values), 1.96) * sd / math.sqrt(len(values))
+    return m, student_t_quantile(0.975, len(values) - 1) * sd / math.sqrt(len(values))

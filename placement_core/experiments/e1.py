@@ -22,6 +22,7 @@ from ..model.devices import Channel, Device, DeviceGraph, curve_time, devices_to
 from ..analysis.calibration_fit import ETA_COMM, ETA_COMP, fit_curve, fit_link
 from ..base.jsonio import write_json
 from .e3 import kept_discussion, write_text
+from .plotting import pyplot, skipped
 
 
 @dataclass
@@ -112,9 +113,10 @@ def run_e1(devices: str, *, sizes, runner: str = "ranks", repeats: int = 10, rou
 
 def plot(rows, latency, bandwidth, curve, nominal, copy, path: Path, title: str) -> None:
     """Effective bandwidth (size / one-way time) against size, with the nominal link, and the time itself."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        skipped(path)
+        return
     import numpy as np
 
     sizes = np.array([r["bytes"] for r in rows], dtype=float)

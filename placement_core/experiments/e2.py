@@ -34,6 +34,7 @@ from ..analysis.stats import kendall_tau
 from ..base.jsonio import write_json
 from ..analysis.stats import mean_ci
 from .e3 import kept_discussion, write_text
+from .plotting import pyplot, skipped
 
 STATISTICS = ("mean", "median", "min", "trimmed")
 WARMUPS = (0, 1, 2, 3, 5)
@@ -280,9 +281,10 @@ def write_e2(out_dir: str | Path, window: int = 10, markdown_path: str | Path | 
 
 
 def plot(result: E2Result, path: Path, title: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        skipped(path)
+        return
     import numpy as np
 
     runs = [r for c in result.runs for r in c]

@@ -29,6 +29,7 @@ from ..base.outputs import write_output
 from ..analysis.stats import mean_ci
 from ..parallel.tasks import map_unordered
 from ..problem import ProblemSpec
+from .plotting import pyplot, skipped
 
 
 def write_text(path: Path, text: str) -> None:
@@ -224,9 +225,10 @@ def markdown(rows: list[dict], command: str, exprimo: bool = False) -> str:
 
 
 def plot(rows: list[dict], histories: dict, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        skipped(path)
+        return
     import numpy as np
 
     from ..optimize import ALGORITHMS
@@ -350,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         w.writerows(rows)
     # the thesis' files' folder is this machine's: the command names it EXPRIMO_DIR
     shown = [("EXPRIMO_DIR" if args.exprimo and a == args.exprimo else a) for a in argv or []]
-    shown = [f"--exprimo=EXPRIMO_DIR" if a.startswith("--exprimo=") else a for a in shown]
+    shown = ["--exprimo=EXPRIMO_DIR" if a.startswith("--exprimo=") else a for a in shown]
     command = "placement experiment e3 " + " ".join(a if a == "EXPRIMO_DIR" else shlex.quote(a) for a in shown)
     path = Path(args.markdown)
     text = path.read_text() if path.exists() else TITLE + "\n"

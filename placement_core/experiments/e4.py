@@ -24,6 +24,7 @@ from typing import Callable
 import numpy as np
 
 from ..base.errors import InputError
+from .plotting import pyplot, skipped
 
 SEARCHES = ("top-k", "assisted", "ga")
 TITLES = {"top-k": "top-K re-benchmarking", "assisted": "surrogate-assisted GA", "ga": "plain GA on measurements"}
@@ -164,9 +165,10 @@ def _write(out: Path, data: dict) -> None:
 
 
 def _plot(path: Path, data: dict) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        skipped(path)
+        return
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for s, color in zip(SEARCHES, ("tab:gray", "tab:blue", "tab:orange")):

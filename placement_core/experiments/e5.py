@@ -35,6 +35,7 @@ from ..base.errors import InputError
 from ..base.jsonio import write_json
 from ..problem import Problem
 from .e2 import STATISTICS, estimate
+from .plotting import pyplot, skipped
 
 
 WHOLE = "calibrated, whole ops"  # the calibrated profile on the placements that split no op
@@ -268,9 +269,10 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
 def plot(rows: list[dict], result_metrics: dict, path: Path, title: str, statistic: str = "median") -> None:
     """Simulated against measured step time (``statistic`` of the steps), one panel per profile, y = x and the
     fitted line."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        skipped(path)
+        return
 
     colors = {"ga": "tab:blue", "random": "tab:red", "zones": "tab:orange", "split": "tab:green",
               "single": "black"}

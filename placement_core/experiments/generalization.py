@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .plotting import pyplot, skipped
+
 SCHEMES = ("zero-shot", "fine-tuned", "map-elites", "ga", "single", "m-etf", "heft", "heft-memory", "random")
 # heft-memory is the placement a Placeto policy's episodes start from (``--start heft``): what it learned is the gap
 BASELINES = ("single", "m-etf", "heft", "heft-memory")
@@ -125,9 +127,10 @@ def markdown(rows: list[dict], command: str) -> str:
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        skipped(path)
+        return
 
     families = list(dict.fromkeys(r["family"] for r in rows))
     fig, axes = plt.subplots(1, len(families), figsize=(5.2 * len(families), 3.8), squeeze=False)

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from .e3 import mean_ci
+from .plotting import pyplot, skipped
 
 ALGORITHMS = ("pg", "ppo", "cem", "post")
 FIELDS = ["network", "devices", "algorithm", "seed", "objective_s", "feasible", "evaluations", "wall_s"]
@@ -58,9 +59,10 @@ def markdown(rows: list[dict], command: str) -> str:
 
 
 def plot(rows: list[dict], histories: dict, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        skipped(path)
+        return
 
     networks = list(dict.fromkeys(r["network"] for r in rows))
     fig, axes = plt.subplots(1, len(networks), figsize=(5.4 * len(networks), 3.8), squeeze=False)

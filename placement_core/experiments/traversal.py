@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .plotting import pyplot, skipped
+
 
 def random_orders(n: int, k: int, rng: np.random.Generator) -> list[np.ndarray]:
     return [rng.permutation(n) for _ in range(k)]
@@ -125,9 +127,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _plot(rows: list[dict], path: Path, network: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        skipped(path)
+        return
     fig, ax = plt.subplots(figsize=(6, 3.4))
     for k, kind in enumerate(("train", "test")):
         ratios = sorted(r["ratio"] for r in rows if r["orders"] == kind)

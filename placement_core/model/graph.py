@@ -16,11 +16,6 @@ from ..base.errors import InputError
 
 BYTES_PER_FLOAT = 4
 
-# Kinds the importers produce. Anything else is accepted (costed by its numbers).
-COMPUTE_KINDS = ("conv", "deconv", "linear", "matmul", "attention")
-KNOWN_KINDS = COMPUTE_KINDS + ("input", "pool", "norm", "activation", "elementwise", "concat",
-                               "reshape", "dropout", "softmax", "embedding", "upsample", "other")
-
 
 @dataclass(frozen=True)
 class Op:

@@ -189,16 +189,6 @@ def applicable(graph: Graph, devices: DeviceGraph, table: Sequence[Split]) -> np
     return ok
 
 
-def describe_gene(gene: int, devices: DeviceGraph, table: Sequence[Split]) -> str:
-    """``gpu0`` or ``batch over gpu0+gpu1`` (with sizes when they are not even)."""
-    nd = len(devices)
-    if gene < nd:
-        return devices.names[gene]
-    s = table[gene - nd]
-    text = f"{s.dim} over " + "+".join(devices.names[d] for d in s.devices)
-    return text + (f" {list(s.sizes)}" if s.sizes is not None else "")
-
-
 def gene_entry(gene: int, names: Sequence[str], table: Sequence[Split] = ()):
     """A gene as placement/1 writes it: a device name, or ``{"devices": [...], "split": dim[, "sizes"]}``."""
     if gene < len(names):
@@ -226,8 +216,3 @@ def gene_devices(gene: int, n_devices: int, table: Sequence[Split]) -> tuple[int
     """The devices a gene runs on: one, or a split's in shard order."""
     return (int(gene),) if gene < n_devices else table[gene - n_devices].devices
 
-
-def sharded_share(placements: np.ndarray, n_devices: int) -> np.ndarray:
-    """Per placement, the fraction of its ops that are split (MAP-Elites' "how much is sharded")."""
-    x = np.atleast_2d(placements)
-    return (x >= n_devices).mean(axis=1)

@@ -54,7 +54,6 @@ class PlacetoNet(nn.Module):
     def embed_nodes(self, x: torch.Tensor, down_adj: torch.Tensor, up_adj: torch.Tensor) -> torch.Tensor:
         """[B, n, F] features -> [n, B, 2·hidden] embeddings (node-major: the sums over neighbours are
         sparse products of the [n, n] adjacency, [v, u] = 1 when u is a parent of v, and its transpose)."""
-        b, n = x.shape[0], x.shape[1]
         h0 = torch.relu(self.embed(x.transpose(0, 1)))  # [n, B, h]
         down, up = h0, h0
         for _ in range(self.rounds):
