@@ -1,4 +1,4 @@
-"""Placeto (placement_core/torch/learned): embedding by hand, invariances, REINFORCE's numbers, learning."""
+"""Placeto (placement_core/torch/policies): embedding by hand, invariances, REINFORCE's numbers, learning."""
 
 from __future__ import annotations
 
