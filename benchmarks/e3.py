@@ -11,7 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from placement_core.experiments.e3 import main  # noqa: E402
+from placement_core.cli import main  # noqa: E402
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+if __name__ == "__main__":  # through the CLI, so a usage mistake is its one error line
+    sys.exit(main(["experiment", "e3", *sys.argv[1:]]))

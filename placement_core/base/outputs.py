@@ -42,6 +42,56 @@ def check_output_file(spec: str, option: str | None = None, example: str = "resu
     return path
 
 
+def check_output_dir(spec: str, option: str | None) -> Path:
+    """``spec`` as a folder that exists or can be created (its nearest existing ancestor is a writable folder)."""
+    if not spec or not spec.strip():
+        raise InputError("is empty", field=option, fix="Give a folder, e.g. results/")
+    path = Path(spec)
+    try:
+        if path.exists() and not path.is_dir():
+            raise InputError("is a file, not a folder", source=spec, field=option,
+                             fix="Give a folder (it is created if missing)")
+        existing = path
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+    except OSError as e:  # a name too long, a loop of links
+        raise InputError(f"cannot be used as a folder ({e.strerror})", source=spec, field=option,
+                         fix="Give another folder") from None
+    writable_folder(existing, spec, option)
+    return path
+
+
+def check_report_file(spec: str, option: str | None, out_dir: str | Path, example: str = "report.md") -> Path:
+    """A file to write after the work: its folder exists, or is ``out_dir`` or a folder above it (which the
+    command creates first). Checked before the work, so a long run never ends on a path it cannot write."""
+    path = Path(spec)
+    parent, out = path.parent, Path(out_dir)
+    if spec and spec.strip() and not parent.exists() and (parent == out or parent in out.parents):
+        if not spec.endswith(("/", os.sep)):
+            check_output_dir(str(parent), option)
+            return path
+    return check_output_file(spec, option, example)
+
+
+def read_report(path: Path, option: str = "--markdown") -> str:
+    """The text of a report a command rewrites in part ('' when it does not exist yet), read before the work:
+    a regular UTF-8 file of at most 16 MB."""
+    st = _check_target(path, str(path), option, "report.md")
+    if st is None:
+        return ""
+    if st.st_size > 16 * 2**20:
+        raise InputError(f"is {st.st_size:,} bytes, not a report this command wrote", source=str(path), field=option,
+                         fix="Give a new file name, or the markdown file the command wrote before")
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"is not UTF-8 text (byte {e.start})", source=str(path), field=option,
+                         fix="Give a new file name, or the markdown file the command wrote before") from None
+    except OSError as e:
+        raise InputError(f"cannot be read ({e.strerror})", source=str(path), field=option,
+                         fix="Give a file you can read, or a new file name") from None
+
+
 def writable_folder(folder: Path, spec: str, option: str | None) -> None:
     if not folder.is_dir():
         raise InputError(f"{str(folder)!r} is not a folder", source=spec, field=option,

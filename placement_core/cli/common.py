@@ -9,20 +9,12 @@ import os
 import sys
 from typing import Callable, Sequence
 
+from ..base.args import Parser, UsageError  # noqa: F401 - the CLI's parser, re-exported
 from ..base.errors import InputError, escape, shown
 from ..problem import Problem, ProblemSpec
 from ..simulate.schedules import PIPELINES, SCHEDULES
 
 
-class UsageError(Exception):
-    pass
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse, but a usage mistake is one ``error:`` line (exit 2), like every other bad input."""
-
-    def error(self, message: str):  # noqa: D401 - argparse API
-        raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
 def run_safely(build_parser: Callable[[], Parser], argv: Sequence[str]) -> int:

@@ -15,6 +15,7 @@ import shlex
 import sys
 
 from ..base.errors import InputError
+from ..base.outputs import check_report_file
 from .common import Parser, positive_int, print_json
 from .torch_common import DEVICES_HELP, MODEL_HELP, _model_options, _needs_torch, _shape_and_network
 from .validate import check_output_dir, seed_int
@@ -59,7 +60,7 @@ def cmd_e1(args) -> int:
             raise InputError(str(e), field="--sizes") from None
     else:
         sizes = [s for s in SIZES if s <= args.max_size]
-    check_output_dir(args.out, "--out")
+    check_report_file(args.markdown, "--markdown", check_output_dir(args.out, "--out"))
     command = "placement experiment e1 " + " ".join(shlex.quote(a) for a in _e1_argv(args))
     result = run_e1(args.devices, sizes=sizes, runner=args.runner, repeats=args.repeats, rounds=args.rounds,
                     out_dir=args.out, markdown_path=args.markdown, nominal=args.nominal, command=command.strip(),
@@ -121,7 +122,7 @@ def cmd_e2(args) -> int:
                          fix="Give --model (e.g. torchvision:resnet18), or --reanalyse DIR for recorded steps")
     _needs_torch()
 
-    check_output_dir(args.out, "--out")
+    check_report_file(args.markdown, "--markdown", check_output_dir(args.out, "--out"))
     shape, batch, _, _ = _shape_and_network(args)
     argv = ["--model", args.model]
     for key in ("input_shape", "batch_size", "devices", "configurations", "steps", "rounds", "window", "seed",
@@ -284,10 +285,10 @@ def register_sharding(sub) -> None:
     p.add_argument("--algorithm", default="ga", help="the search (default ga; any of placement optimize's)")
     p.add_argument("--max-shards", type=positive_int, default=8, help="most devices per split (default 8)")
     p.add_argument("--seed", type=seed_int, default=0, help="seed of every search (default 0)")
-    p.add_argument("--out", default="docs/sharding-results", help="folder for results.csv and the placements "
-                                                               "(default docs/sharding-results)")
-    p.add_argument("--markdown", default="docs/sharding-results.md", help="the report (default "
-                                                                           "docs/sharding-results.md)")
+    p.add_argument("--out", default="sharding-results", help="folder for results.csv and the placements "
+                                                          "(default sharding-results, in the current folder)")
+    p.add_argument("--markdown", help="the report (default: OUT.md beside the folder, sharding-results.md; this "
+                                      "repository's is docs/sharding-results.md)")
     p.set_defaults(handler=cmd_sharding)
 
 
@@ -303,7 +304,11 @@ def cmd_sharding(args) -> int:
         load_network(n)  # an unknown name fails here, before any search
     load_devices(args.devices)
     algorithm_class(args.algorithm)
-    check_output_dir(args.out, "--out")
+    out = check_output_dir(args.out, "--out")
+    if args.markdown is None:
+        # beside the folder, as docs/sharding-results{,.md}
+        args.markdown = str(out / "sharding-results.md") if out.name in ("", ".", "..") else str(out) + ".md"
+    check_report_file(args.markdown, "--markdown", out)  # before the searches, not after them
     command = "placement experiment sharding " + " ".join(shlex.quote(a) for a in sys.argv[3:])
     rows = run_sharding(networks, out_dir=args.out, markdown=args.markdown, command=command.strip(),
                         devices=args.devices, batch_size=args.batch_size, evaluations=args.budget,

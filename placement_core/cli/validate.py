@@ -14,7 +14,6 @@ import os
 from pathlib import Path
 
 from ..base import outputs
-from ..base.errors import InputError
 
 
 def check_output_file(spec: str, option: str, example: str = "result.json") -> Path:
@@ -24,21 +23,7 @@ def check_output_file(spec: str, option: str, example: str = "result.json") -> P
 
 def check_output_dir(spec: str, option: str) -> Path:
     """``spec`` as a folder that exists or can be created (its nearest existing ancestor is a writable folder)."""
-    if not spec or not spec.strip():
-        raise InputError("is empty", field=option, fix="Give a folder, e.g. results/")
-    path = Path(spec)
-    if path.exists() and not path.is_dir():
-        raise InputError("is a file, not a folder", source=spec, field=option,
-                         fix="Give a folder (it is created if missing)")
-    existing = path
-    while not existing.exists():
-        existing = existing.parent
-    _writable_folder(existing, spec, option)
-    return path
-
-
-def _writable_folder(folder: Path, spec: str, option: str) -> None:
-    outputs.writable_folder(folder, spec, option)
+    return outputs.check_output_dir(spec, option)
 
 
 def write_output_bytes(path: str | os.PathLike, data: bytes, option: str) -> None:

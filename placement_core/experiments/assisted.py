@@ -13,13 +13,13 @@ Both print a Markdown table (``--json``: the rows).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
 
 import numpy as np
 
+from ..base.args import MAX_BUDGET, Parser, int_in
 DEFAULT_PROBLEMS = "resnet50:malvik-4gpu-limited-resnet50,inception_v3:malvik-4gpu-limited-inception"
 HEURISTICS = "heft,heft-nocomm,heft-memory,min-cut,m-etf,m-topo,expert,single"
 
@@ -116,19 +116,19 @@ def seeding_table(rows: list[dict], checkpoints=(1000, 5000, 20000)) -> str:
 
 
 def main(argv: list[str] | None = None, which: str = "assisted") -> int:
-    p = argparse.ArgumentParser(prog=f"placement experiment {which}")
+    p = Parser(prog=f"placement experiment {which}")
     p.add_argument("--problems", default=DEFAULT_PROBLEMS, help=f"NETWORK:DEVICES,... (default {DEFAULT_PROBLEMS})")
-    p.add_argument("--seeds", type=int, default=5, help="how many seeds (default 5)")
-    p.add_argument("--first-seed", type=int, default=0, help="the first seed (default 0)")
+    p.add_argument("--seeds", type=int_in(1, 1000), default=5, help="how many seeds (default 5)")
+    p.add_argument("--first-seed", type=int_in(0, 2**62), default=0, help="the first seed (default 0)")
     p.add_argument("--json", action="store_true")
     if which == "assisted":
-        p.add_argument("--budget", type=int, default=2000, help="true evaluations of the assisted GA (default 2000)")
-        p.add_argument("--reference", type=int, default=20000, help="the plain GA's evaluations (default 20000)")
-        p.add_argument("--batch", type=int, default=10, help="true evaluations per round (default 10)")
-        p.add_argument("--generations", type=int, default=10, help="GA generations on the surrogate per round")
-        p.add_argument("--initial", type=int, default=100, help="random true evaluations first (default 100)")
+        p.add_argument("--budget", type=int_in(1, MAX_BUDGET), default=2000, help="true evaluations of the assisted GA (default 2000)")
+        p.add_argument("--reference", type=int_in(1, MAX_BUDGET), default=20000, help="the plain GA's evaluations (default 20000)")
+        p.add_argument("--batch", type=int_in(1, 100_000), default=10, help="true evaluations per round (default 10)")
+        p.add_argument("--generations", type=int_in(1, 100_000), default=10, help="GA generations on the surrogate per round")
+        p.add_argument("--initial", type=int_in(2, 100_000), default=100, help="random true evaluations first (default 100)")
     else:
-        p.add_argument("--bayes", type=int, default=100, help="TPE trials of the Bayesian start (default 100)")
+        p.add_argument("--bayes", type=int_in(1, 100_000), default=100, help="TPE trials of the Bayesian start (default 100)")
         p.add_argument("--checkpoints", default="1000,5000,20000",
                        help="evaluations at which the best is reported (default 1000,5000,20000)")
     args = p.parse_args(argv)

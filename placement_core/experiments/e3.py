@@ -15,7 +15,6 @@ the same markdown file. An algorithm may carry parameters, ``ga[min_mutation_rat
 
 from __future__ import annotations
 
-import argparse
 import csv
 import math
 import os
@@ -25,7 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..base.outputs import write_output
+from ..base.args import MAX_BUDGET, Parser, int_in
+from ..base.outputs import check_output_dir, check_report_file, read_report, write_output
 from ..analysis.stats import mean_ci
 from ..parallel.tasks import map_unordered
 from ..problem import ProblemSpec
@@ -294,14 +294,14 @@ def splice(text: str, tag: str, block: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     from ..base.errors import InputError
     from ..optimize import ALGORITHMS
-    ap = argparse.ArgumentParser(prog="placement experiment e3", description=__doc__.splitlines()[0])
-    ap.add_argument("--budget", type=int, default=20000, help="evaluations per run (thesis: 20000)")
-    ap.add_argument("--seeds", type=int, default=5, help="seeds per stochastic algorithm (default 5)")
+    ap = Parser(prog="placement experiment e3", description=__doc__.splitlines()[0])
+    ap.add_argument("--budget", type=int_in(1, MAX_BUDGET), default=20000, help="evaluations per run (thesis: 20000)")
+    ap.add_argument("--seeds", type=int_in(1, 1000), default=5, help="seeds per stochastic algorithm (default 5)")
     ap.add_argument("--versions", default=",".join(VERSIONS))
     ap.add_argument("--networks", default=",".join(NETWORKS))
     ap.add_argument("--algorithms", default=",".join(ALGORITHMS))
     ap.add_argument("--schedules", default="thesis", help="pipelined version: thesis,gpipe,1f1b")
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel runs on this machine")
+    ap.add_argument("--workers", type=int_in(1, 1024), default=os.cpu_count() or 1, help="parallel runs on this machine")
     ap.add_argument("--dask", metavar="ADDRESS", help="spread the runs over a Dask cluster instead (tcp://HOST:8786; "
                                                       "docs/scaling.md)")
     ap.add_argument("--out", default=None, help="folder for results.csv and the plot (default docs/e3, with "
@@ -329,7 +329,9 @@ def main(argv: list[str] | None = None) -> int:
                 exprimo_files(args.exprimo, v, n)  # every file there, before any run
     todo = jobs(args.versions.split(","), args.networks.split(","), algorithms, args.seeds, args.budget,
                 tuple(args.schedules.split(",")), args.exprimo)
-    out = Path(args.out or ("docs/e3/exprimo" if args.exprimo else "docs/e3"))
+    out = check_output_dir(args.out or ("docs/e3/exprimo" if args.exprimo else "docs/e3"), "--out")
+    path = check_report_file(args.markdown, "--markdown", out)  # before the runs, not after them
+    text = read_report(path) or TITLE + "\n"
     out.mkdir(parents=True, exist_ok=True)
     where = f"the Dask cluster at {args.dask}" if args.dask else f"{args.workers} worker(s)"
     print(f"E3: {len(todo)} runs of {args.budget} evaluations on {where}", flush=True)
@@ -354,8 +356,6 @@ def main(argv: list[str] | None = None) -> int:
     shown = [("EXPRIMO_DIR" if args.exprimo and a == args.exprimo else a) for a in argv or []]
     shown = ["--exprimo=EXPRIMO_DIR" if a.startswith("--exprimo=") else a for a in shown]
     command = "placement experiment e3 " + " ".join(a if a == "EXPRIMO_DIR" else shlex.quote(a) for a in shown)
-    path = Path(args.markdown)
-    text = path.read_text() if path.exists() else TITLE + "\n"
     tag = "exprimo" if args.exprimo else "own"
     write_text(path, splice(text, tag, markdown(rows, command.strip(), exprimo=bool(args.exprimo))))
     plot(rows, histories, out / "e3.png")

@@ -15,7 +15,6 @@ baseline's median) and ``generalization.png`` (CDFs of the ratios, Fig. 5's).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import statistics
 import time
@@ -24,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..base.args import MAX_BUDGET, Parser, int_in
+from ..base.outputs import check_output_dir
 from .plotting import pyplot, skipped
 
 SCHEMES = ("zero-shot", "fine-tuned", "map-elites", "ga", "single", "m-etf", "heft", "heft-memory", "random")
@@ -169,20 +170,20 @@ def main(argv: list[str] | None = None) -> int:
     from ..families import FAMILIES, family_graphs, graph_name
     from ..parallel.tasks import map_unordered
     from ..torch import require_torch
-    ap = argparse.ArgumentParser(prog="placement experiment generalization", description=__doc__.splitlines()[0])
+    ap = Parser(prog="placement experiment generalization", description=__doc__.splitlines()[0])
     ap.add_argument("--families", default="nmt,ptb,cifar10")
     ap.add_argument("--method", choices=["placeto", "gdp"], default="placeto")
     ap.add_argument("--policy", action="append", default=[], metavar="FAMILY=FILE",
                     help="the policy of a family (default assets/policies/METHOD-FAMILY-DEVICES.json)")
     ap.add_argument("--devices", default="malvik-4gpu")
-    ap.add_argument("--count", type=int, default=32, help="graphs per family; the odd-indexed half is tested")
-    ap.add_argument("--graph-seed", type=int, default=0)
-    ap.add_argument("--budget", type=int, default=20000, help="evaluations of MAP-Elites and the GA")
-    ap.add_argument("--finetune", type=int, default=2000, help="evaluations of fine-tuning")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--count", type=int_in(2, 10_000), default=32, help="graphs per family; the odd-indexed half is tested")
+    ap.add_argument("--graph-seed", type=int_in(0), default=0)
+    ap.add_argument("--budget", type=int_in(1, MAX_BUDGET), default=20000, help="evaluations of MAP-Elites and the GA")
+    ap.add_argument("--finetune", type=int_in(0, MAX_BUDGET), default=2000, help="evaluations of fine-tuning")
+    ap.add_argument("--seed", type=int_in(0), default=0)
     ap.add_argument("--penalty", default="thesis", choices=["thesis", "placeto", "infeasible"])
-    ap.add_argument("--limit", type=int, default=0, help="test only the first N test graphs of each family")
-    ap.add_argument("--workers", type=int, default=1, help="graphs in parallel (default 1)")
+    ap.add_argument("--limit", type=int_in(0, 10_000), default=0, help="test only the first N test graphs of each family")
+    ap.add_argument("--workers", type=int_in(1, 1024), default=1, help="graphs in parallel (default 1)")
     ap.add_argument("--keep", action="store_true",
                     help="keep the rows already in OUT/generalization.csv and measure only the graphs and schemes "
                          "they lack (to continue an interrupted run, or add a family)")
@@ -201,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         for index in tests[:args.limit or None]:
             jobs.append(Job(fam, index, args.graph_seed, args.devices, policy, args.method, args.budget,
                             args.finetune, args.seed, args.penalty))
-    out = Path(args.out)
+    out = check_output_dir(args.out, "--out")
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     if args.keep and (out / "generalization.csv").exists():

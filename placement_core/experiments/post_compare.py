@@ -10,13 +10,14 @@ The paper's ordering, from worst to best: PG, PPO, CE, Post.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import time
 from pathlib import Path
 
 import numpy as np
 
+from ..base.args import MAX_BUDGET, Parser, int_in
+from ..base.outputs import check_output_dir
 from .e3 import mean_ci
 from .plotting import pyplot, skipped
 
@@ -88,13 +89,13 @@ def plot(rows: list[dict], histories: dict, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="placement experiment post", description=__doc__.splitlines()[0])
+    ap = Parser(prog="placement experiment post", description=__doc__.splitlines()[0])
     ap.add_argument("--networks", default="resnet50,inception_v3")
     ap.add_argument("--devices", default="malvik-4gpu")
     ap.add_argument("--algorithms", default=",".join(ALGORITHMS))
-    ap.add_argument("--budget", type=int, default=20000)
-    ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--workers", type=int, default=1, help="runs in parallel (default 1)")
+    ap.add_argument("--budget", type=int_in(1, MAX_BUDGET), default=20000)
+    ap.add_argument("--seeds", type=int_in(1, 1000), default=5)
+    ap.add_argument("--workers", type=int_in(1, 1024), default=1, help="runs in parallel (default 1)")
     ap.add_argument("--out", default="docs/learned", help="folder for post.csv, post.md and post.png")
     args = ap.parse_args(argv)
     algorithms = [a for a in args.algorithms.split(",") if a]
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("algorithms: choose among " + ", ".join(ALGORITHMS))
     jobs = [(n, args.devices, a, s, args.budget) for n in args.networks.split(",") for a in algorithms
             for s in range(args.seeds)]
-    out = Path(args.out)
+    out = check_output_dir(args.out, "--out")
     out.mkdir(parents=True, exist_ok=True)
     rows, histories = [], {}
     start = time.perf_counter()

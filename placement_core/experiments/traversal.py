@@ -12,7 +12,6 @@ Writes ``traversal.csv``, ``traversal.md`` and ``traversal.png``.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import statistics
 import time
@@ -20,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..base.args import MAX_BUDGET, Parser, int_in
+from ..base.outputs import check_output_dir, check_output_file
 from .plotting import pyplot, skipped
 
 
@@ -29,24 +30,27 @@ def random_orders(n: int, k: int, rng: np.random.Generator) -> list[np.ndarray]:
 
 def main(argv: list[str] | None = None) -> int:
     from ..torch import require_torch
-    ap = argparse.ArgumentParser(prog="placement experiment traversal", description=__doc__.splitlines()[0])
+    ap = Parser(prog="placement experiment traversal", description=__doc__.splitlines()[0])
     ap.add_argument("--network", default="inception_v3")
-    ap.add_argument("--batch-size", type=int, default=384,
+    ap.add_argument("--batch-size", type=int_in(1, 2**31 - 1), default=384,
                     help="default 384: Inception-V3 then needs 50 GB, so one 32 GB GPU does not hold it and a good "
                          "placement must split it (at 128 one GPU is optimal, and any order finds that)")
     ap.add_argument("--devices", default="malvik-4gpu")
     ap.add_argument("--start", choices=["fastest", "heft", "m-etf"], default="fastest",
                     help="the placement each episode improves (default: Placeto's trivial one, every node on the "
                          "fastest device, so that the order in which nodes are moved matters)")
-    ap.add_argument("--train-orders", type=int, default=64)
-    ap.add_argument("--test-orders", type=int, default=64)
-    ap.add_argument("--episodes", type=int, default=1600)
-    ap.add_argument("--rollouts", type=int, default=8)
-    ap.add_argument("--budget", type=int, default=20000, help="MAP-Elites' evaluations for the reference")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--train-orders", type=int_in(1, 100_000), default=64)
+    ap.add_argument("--test-orders", type=int_in(1, 100_000), default=64)
+    ap.add_argument("--episodes", type=int_in(1, 10_000_000), default=1600)
+    ap.add_argument("--rollouts", type=int_in(1, 1024), default=8)
+    ap.add_argument("--budget", type=int_in(1, MAX_BUDGET), default=20000, help="MAP-Elites' evaluations for the reference")
+    ap.add_argument("--seed", type=int_in(0), default=0)
     ap.add_argument("--policy-out", help="also write the trained policy here")
     ap.add_argument("--out", default="docs/learned", help="folder for traversal.csv, .md and .png")
     args = ap.parse_args(argv)
+    out = check_output_dir(args.out, "--out")  # before the training, not after it
+    if args.policy_out:
+        check_output_file(args.policy_out, "--policy-out", "policy.json")
     require_torch()
     from ..formats.catalog import load_devices, load_network
     from ..policies.features import GraphInfo
@@ -94,7 +98,6 @@ def main(argv: list[str] | None = None) -> int:
         for k, order in enumerate(orders):
             objective = problem.evaluate(fast_greedy(result.net, info, order))
             rows.append({"orders": kind, "order": k, "objective_s": objective, "ratio": objective / reference})
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "traversal.csv", "w", newline="") as f:
         w = csv.DictWriter(f, ["orders", "order", "objective_s", "ratio"])

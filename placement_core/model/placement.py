@@ -17,7 +17,7 @@ from .devices import DeviceGraph
 from ..base.errors import InputError, require_mapping
 from .graph import Graph
 from ..base.jsonio import path_exists, read_json
-from .sharding import Split, check_split, gene_entry, merge_splits
+from .sharding import MAX_SHARDS, Split, check_split, gene_entry, merge_splits
 
 FORMAT = "placement/1"
 RESULT_FORMAT = "placement-result/1"  # `placement optimize --out`: the placement nested under "placement"
@@ -228,6 +228,10 @@ def _exprimo_list(dev: list, i: int, graph: Graph, devices: DeviceGraph, source:
         raise InputError(f"layer {op.name!r} has a one-device list {dev!r}, which Exprimo cannot build (its "
                          "Concatenate of one shard fails)", source=source, field=op.name,
                          fix=f"Write the device index {dev[0]} without the list")
+    if len(idx) > MAX_SHARDS:
+        raise InputError(f"layer {op.name!r} lists {len(idx)} devices, more than the limit of {MAX_SHARDS} shards "
+                         "for one layer", source=source, field=op.name,
+                         fix=f"List at most {MAX_SHARDS} device indices for the layer")
     split = Split("channel", tuple(idx))
     check_split(graph, devices, i, split, source=source, field=op.name, allow_repeats=True)
     return _gene(split, devices, splits, op.name, source, op.name)

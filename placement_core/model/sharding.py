@@ -106,6 +106,9 @@ def check_split(graph: Graph, devices: DeviceGraph, i: int, split: Split, *, sou
     if split.k < 2:
         raise InputError(f"op {op.name!r} is split over {split.k} device(s)", source=source, field=where,
                          fix="A split needs at least two devices; give one device name for a whole op")
+    if split.k > MAX_SHARDS:
+        raise InputError(f"op {op.name!r} is split over {split.k} devices, more than the limit of {MAX_SHARDS}",
+                         source=source, field=where, fix=f"Split it over at most {MAX_SHARDS} devices")
     bad = [d for d in split.devices if not 0 <= d < len(devices)]
     if bad:
         raise InputError(f"op {op.name!r}: device index {bad[0]} is out of range", source=source, field=where,
