@@ -61,15 +61,14 @@ static int expand(int n, int nd, const int *par_ptr, const int *par_idx, const d
     if (expand_sizes(n, nd, par_ptr, place, s, &MV, &ME) < 0) return -2;
     if (ME < 1) ME = 1;
     size_t need = 0;
-#define XADD(type, count) (need += sizeof(type) * ((size_t)(count) > 0 ? (size_t)(count) : 1) + 16)
-    XADD(int, MV); XADD(int, MV); XADD(int, MV + 1); XADD(int, ME); XADD(int, MV + 1); XADD(int, ME);
-    XADD(int, MV); XADD(double, ME); XADD(double, ME); XADD(double, ME); XADD(double, ME);
-    XADD(double, (size_t)MV * nd); XADD(double, (size_t)MV * nd); XADD(double, (size_t)MV * nd);
-    XADD(double, (size_t)MV * nd); XADD(double, MV); XADD(double, MV); XADD(unsigned char, MV);
-    XADD(unsigned char, MV); XADD(int, MV); XADD(int, n); XADD(int, n); XADD(int, n + 1);
-    XADD(int, (size_t)n * 64); XADD(int, (size_t)n * 64); XADD(double, (size_t)n * 64);
-    XADD(double, MV); XADD(double, MV); XADD(double, MV); XADD(int, n); XADD(int, n); XADD(int, MV + 1);
-#undef XADD
+    const size_t ni = sizeof(int), nf = sizeof(double), nu = sizeof(unsigned char), mv_nd = (size_t)MV * nd;
+    need += room(ni, MV) + room(ni, MV) + room(ni, MV + 1) + room(ni, ME) + room(ni, MV + 1) + room(ni, ME);
+    need += room(ni, MV) + room(nf, ME) + room(nf, ME) + room(nf, ME) + room(nf, ME);
+    need += room(nf, mv_nd) + room(nf, mv_nd) + room(nf, mv_nd);
+    need += room(nf, mv_nd) + room(nf, MV) + room(nf, MV) + room(nu, MV);
+    need += room(nu, MV) + room(ni, MV) + room(ni, n) + room(ni, n) + room(ni, n + 1);
+    need += room(ni, (size_t)n * 64) + room(ni, (size_t)n * 64) + room(nf, (size_t)n * 64);
+    need += room(nf, MV) + room(nf, MV) + room(nf, MV) + room(ni, n) + room(ni, n) + room(ni, MV + 1);
     Arena ar = {malloc(need), 0, need};
     if (!ar.base) return -2;
     memset(ar.base, 0, need);

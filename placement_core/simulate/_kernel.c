@@ -2,9 +2,9 @@
  * Compiled event simulator: the same semantics as reference.py, without the
  * trace, so that optimizers can run tens of thousands of evaluations a second.
  *
- * A Kernel is built once per problem from the Compiled arrays (it keeps
- * buffer views on them); run()/run_many() take int32 placements and write
- * [makespan, transfers, busy[nd], peak[nd], ch_bytes[nc], ch_busy[nc]].
+ * A Kernel is built once per problem from the Compiled arrays, passed by
+ * keyword as KERNEL_ARGS lists them (it keeps buffer views on them);
+ * run()/run_many() take int32 placements and write [makespan, transfers, busy[nd], peak[nd], ch_bytes[nc], ch_busy[nc]].
  * The GIL is released while simulating; every call allocates its own scratch,
  * so one Kernel may be used from several threads.
  *
@@ -28,6 +28,8 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,6 +84,8 @@ static void *arena_take(Arena *ar, size_t bytes) {
     ar->used = at + bytes;
     return ar->base + at;
 }
+/* The bytes an arena needs for count items of item bytes each (TAKE's rounding included). */
+static inline size_t room(size_t item, size_t count) { return item * (count > 0 ? count : 1) + 16; }
 #define TAKE(ar, type, count) \
     ((type *)arena_take((ar), sizeof(type) * ((size_t)(count) > 0 ? (size_t)(count) : 1)))
 
@@ -89,11 +93,9 @@ static void *arena_take(Arena *ar, size_t bytes) {
 
 /* --------------------------------------------------------------- problem */
 
-#define NBUF 41
-
 typedef struct {
     PyObject_HEAD
-    Py_buffer views[NBUF + 2];
+    Py_buffer *views;  /* the arrays' buffers, one per array argument given (see KERNEL_ARGS) */
     int nviews;
     int n, nd, nc, n_inputs, n_edges;
     const int *par_ptr, *par_idx, *ch_ptr, *ch_idx, *route, *input_ops, *cap;
@@ -153,8 +155,390 @@ static double curve_len(const KernelObject *k, int j, double b) {
     return k->cv_t[i - 1] + (b - k->cv_b[i - 1]) * (k->cv_t[i] - k->cv_t[i - 1]) / (k->cv_b[i] - k->cv_b[i - 1]);
 }
 
-/* Returns 0 on success, -1 if the simulation stalled, -2 out of memory, -3 bad placement.
- * SCHED is a compile-time constant at every call (see simulate() below): each schedule kind gets its own
+/* ------------------------------------------------------------ one simulation */
+
+/* Everything one simulation of one placement reads and changes: the placement's plan (built once at the
+ * start, then read only) and the event loop's state. The step functions below take it by pointer; they
+ * are always inlined into simulate_kind, whose SCHED and RINGS are compile-time constants, so every
+ * schedule's copy keeps its own specialised code. */
+typedef struct {
+    const KernelObject *k;
+    const int *place;
+    int n, nd, nc, U, E, training;
+    /* the plan: fd_* one entry per (op, remote device with a consumer), the tensor sent there; bd_* one
+     * entry per (op, remote device holding an input), the summed gradients sent there */
+    const int *fd_ptr, *fd_dev, *fd_consumers, *bd_ptr, *bd_dev, *n_local;
+    const double *fd_bytes, *bd_bytes, *grad_out, *grad_in;
+    const double *dF, *dB, *dU, *dW;  /* durations on the op's device: forward, backward (B), update, W */
+    const unsigned char *hw;          /* the op runs a W task (zb-h1) */
+    /* a group is what the caps count per unit: a device, or under interleaved 1F1B a chunk */
+    const int *grp_of, *grp_size, *stage_of, *dev_ptr, *dev_ops, *input_dev;
+    int G, R, p_used;                 /* groups, rings, stages (used devices) */
+    const double *prio;
+    const int *cap;                   /* per device: units it may hold open (NULL: no caps) */
+    IlOrder ilo;
+    const int *vper, *slot_base;      /* interleaved: chunks per device, its forward slots */
+    int *next_f;
+    char *opened;
+    int ovh_base;                     /* event/queue ids from here: ovh_base + 2 * message + (0 send | 1 recv) */
+    /* the loop's state */
+    int *dep, *act_refs, *recv_refs, *unit_left, *done_on, *fdone_on, *open_count, *ring_left, *ring_pend;
+    int *running;                     /* per device: its task (or send/receive) id, -1: idle */
+    char *is_open, *chan_running;
+    double *busy, *mem, *peak, *ch_bytes_out, *ch_busy_out;
+    Heap *dev_q, *chan_q, *events;
+    Item *stash;
+    Xfer *xf;
+    int n_xf, admitted, in_flight, oldest, step_left;
+    long long seq;
+    double now;
+} Sim;
+
+#define STEP static inline __attribute__((always_inline))
+
+STEP int phases(const int SCHED) { return SCHED == SCHED_ZB ? 4 : 3; }
+
+/* A task's id: (unit * phases + phase) * n + op. */
+STEP int tid(const Sim *s, const int SCHED, int u, int ph, int op) { return (u * phases(SCHED) + ph) * s->n + op; }
+
+STEP double task_prio(const Sim *s, const int SCHED, int t) {
+    return SCHED == SCHED_INTERLEAVED ? il_prio(&s->ilo, t) : s->prio ? s->prio[t] : 0.0;
+}
+
+STEP double duration(const Sim *s, int ph, int op) {
+    return ph == FWD ? s->dF[op] : ph == BWD ? s->dB[op] : ph == UPD ? s->dU[op] : s->dW[op];
+}
+
+/* Task t may run: it queues on its op's device. */
+STEP void ready(Sim *s, const int SCHED, int t) {
+    Item it = {task_prio(s, SCHED, t), s->seq++, t};
+    heap_push(&s->dev_q[s->place[t % s->n]], it);
+}
+
+/* One of task t's dependencies is met; the last one makes it ready. */
+STEP void satisfy(Sim *s, const int SCHED, int t) {
+    if (--s->dep[t] == 0) ready(s, SCHED, t);
+}
+
+STEP void note_peak(Sim *s, int d) {
+    if (s->mem[d] > s->peak[d]) s->peak[d] = s->mem[d];
+}
+
+/* Unit u no longer needs op's inputs on device d: activations and received copies whose last reader it was. */
+STEP void release_inputs(Sim *s, int u, int op, int d) {
+    const KernelObject *k = s->k;
+    for (int j = k->par_ptr[op]; j < k->par_ptr[op + 1]; j++) {
+        const int p = k->par_idx[j];
+        if (s->place[p] == d) {
+            if (--s->act_refs[u * s->n + p] == 0) s->mem[d] -= k->out_bytes[p];
+        } else {
+            int e = s->fd_ptr[p];
+            while (s->fd_dev[e] != d) e++;
+            if (--s->recv_refs[(size_t)u * s->E + e] == 0) s->mem[d] -= s->fd_bytes[e];
+        }
+    }
+}
+
+/* A new message from src to dst (priority pr, its producing task's): a send task on src first if src has a
+ * message overhead, else straight to the channel. */
+STEP void new_message(Sim *s, int u, int dir, int op, int src, int dst, int entry, double bytes, double pr) {
+    const KernelObject *k = s->k;
+    const int xi = s->n_xf++;
+    Xfer *x = &s->xf[xi];
+    x->u = u; x->dir = dir; x->op = op; x->src = src; x->dst = dst; x->entry = entry; x->bytes = bytes; x->prio = pr;
+    if (k->has_ovh && k->ovh[src] > 0.0) {
+        Item it = {pr, s->seq++, s->ovh_base + 2 * xi};
+        heap_push(&s->dev_q[src], it);
+    } else {
+        Item it = {pr, s->seq++, xi};
+        heap_push(&s->chan_q[k->route[src * s->nd + dst]], it);
+    }
+}
+
+/* Ring r of ring unit ru is done: its members' updates may run. */
+STEP void ring_complete(Sim *s, const int SCHED, int ru, int r) {
+    const KernelObject *k = s->k;
+    for (int v = k->ring_first[r]; v < k->ring_first[r] + k->ring_count[r]; v++)
+        if (k->has_update[v]) satisfy(s, SCHED, tid(s, SCHED, ru, UPD, v));
+}
+
+/* Message x is on its destination: its consumers there may run (a ring's last message: its updates). */
+STEP void deliver(Sim *s, const int SCHED, const int RINGS, const Xfer *x) {
+    const KernelObject *k = s->k;
+    if (RINGS && x->dir == AR) {
+        if (--s->ring_pend[x->u * s->R + x->entry] == 0) ring_complete(s, SCHED, x->u, x->entry);
+    } else if (x->dir == FWD) {
+        for (int j = k->ch_ptr[x->op]; j < k->ch_ptr[x->op + 1]; j++)
+            if (s->place[k->ch_idx[j]] == x->dst) satisfy(s, SCHED, tid(s, SCHED, x->u, FWD, k->ch_idx[j]));
+    } else {
+        for (int j = k->par_ptr[x->op]; j < k->par_ptr[x->op + 1]; j++)
+            if (s->place[k->par_idx[j]] == x->dst) satisfy(s, SCHED, tid(s, SCHED, x->u, BWD, k->par_idx[j]));
+    }
+}
+
+/* Admission: new units while fewer than K are in flight (thesis: only when every input device is idle). */
+STEP void admit(Sim *s, const int SCHED) {
+    const KernelObject *k = s->k;
+    while (s->admitted < s->U && s->in_flight < k->K) {
+        if (k->admission == ADMIT_THESIS && s->admitted > 0) {
+            int all_idle = 1;
+            for (int d = 0; d < s->nd; d++)
+                if (s->input_dev[d] && (s->running[d] >= 0 || s->dev_q[d].n > 0)) { all_idle = 0; break; }
+            if (!all_idle) break;
+        }
+        for (int j = 0; j < k->n_inputs; j++) ready(s, SCHED, tid(s, SCHED, s->admitted, FWD, k->input_ops[j]));
+        s->admitted++;
+        s->in_flight++;
+    }
+}
+
+/* Device d picks its next task: by (priority, arrival), skipping forwards held back by a cap (and, in an
+ * instant-only pass, everything that takes time). Returns 1 if it started one. */
+STEP int dispatch_device(Sim *s, const int SCHED, int d, int instant_only) {
+    const KernelObject *k = s->k;
+    const int il = SCHED == SCHED_INTERLEAVED, n = s->n, G = s->G;
+    int n_stash = 0, chosen = -1;
+    while (s->dev_q[d].n > 0) {
+        Item it = heap_pop(&s->dev_q[d]);
+        if (it.id >= s->ovh_base) {  /* a send or receive task: never capped, never instant */
+            if (instant_only) { s->stash[n_stash++] = it; continue; }
+        } else {
+            int uu, ph, o;
+            decode(it.id, n, phases(SCHED), &uu, &ph, &o);
+            /* held back: a forward opening a unit on a full device, or (interleaved) out of Megatron's
+             * order, unless the unit is the oldest */
+            int capped = 0;
+            if (ph == FWD && s->cap && !s->is_open[uu * G + s->grp_of[o]] && uu != s->oldest)
+                capped = (s->cap[d] > 0 && s->open_count[d] >= s->cap[d])
+                         || (il && il_index(&s->ilo, 1, uu, o) != s->next_f[d]);
+            if (capped || (instant_only && duration(s, ph, o) > 0.0)) {
+                s->stash[n_stash++] = it;
+                continue;
+            }
+        }
+        chosen = it.id;
+        break;
+    }
+    for (int j = 0; j < n_stash; j++) heap_push(&s->dev_q[d], s->stash[j]);
+    if (chosen < 0) return 0;
+    if (chosen >= s->ovh_base) {
+        s->running[d] = chosen;
+        s->busy[d] += k->ovh[d];
+        Item ev = {s->now + k->ovh[d], s->seq++, chosen};
+        heap_push(s->events, ev);
+        return 1;
+    }
+    int uu, ph, op;
+    decode(chosen, n, phases(SCHED), &uu, &ph, &op);
+    if (s->cap && ph == FWD && !s->is_open[uu * G + s->grp_of[op]]) {
+        s->is_open[uu * G + s->grp_of[op]] = 1;
+        s->open_count[d]++;
+        if (il) {  /* this forward slot is taken; the next one to open skips taken and empty slots */
+            const int vd = s->vper[d], slots = s->slot_base[d + 1] - s->slot_base[d], p = s->p_used;
+            s->opened[s->slot_base[d] + il_index(&s->ilo, 1, uu, op)] = 1;
+            while (s->next_f[d] < slots && (s->opened[s->slot_base[d] + s->next_f[d]]
+                   || (s->next_f[d] / (p * vd)) * p + s->next_f[d] % p >= s->U)) s->next_f[d]++;
+        }
+    }
+    const double len = duration(s, ph, op);
+    s->running[d] = chosen;
+    s->busy[d] += len;
+    Item ev = {s->now + len, s->seq++, chosen};
+    heap_push(s->events, ev);
+    return 1;
+}
+
+/* Channel j starts its first message unless busy (or, in an instant-only pass, the message takes time).
+ * Returns 1 if it started one. */
+STEP int dispatch_channel(Sim *s, int j, int instant_only) {
+    const KernelObject *k = s->k;
+    if (s->chan_running[j] || s->chan_q[j].n == 0) return 0;
+    const Xfer *x = &s->xf[s->chan_q[j].a[0].id];
+    double len = k->cv_ptr && k->cv_ptr[j + 1] > k->cv_ptr[j] ? curve_len(k, j, x->bytes)
+                                                              : k->ch_lat[j] + x->bytes * k->ch_inv[j];
+    if (len < k->min_xfer[x->src]) len = k->min_xfer[x->src];
+    if (instant_only && len > 0.0) return 0;
+    Item it = heap_pop(&s->chan_q[j]);
+    s->chan_running[j] = 1;
+    s->ch_busy_out[j] += len;
+    s->ch_bytes_out[j] += x->bytes;
+    Item ev = {s->now + len, s->seq++, -(it.id + 1)};
+    heap_push(s->events, ev);
+    return 1;
+}
+
+/* Unit uu is done with group g's work on device dv for good: the group no longer counts against the cap. */
+STEP void close_group(Sim *s, int uu, int g, int dv) {
+    if (s->cap && s->is_open[uu * s->G + g]) {
+        s->is_open[uu * s->G + g] = 0;
+        s->open_count[dv]--;
+    }
+}
+
+STEP void forward_done(Sim *s, const int SCHED, int uu, int op, int dv, double pr) {
+    const KernelObject *k = s->k;
+    const int n = s->n;
+    const int refs = s->n_local[op] + (s->fd_ptr[op + 1] - s->fd_ptr[op]);
+    s->act_refs[uu * n + op] = refs;
+    if (refs) s->mem[dv] += k->out_bytes[op];
+    if (!s->training) release_inputs(s, uu, op, dv);
+    for (int j = k->ch_ptr[op]; j < k->ch_ptr[op + 1]; j++) {
+        const int c = k->ch_idx[j];
+        if (s->place[c] == dv) satisfy(s, SCHED, tid(s, SCHED, uu, FWD, c));
+    }
+    for (int j = s->fd_ptr[op]; j < s->fd_ptr[op + 1]; j++)
+        new_message(s, uu, FWD, op, dv, s->fd_dev[j], j, s->fd_bytes[j], pr);
+    if (s->training) satisfy(s, SCHED, tid(s, SCHED, uu, BWD, op));
+    const int g = s->grp_of[op];
+    if (!s->training && ++s->fdone_on[uu * s->G + g] == s->grp_size[g]) close_group(s, uu, g, dv);
+    s->unit_left[uu]--;
+}
+
+/* A ring member's backward is done; the last one of the ring (of the unit, or of the step) starts its
+ * all-reduce messages. */
+STEP void ring_member_done(Sim *s, const int SCHED, int uu, int op, double pr) {
+    const KernelObject *k = s->k;
+    const int r = k->ring_of[op], ru = k->upd_step ? 0 : uu, R = s->R;
+    if (--s->ring_left[ru * R + r] != 0) return;
+    const int m0 = k->ring_msg_ptr[r], m1 = k->ring_msg_ptr[r + 1];
+    s->ring_pend[ru * R + r] = m1 - m0;
+    if (m1 == m0) ring_complete(s, SCHED, ru, r);
+    for (int mi = m0; mi < m1; mi++)
+        new_message(s, ru, AR, k->ring_first[r], k->ring_src[mi], k->ring_dst[mi], r, k->ring_bytes[mi], pr);
+}
+
+/* zb-h1's W gate: stage r's Ws of unit u wait for its B of unit min(u + r, U - 1). Unit uu's last B on
+ * device dv is done, so the Ws of uu - r (of U - 1 - r .. U - 1 at the end) are released. */
+STEP void release_w_gate(Sim *s, const int SCHED, int uu, int dv) {
+    const int r = s->stage_of[dv], U = s->U;
+    int lo = uu - r, hi = uu - r;
+    if (uu == U - 1) { lo = U - 1 - r; hi = U - 1; }
+    if (lo < 0) lo = 0;
+    for (int u = lo; u <= hi; u++)
+        for (int j = s->dev_ptr[dv]; j < s->dev_ptr[dv + 1]; j++)
+            if (s->hw[s->dev_ops[j]]) satisfy(s, SCHED, tid(s, SCHED, u, WGT, s->dev_ops[j]));
+}
+
+STEP void backward_done(Sim *s, const int SCHED, const int RINGS, int uu, int op, int dv, double pr) {
+    const KernelObject *k = s->k;
+    if (s->hw[op]) {  /* zb-h1: the output gradient and the inputs stay for the W task */
+        s->mem[dv] += s->grad_out[op];
+    } else {
+        s->mem[dv] += s->grad_out[op] - s->grad_in[op];
+        release_inputs(s, uu, op, dv);
+    }
+    for (int j = k->par_ptr[op]; j < k->par_ptr[op + 1]; j++) {
+        const int p = k->par_idx[j], dp = s->place[p];
+        if (dp == dv) { satisfy(s, SCHED, tid(s, SCHED, uu, BWD, p)); continue; }
+        int e;
+        for (e = s->bd_ptr[op]; e < s->bd_ptr[op + 1]; e++) if (s->bd_dev[e] == dp) break;
+        if (s->bd_bytes[e] == 0.0) satisfy(s, SCHED, tid(s, SCHED, uu, BWD, p));
+    }
+    for (int j = s->bd_ptr[op]; j < s->bd_ptr[op + 1]; j++)
+        if (s->bd_bytes[j] > 0.0) new_message(s, uu, BWD, op, dv, s->bd_dev[j], j, s->bd_bytes[j], pr);
+    if (s->hw[op]) satisfy(s, SCHED, tid(s, SCHED, uu, WGT, op));
+    else if (RINGS && s->R && k->ring_of[op] >= 0) ring_member_done(s, SCHED, uu, op, pr);
+    else if (k->has_update[op]) satisfy(s, SCHED, tid(s, SCHED, k->upd_step ? 0 : uu, UPD, op));
+    const int g = s->grp_of[op], last = ++s->done_on[uu * s->G + g] == s->grp_size[g];
+    if (last) close_group(s, uu, g, dv);
+    if (SCHED == SCHED_ZB && last) release_w_gate(s, SCHED, uu, dv);
+    s->unit_left[uu]--;
+}
+
+STEP void wgrad_done(Sim *s, const int SCHED, int uu, int op, int dv) {
+    const KernelObject *k = s->k;
+    s->mem[dv] -= s->grad_in[op];
+    release_inputs(s, uu, op, dv);
+    if (k->has_update[op]) satisfy(s, SCHED, tid(s, SCHED, k->upd_step ? 0 : uu, UPD, op));
+    s->unit_left[uu]--;
+}
+
+/* Task ``task`` has finished on its device. */
+STEP void task_done(Sim *s, const int SCHED, const int RINGS, int task) {
+    const KernelObject *k = s->k;
+    int uu, ph, op;
+    decode(task, s->n, phases(SCHED), &uu, &ph, &op);
+    const int dv = s->place[op];
+    const double pr = task_prio(s, SCHED, task);
+    s->running[dv] = -1;
+    if (ph == FWD) forward_done(s, SCHED, uu, op, dv, pr);
+    else if (ph == BWD) backward_done(s, SCHED, RINGS, uu, op, dv, pr);
+    else if (ph == WGT) wgrad_done(s, SCHED, uu, op, dv);
+    else if (k->upd_step) s->step_left--;
+    else s->unit_left[uu]--;
+    if ((ph != UPD || !k->upd_step) && s->unit_left[uu] == 0) s->in_flight--;
+    note_peak(s, dv);
+}
+
+/* Message xi has crossed its channel: memory moves now; its consumers wait for the receive task, if any. */
+STEP void transfer_done(Sim *s, const int SCHED, const int RINGS, int xi) {
+    const KernelObject *k = s->k;
+    const Xfer *x = &s->xf[xi];
+    s->chan_running[k->route[x->src * s->nd + x->dst]] = 0;
+    if (x->dir == FWD) {
+        if (--s->act_refs[x->u * s->n + x->op] == 0) s->mem[x->src] -= k->out_bytes[x->op];
+        s->recv_refs[(size_t)x->u * s->E + x->entry] = s->fd_consumers[x->entry];
+        s->mem[x->dst] += x->bytes;
+    } else if (x->dir == BWD) {
+        s->mem[x->src] -= x->bytes;
+        s->mem[x->dst] += x->bytes;
+    }  /* AR: the gradients are resident (static memory) on both ends */
+    if (k->has_ovh && k->ovh[x->dst] > 0.0) {
+        Item it = {x->prio, s->seq++, s->ovh_base + 2 * xi + 1};
+        heap_push(&s->dev_q[x->dst], it);
+    } else {
+        deliver(s, SCHED, RINGS, x);
+    }
+    note_peak(s, x->src);
+    note_peak(s, x->dst);
+}
+
+/* A send task is done (the message queues on its channel) or a receive task (the consumers may run). */
+STEP void overhead_done(Sim *s, const int SCHED, const int RINGS, int id) {
+    const int xi = (id - s->ovh_base) >> 1;
+    const Xfer *x = &s->xf[xi];
+    if ((id - s->ovh_base) & 1) {
+        s->running[x->dst] = -1;
+        deliver(s, SCHED, RINGS, x);
+    } else {
+        s->running[x->src] = -1;
+        Item it = {x->prio, s->seq++, xi};
+        heap_push(&s->chan_q[s->k->route[x->src * s->nd + x->dst]], it);
+    }
+}
+
+/* The event loop: admit, start what may start, then handle every event of the next instant. With a
+ * priority order, zero-duration work at an instant is settled first (instant_only passes) so that
+ * everything ready at that instant competes by priority; see reference.py. */
+STEP void run_events(Sim *s, const int SCHED, const int RINGS, const int has_prio) {
+    int instant_only = has_prio ? 1 : 0;
+    for (;;) {
+        admit(s, SCHED);
+        /* dispatch devices; the oldest unfinished unit is never blocked by a cap (progress) */
+        while (s->oldest < s->U && s->unit_left[s->oldest] == 0) s->oldest++;
+        int started = 0;
+        for (int d = 0; d < s->nd; d++)
+            if (s->running[d] < 0 && s->dev_q[d].n > 0) started += dispatch_device(s, SCHED, d, instant_only);
+        for (int j = 0; j < s->nc; j++) started += dispatch_channel(s, j, instant_only);
+        if (instant_only) {
+            if (!started) { instant_only = 0; continue; }  /* settled: now the full dispatch */
+        } else {
+            if (s->events->n == 0) break;
+            s->now = s->events->a[0].key;
+        }
+        if (has_prio) instant_only = 1;
+        while (s->events->n > 0 && s->events->a[0].key == s->now) {
+            const Item ev = heap_pop(s->events);
+            if (ev.id >= s->ovh_base) overhead_done(s, SCHED, RINGS, ev.id);
+            else if (ev.id >= 0) task_done(s, SCHED, RINGS, ev.id);
+            else transfer_done(s, SCHED, RINGS, -ev.id - 1);
+        }
+    }
+}
+
+/* One placement: its plan (message tables, durations, chunks, stages, caps) and the loop's state are built
+ * here, then run_events runs the step. Returns 0 on success, -1 if the simulation stalled, -2 out of memory,
+ * -3 bad placement. SCHED is a compile-time constant at every call (see simulate() below): each schedule kind gets its own
  * copy of this function, and the static one keeps the three-phase kernel's speed. So is RINGS (1 only for
  * an expanded placement with split ops). */
 static inline __attribute__((always_inline)) int simulate_kind(const KernelObject *k, const int *place,
@@ -176,23 +560,22 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
     /* a group is what the caps count per unit: a device, or under interleaved 1F1B a chunk (at most n) */
     const int G = il ? n : nd;
     const size_t UN = (size_t)U * n, UE = (size_t)U * (E > 0 ? E : 1), UG = (size_t)U * G;
+    const size_t ni = sizeof(int), nf = sizeof(double);
     size_t need = 0;
-#define ADD(type, count) (need += sizeof(type) * ((size_t)(count) > 0 ? (size_t)(count) : 1) + 16)
-    ADD(int, n + 1); ADD(int, E); ADD(double, E); ADD(int, E);           /* forward destinations */
-    ADD(int, n + 1); ADD(int, E); ADD(double, E);                         /* backward destinations */
-    ADD(int, n); ADD(double, n); ADD(double, n);                          /* locals, gradients */
-    ADD(double, n); ADD(double, n); ADD(double, n); ADD(double, n);       /* durations */
-    ADD(unsigned char, n);                                                /* has a W task */
-    ADD(int, n); ADD(int, n); ADD(int, n);                                /* chunks: of op, local index, ops */
-    ADD(int, nd); ADD(int, nd); ADD(int, nd); ADD(int, nd + 1);           /* chunks, stage, next_f, slot base */
-    ADD(double, nd); ADD(double, nd); ADD(int, nd);                       /* chunk split: work, seen, ops seen */
-    ADD(int, nd + 1); ADD(int, n);                                        /* each device's ops (W gates) */
-    ADD(int, UN * NPH); ADD(int, UN); ADD(int, UE);                       /* deps, activation/recv refs */
-    ADD(int, U); ADD(int, UG); ADD(int, UG); ADD(char, UG);               /* units, open tracking per group */
-    ADD(Heap, nd); ADD(Heap, 1); ADD(Item, nd + nc + 2);
-    ADD(double, nd); ADD(double, nd); ADD(double, nd);
-    ADD(int, nd); ADD(int, nd); ADD(int, nd); ADD(int, nd); ADD(int, nd);
-#undef ADD
+    need += room(ni, n + 1) + room(ni, E) + room(nf, E) + room(ni, E);                     /* forward destinations */
+    need += room(ni, n + 1) + room(ni, E) + room(nf, E);                                   /* backward destinations */
+    need += room(ni, n) + room(nf, n) + room(nf, n);                                       /* locals, gradients */
+    need += room(nf, n) + room(nf, n) + room(nf, n) + room(nf, n);                         /* durations */
+    need += room(1, n);                                                                    /* has a W task */
+    need += room(ni, n) + room(ni, n) + room(ni, n);                       /* chunks: of op, local index, ops */
+    need += room(ni, nd) + room(ni, nd) + room(ni, nd) + room(ni, nd + 1); /* chunks, stage, next_f, slot base */
+    need += room(nf, nd) + room(nf, nd) + room(ni, nd);                    /* chunk split: work, seen, ops seen */
+    need += room(ni, nd + 1) + room(ni, n);                                /* each device's ops (W gates) */
+    need += room(ni, UN * NPH) + room(ni, UN) + room(ni, UE);              /* deps, activation/recv refs */
+    need += room(ni, U) + room(ni, UG) + room(ni, UG) + room(1, UG);       /* units, open tracking per group */
+    need += room(sizeof(Heap), nd) + room(sizeof(Heap), 1) + room(sizeof(Item), nd + nc + 2);
+    need += room(nf, nd) + room(nf, nd) + room(nf, nd);
+    need += room(ni, nd) + room(ni, nd) + room(ni, nd) + room(ni, nd) + room(ni, nd);
 
     Arena ar = {NULL, 0, 0};
     ar.base = malloc(need);
@@ -427,18 +810,13 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
     for (d = 0; d < nd; d++) peak[d] = mem[d];
     for (j = 0; j < k->n_inputs; j++) input_dev[place[k->input_ops[j]]] = 1;
 
-    long long seq = 0;
-    int n_xf = 0, admitted = 0, in_flight = 0, oldest = 0;
-    double now = 0.0;
     const double *prio = k->prio;
     const int *cap = k->cap;
-    const int ovh_base = U * NPH * n;  /* event/queue ids from here: ovh_base + 2 * message + (0 send | 1 recv) */
     if (k->stage_caps) {
         /* 1F1B limits: used devices ordered by their first op are stages 0..p-1; stage s holds p - s */
         for (d = 0; d < nd; d++) cap_buf[d] = stage_of[d] >= 0 ? p_used - stage_of[d] : 0;
         cap = cap_buf;
     }
-    IlOrder ilo = {n, NPH, p_used, place, lv, vper, (double)(U + p_used) * (double)(n + 1)};
     if (il) {
         /* Megatron's warm-up plus one (micro-batch, chunk) pairs; one chunk: 1F1B's p - s */
         for (d = 0; d < nd; d++) {
@@ -447,285 +825,32 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
         }
         cap = cap_buf;
     }
-    const int has_prio = prio || il;
 
-#define TID(u_, ph_, op_) (((u_) * NPH + (ph_)) * n + (op_))
-#define PRIO(t_) (il ? il_prio(&ilo, (t_)) : prio ? prio[(t_)] : 0.0)
-/* Unit u_ no longer needs op_'s inputs on device d_: activations and received copies whose last reader it was. */
-#define RELEASE_INPUTS(u_, op_, d_) do { int jr__; \
-        for (jr__ = k->par_ptr[(op_)]; jr__ < k->par_ptr[(op_) + 1]; jr__++) { \
-            const int pr__ = k->par_idx[jr__]; \
-            if (place[pr__] == (d_)) { \
-                if (--act_refs[(u_) * n + pr__] == 0) mem[(d_)] -= k->out_bytes[pr__]; \
-            } else { \
-                int er__ = fd_ptr[pr__]; \
-                while (fd_dev[er__] != (d_)) er__++; \
-                if (--recv_refs[(size_t)(u_) * E + er__] == 0) mem[(d_)] -= fd_bytes[er__]; \
-            } \
-        } \
-    } while (0)
-#define READY(t_) do { int t__ = (t_); Item it__ = {PRIO(t__), seq++, t__}; \
-        heap_push(&dev_q[place[t__ % n]], it__); } while (0)
-#define SATISFY(t_) do { int t2__ = (t_); if (--dep[t2__] == 0) READY(t2__); } while (0)
-#define NOTE(d_) do { if (mem[(d_)] > peak[(d_)]) peak[(d_)] = mem[(d_)]; } while (0)
-/* A new message xi from s_ to d_: a send task on s_ first if it has a message overhead, else to the channel. */
-#define SEND(xi_, s_, d_) do { \
-        if (k->has_ovh && k->ovh[(s_)] > 0.0) { Item it__ = {pr, seq++, ovh_base + 2 * (xi_)}; \
-                                                 heap_push(&dev_q[(s_)], it__); } \
-        else { Item it__ = {pr, seq++, (xi_)}; heap_push(&chan_q[k->route[(s_) * nd + (d_)]], it__); } \
-    } while (0)
-/* Ring r_ of ring unit ru_ is done: its members' updates may run. */
-#define RING_COMPLETE(ru_, r_) do { int vr__; \
-        for (vr__ = k->ring_first[(r_)]; vr__ < k->ring_first[(r_)] + k->ring_count[(r_)]; vr__++) \
-            if (k->has_update[vr__]) SATISFY(TID((ru_), UPD, vr__)); \
-    } while (0)
-/* Message x is on its destination: its consumers there may run (a ring's last message: its updates). */
-#define DELIVER(x_) do { const Xfer *xd__ = (x_); int jj__; \
-        if (xd__->dir == AR) { \
-            if (--ring_pend[xd__->u * R + xd__->entry] == 0) RING_COMPLETE(xd__->u, xd__->entry); \
-        } else if (xd__->dir == FWD) { \
-            for (jj__ = k->ch_ptr[xd__->op]; jj__ < k->ch_ptr[xd__->op + 1]; jj__++) \
-                if (place[k->ch_idx[jj__]] == xd__->dst) SATISFY(TID(xd__->u, FWD, k->ch_idx[jj__])); \
-        } else { \
-            for (jj__ = k->par_ptr[xd__->op]; jj__ < k->par_ptr[xd__->op + 1]; jj__++) \
-                if (place[k->par_idx[jj__]] == xd__->dst) SATISFY(TID(xd__->u, BWD, k->par_idx[jj__])); \
-        } \
-    } while (0)
+    Sim S = {
+        .k = k, .place = place, .n = n, .nd = nd, .nc = nc, .U = U, .E = E, .training = training,
+        .fd_ptr = fd_ptr, .fd_dev = fd_dev, .fd_consumers = fd_consumers, .bd_ptr = bd_ptr, .bd_dev = bd_dev,
+        .n_local = n_local, .fd_bytes = fd_bytes, .bd_bytes = bd_bytes, .grad_out = grad_out, .grad_in = grad_in,
+        .dF = dF, .dB = dB, .dU = dU, .dW = dW, .hw = hw,
+        .grp_of = grp_of, .grp_size = grp_size, .stage_of = stage_of, .dev_ptr = dev_ptr, .dev_ops = dev_ops,
+        .input_dev = input_dev, .G = G, .R = R, .p_used = p_used, .prio = prio, .cap = cap,
+        .ilo = {n, NPH, p_used, place, lv, vper, (double)(U + p_used) * (double)(n + 1)},
+        .vper = vper, .slot_base = slot_base, .next_f = next_f, .opened = opened,
+        .ovh_base = U * NPH * n,
+        .dep = dep, .act_refs = act_refs, .recv_refs = recv_refs, .unit_left = unit_left, .done_on = done_on,
+        .fdone_on = fdone_on, .open_count = open_count, .ring_left = ring_left, .ring_pend = ring_pend,
+        .running = running, .is_open = is_open, .chan_running = chan_running,
+        .busy = busy, .mem = mem, .peak = peak, .ch_bytes_out = ch_bytes_out, .ch_busy_out = ch_busy_out,
+        .dev_q = dev_q, .chan_q = chan_q, .events = events_h, .stash = stash, .xf = xf,
+        .n_xf = 0, .admitted = 0, .in_flight = 0, .oldest = 0, .step_left = step_left, .seq = 0, .now = 0.0,
+    };
+    run_events(&S, SCHED, RINGS, prio || il);
 
     int status = 0;
-    /* With a priority order, zero-duration work at an instant is settled first (instant_only
-     * passes) so that everything ready at that instant competes by priority; see reference.py. */
-    int instant_only = has_prio ? 1 : 0, started;
-    for (;;) {
-        /* admission */
-        while (admitted < U && in_flight < k->K) {
-            if (k->admission == ADMIT_THESIS && admitted > 0) {
-                int all_idle = 1;
-                for (d = 0; d < nd; d++)
-                    if (input_dev[d] && (running[d] >= 0 || dev_q[d].n > 0)) { all_idle = 0; break; }
-                if (!all_idle) break;
-            }
-            for (j = 0; j < k->n_inputs; j++) READY(TID(admitted, FWD, k->input_ops[j]));
-            admitted++;
-            in_flight++;
-        }
-        /* dispatch devices; the oldest unfinished unit is never blocked by a cap (progress) */
-        while (oldest < U && unit_left[oldest] == 0) oldest++;
-        started = 0;
-        for (d = 0; d < nd; d++) {
-            if (running[d] >= 0 || dev_q[d].n == 0) continue;
-            int n_stash = 0, chosen = -1;
-            while (dev_q[d].n > 0) {
-                Item it = heap_pop(&dev_q[d]);
-                if (it.id >= ovh_base) {  /* a send or receive task: never capped, never instant */
-                    if (instant_only) { stash[n_stash++] = it; continue; }
-                } else {
-                    int uu, ph, o;
-                    decode(it.id, n, NPH, &uu, &ph, &o);
-                    /* held back: a forward opening a unit on a full device, or (interleaved) out of Megatron's
-                     * order, unless the unit is the oldest */
-                    int capped = 0;
-                    if (ph == FWD && cap && !is_open[uu * G + grp_of[o]] && uu != oldest)
-                        capped = (cap[d] > 0 && open_count[d] >= cap[d]) || (il && il_index(&ilo, 1, uu, o) != next_f[d]);
-                    double len0 = ph == FWD ? dF[o] : ph == BWD ? dB[o] : ph == UPD ? dU[o] : dW[o];
-                    if (capped || (instant_only && len0 > 0.0)) {
-                        stash[n_stash++] = it;
-                        continue;
-                    }
-                }
-                chosen = it.id;
-                break;
-            }
-            for (j = 0; j < n_stash; j++) heap_push(&dev_q[d], stash[j]);
-            if (chosen < 0) continue;
-            if (chosen >= ovh_base) {
-                running[d] = chosen;
-                busy[d] += k->ovh[d];
-                Item ev = {now + k->ovh[d], seq++, chosen};
-                heap_push(events_h, ev);
-                started++;
-                continue;
-            }
-            int uu, ph, op;
-            decode(chosen, n, NPH, &uu, &ph, &op);
-            if (cap && ph == FWD && !is_open[uu * G + grp_of[op]]) {
-                is_open[uu * G + grp_of[op]] = 1; open_count[d]++;
-                if (il) {  /* this forward slot is taken; the next one to open skips taken and empty slots */
-                    const int vd = vper[d], slots = slot_base[d + 1] - slot_base[d];
-                    opened[slot_base[d] + il_index(&ilo, 1, uu, op)] = 1;
-                    while (next_f[d] < slots && (opened[slot_base[d] + next_f[d]]
-                           || (next_f[d] / (p_used * vd)) * p_used + next_f[d] % p_used >= U)) next_f[d]++;
-                }
-            }
-            double len = ph == FWD ? dF[op] : ph == BWD ? dB[op] : ph == UPD ? dU[op] : dW[op];
-            running[d] = chosen;
-            busy[d] += len;
-            Item ev = {now + len, seq++, chosen};
-            heap_push(events_h, ev);
-            started++;
-        }
-        /* dispatch channels */
-        for (j = 0; j < nc; j++) {
-            if (chan_running[j] || chan_q[j].n == 0) continue;
-            const Xfer *x = &xf[chan_q[j].a[0].id];
-            double len = k->cv_ptr && k->cv_ptr[j + 1] > k->cv_ptr[j] ? curve_len(k, j, x->bytes)
-                                                                      : k->ch_lat[j] + x->bytes * k->ch_inv[j];
-            if (len < k->min_xfer[x->src]) len = k->min_xfer[x->src];
-            if (instant_only && len > 0.0) continue;
-            Item it = heap_pop(&chan_q[j]);
-            started++;
-            chan_running[j] = 1;
-            ch_busy_out[j] += len;
-            ch_bytes_out[j] += x->bytes;
-            Item ev = {now + len, seq++, -(it.id + 1)};
-            heap_push(events_h, ev);
-        }
-        if (instant_only) {
-            if (!started) { instant_only = 0; continue; }  /* settled: now the full dispatch */
-        } else {
-            if (events_h->n == 0) break;
-            now = events_h->a[0].key;
-        }
-        if (has_prio) instant_only = 1;
-        while (events_h->n > 0 && events_h->a[0].key == now) {
-            Item ev = heap_pop(events_h);
-            if (ev.id >= ovh_base) {
-                const int xi = (ev.id - ovh_base) >> 1;
-                const Xfer *x = &xf[xi];
-                if ((ev.id - ovh_base) & 1) {  /* received: the consumers may run */
-                    running[x->dst] = -1;
-                    DELIVER(x);
-                } else {  /* sent: the message queues on its channel */
-                    running[x->src] = -1;
-                    Item it = {x->prio, seq++, xi};
-                    heap_push(&chan_q[k->route[x->src * nd + x->dst]], it);
-                }
-            } else if (ev.id >= 0) {
-                const int task = ev.id;
-                int uu, ph, op;
-                decode(task, n, NPH, &uu, &ph, &op);
-                const int dv = place[op];
-                const double pr = PRIO(task);
-                running[dv] = -1;
-                if (ph == FWD) {
-                    int refs = n_local[op] + (fd_ptr[op + 1] - fd_ptr[op]);
-                    act_refs[uu * n + op] = refs;
-                    if (refs) mem[dv] += k->out_bytes[op];
-                    if (!training) RELEASE_INPUTS(uu, op, dv);
-                    for (j = k->ch_ptr[op]; j < k->ch_ptr[op + 1]; j++) {
-                        const int c = k->ch_idx[j];
-                        if (place[c] == dv) SATISFY(TID(uu, FWD, c));
-                    }
-                    for (j = fd_ptr[op]; j < fd_ptr[op + 1]; j++) {
-                        Xfer *x = &xf[n_xf];
-                        x->u = uu; x->dir = FWD; x->op = op; x->src = dv; x->dst = fd_dev[j]; x->entry = j;
-                        x->bytes = fd_bytes[j]; x->prio = pr;
-                        SEND(n_xf, dv, fd_dev[j]);
-                        n_xf++;
-                    }
-                    if (training) SATISFY(TID(uu, BWD, op));
-                    const int g = grp_of[op];
-                    if (!training && ++fdone_on[uu * G + g] == grp_size[g] && cap && is_open[uu * G + g]) {
-                        is_open[uu * G + g] = 0; open_count[dv]--;
-                    }
-                    unit_left[uu]--;
-                } else if (ph == BWD) {
-                    if (hw[op]) {  /* zb-h1: the output gradient and the inputs stay for the W task */
-                        mem[dv] += grad_out[op];
-                    } else {
-                        mem[dv] += grad_out[op] - grad_in[op];
-                        RELEASE_INPUTS(uu, op, dv);
-                    }
-                    for (j = k->par_ptr[op]; j < k->par_ptr[op + 1]; j++) {
-                        const int p = k->par_idx[j], dp = place[p];
-                        if (dp == dv) { SATISFY(TID(uu, BWD, p)); continue; }
-                        int e;
-                        for (e = bd_ptr[op]; e < bd_ptr[op + 1]; e++) if (bd_dev[e] == dp) break;
-                        if (bd_bytes[e] == 0.0) SATISFY(TID(uu, BWD, p));
-                    }
-                    for (j = bd_ptr[op]; j < bd_ptr[op + 1]; j++) {
-                        if (!(bd_bytes[j] > 0.0)) continue;
-                        Xfer *x = &xf[n_xf];
-                        x->u = uu; x->dir = BWD; x->op = op; x->src = dv; x->dst = bd_dev[j]; x->entry = j;
-                        x->bytes = bd_bytes[j]; x->prio = pr;
-                        SEND(n_xf, dv, bd_dev[j]);
-                        n_xf++;
-                    }
-                    if (hw[op]) SATISFY(TID(uu, WGT, op));
-                    else if (R && k->ring_of[op] >= 0) {  /* a ring member: the last one starts the ring */
-                        const int r = k->ring_of[op], ru = k->upd_step ? 0 : uu;
-                        if (--ring_left[ru * R + r] == 0) {
-                            const int m0 = k->ring_msg_ptr[r], m1 = k->ring_msg_ptr[r + 1];
-                            ring_pend[ru * R + r] = m1 - m0;
-                            if (m1 == m0) RING_COMPLETE(ru, r);
-                            for (int mi = m0; mi < m1; mi++) {
-                                Xfer *x = &xf[n_xf];
-                                x->u = ru; x->dir = AR; x->op = k->ring_first[r]; x->src = k->ring_src[mi];
-                                x->dst = k->ring_dst[mi]; x->entry = r; x->bytes = k->ring_bytes[mi]; x->prio = pr;
-                                SEND(n_xf, x->src, x->dst);
-                                n_xf++;
-                            }
-                        }
-                    }
-                    else if (k->has_update[op]) SATISFY(k->upd_step ? TID(0, UPD, op) : TID(uu, UPD, op));
-                    const int g = grp_of[op], last = ++done_on[uu * G + g] == grp_size[g];
-                    if (last && cap && is_open[uu * G + g]) {
-                        is_open[uu * G + g] = 0; open_count[dv]--;
-                    }
-                    if (zb && last) {
-                        /* the W gate: stage r's Ws of unit u wait for its B of unit min(u + r, U - 1); this was
-                         * unit uu's last B here, so release the Ws of uu - r (of U - 1 - r .. U - 1 at the end) */
-                        const int r = stage_of[dv];
-                        int lo = uu - r, hi = uu - r;
-                        if (uu == U - 1) { lo = U - 1 - r; hi = U - 1; }
-                        if (lo < 0) lo = 0;
-                        for (u = lo; u <= hi; u++)
-                            for (j = dev_ptr[dv]; j < dev_ptr[dv + 1]; j++)
-                                if (hw[dev_ops[j]]) SATISFY(TID(u, WGT, dev_ops[j]));
-                    }
-                    unit_left[uu]--;
-                } else if (ph == WGT) {
-                    mem[dv] -= grad_in[op];
-                    RELEASE_INPUTS(uu, op, dv);
-                    if (k->has_update[op]) SATISFY(k->upd_step ? TID(0, UPD, op) : TID(uu, UPD, op));
-                    unit_left[uu]--;
-                } else {
-                    if (k->upd_step) step_left--;
-                    else unit_left[uu]--;
-                }
-                if (ph != UPD || !k->upd_step) {
-                    if (unit_left[uu] == 0) in_flight--;
-                }
-                NOTE(dv);
-            } else {
-                const int xi = -ev.id - 1;
-                const Xfer *x = &xf[xi];
-                chan_running[k->route[x->src * nd + x->dst]] = 0;
-                if (x->dir == FWD) {
-                    if (--act_refs[x->u * n + x->op] == 0) mem[x->src] -= k->out_bytes[x->op];
-                    recv_refs[(size_t)x->u * E + x->entry] = fd_consumers[x->entry];
-                    mem[x->dst] += x->bytes;
-                } else if (x->dir == BWD) {
-                    mem[x->src] -= x->bytes;
-                    mem[x->dst] += x->bytes;
-                }  /* AR: the gradients are resident (static memory) on both ends */
-                /* memory moves on arrival; the consumers wait for the receive task, if any */
-                if (k->has_ovh && k->ovh[x->dst] > 0.0) {
-                    Item it = {x->prio, seq++, ovh_base + 2 * xi + 1};
-                    heap_push(&dev_q[x->dst], it);
-                } else {
-                    DELIVER(x);
-                }
-                NOTE(x->src);
-                NOTE(x->dst);
-            }
-        }
-    }
-    if (admitted < U || step_left) status = -1;
+    if (S.admitted < U || S.step_left) status = -1;
     for (u = 0; u < U && status == 0; u++) if (unit_left[u]) status = -1;
 
-    out[0] = now;
-    out[1] = (double)n_xf;
+    out[0] = S.now;
+    out[1] = (double)S.n_xf;
     for (d = 0; d < nd; d++) { out[2 + d] = busy[d]; out[2 + nd + d] = peak[d]; }
     for (j = 0; j < nc; j++) { out[2 + 2 * nd + j] = ch_bytes_out[j]; out[2 + 2 * nd + nc + j] = ch_busy_out[j]; }
     free(ring_left);
@@ -734,15 +859,6 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
     free(ops_on);
     free(ch_msgs);
     return status;
-#undef RING_COMPLETE
-#undef TID
-#undef PRIO
-#undef READY
-#undef SATISFY
-#undef NOTE
-#undef SEND
-#undef DELIVER
-#undef RELEASE_INPUTS
 }
 
 static int simulate_any(const KernelObject *k, const int *place, double *out) {
@@ -801,9 +917,133 @@ static int simulate(const KernelObject *k, const int *place, double *out) {
 
 /* ------------------------------------------------------------ Python glue */
 
-static int take_view(KernelObject *self, PyObject *obj, char fmt, Py_ssize_t min_len, const void **ptr,
-                     const char *name) {
-    if (obj == Py_None) { *ptr = NULL; return 0; }
+/* Kernel(**arguments): every argument by keyword, described by one row of KERNEL_ARGS below. A row names
+ * the argument, says what it is (a C int, or a contiguous array of int32, float64 or uint8 items), when it
+ * is needed, how many items an array must have at least, and where in the KernelObject it goes. Adding an
+ * argument is adding a field and a row; Kernel_init checks names, presence, types and lengths from the
+ * table, then the relations between arguments that no single row can state. */
+
+typedef enum { ARG_INT, ARG_I32, ARG_F64, ARG_U8 } ArgType;
+
+typedef enum {
+    NEED_ALWAYS,  /* must be given (an array: not None) */
+    NEED_NEVER,   /* may be left out or None */
+    NEED_CURVES,  /* the transfer curves: needed with curve_ptr, refused without it */
+    NEED_SPLITS,  /* the split table: needed when n_splits > 0, refused otherwise */
+} ArgNeed;
+
+typedef enum {  /* an array's least number of items */
+    LEN_ANY, LEN_N, LEN_N1, LEN_N_ND, LEN_ND_ND, LEN_ND, LEN_NC, LEN_NC1, LEN_PRIO,
+    LEN_POINTS,   /* curve points: curve_ptr[n_ch] */
+    LEN_T, LEN_T1, LEN_N_T,
+    LEN_ROWS,     /* shard rows: past the largest split_entry's shards */
+} ArgLen;
+
+typedef struct {
+    const char *name;
+    ArgType type;
+    ArgNeed need;
+    ArgLen len;
+    size_t offset;  /* of the int, or of the const pointer to the items, in KernelObject */
+} ArgSpec;
+
+#define AT(field) offsetof(KernelObject, field)
+
+/* Scalars come first (the arrays' lengths depend on them); arrays are taken in this order, so a row may
+ * depend on the rows before it (LEN_POINTS on curve_ptr, LEN_ROWS on split_ptr and split_entry). */
+static const ArgSpec KERNEL_ARGS[] = {
+    {"n_ops", ARG_INT, NEED_ALWAYS, LEN_ANY, AT(n)},
+    {"n_dev", ARG_INT, NEED_ALWAYS, LEN_ANY, AT(nd)},
+    {"n_ch", ARG_INT, NEED_ALWAYS, LEN_ANY, AT(nc)},
+    {"batches", ARG_INT, NEED_ALWAYS, LEN_ANY, AT(U)},
+    {"in_flight", ARG_INT, NEED_ALWAYS, LEN_ANY, AT(K)},
+    {"forward_only", ARG_INT, NEED_ALWAYS, LEN_ANY, AT(fwd_only)},
+    {"admission", ARG_INT, NEED_ALWAYS, LEN_ANY, AT(admission)},
+    {"update_per_step", ARG_INT, NEED_ALWAYS, LEN_ANY, AT(upd_step)},
+    {"stage_caps", ARG_INT, NEED_ALWAYS, LEN_ANY, AT(stage_caps)},
+    {"schedule_kind", ARG_INT, NEED_NEVER, LEN_ANY, AT(sched)},          /* default SCHED_STATIC */
+    {"virtual_stages", ARG_INT, NEED_NEVER, LEN_ANY, AT(vstages)},       /* default 1 */
+    {"n_splits", ARG_INT, NEED_NEVER, LEN_ANY, AT(sh.T)},                /* default 0: no split table */
+    {"par_ptr", ARG_I32, NEED_ALWAYS, LEN_N1, AT(par_ptr)},
+    {"par_idx", ARG_I32, NEED_ALWAYS, LEN_ANY, AT(par_idx)},
+    {"par_bytes", ARG_F64, NEED_ALWAYS, LEN_ANY, AT(par_bytes)},
+    {"par_grad", ARG_F64, NEED_ALWAYS, LEN_ANY, AT(par_grad)},
+    {"ch_ptr", ARG_I32, NEED_ALWAYS, LEN_N1, AT(ch_ptr)},
+    {"ch_idx", ARG_I32, NEED_ALWAYS, LEN_ANY, AT(ch_idx)},
+    {"ch_bytes", ARG_F64, NEED_ALWAYS, LEN_ANY, AT(ch_bytes)},
+    {"ch_grad", ARG_F64, NEED_ALWAYS, LEN_ANY, AT(ch_grad)},
+    {"fwd", ARG_F64, NEED_ALWAYS, LEN_N_ND, AT(fwd)},
+    {"bwd", ARG_F64, NEED_ALWAYS, LEN_N_ND, AT(bwd)},
+    {"upd", ARG_F64, NEED_ALWAYS, LEN_N_ND, AT(upd)},
+    {"has_update", ARG_U8, NEED_ALWAYS, LEN_N, AT(has_update)},
+    {"out_bytes", ARG_F64, NEED_ALWAYS, LEN_N, AT(out_bytes)},
+    {"static_mem", ARG_F64, NEED_ALWAYS, LEN_N, AT(static_mem)},
+    {"route", ARG_I32, NEED_ALWAYS, LEN_ND_ND, AT(route)},
+    {"ch_latency", ARG_F64, NEED_ALWAYS, LEN_NC, AT(ch_lat)},
+    {"ch_inv_rate", ARG_F64, NEED_ALWAYS, LEN_NC, AT(ch_inv)},
+    {"min_transfer", ARG_F64, NEED_ALWAYS, LEN_ND, AT(min_xfer)},
+    {"input_ops", ARG_I32, NEED_ALWAYS, LEN_ANY, AT(input_ops)},
+    {"msg_overhead", ARG_F64, NEED_ALWAYS, LEN_ND, AT(ovh)},
+    {"priority", ARG_F64, NEED_NEVER, LEN_PRIO, AT(prio)},               /* None: FIFO */
+    {"device_cap", ARG_I32, NEED_NEVER, LEN_ND, AT(cap)},                /* None: no caps */
+    {"bwd_w", ARG_F64, NEED_NEVER, LEN_N_ND, AT(bwd_w)},                 /* needed under zb-h1 */
+    {"has_w", ARG_U8, NEED_NEVER, LEN_N, AT(has_w)},                     /* needed under zb-h1 */
+    {"curve_ptr", ARG_I32, NEED_NEVER, LEN_NC1, AT(cv_ptr)},             /* None: no transfer curves */
+    {"curve_bytes", ARG_F64, NEED_CURVES, LEN_POINTS, AT(cv_b)},
+    {"curve_time", ARG_F64, NEED_CURVES, LEN_POINTS, AT(cv_t)},
+    {"split_dim", ARG_I32, NEED_SPLITS, LEN_T, AT(sh.opt_dim)},
+    {"split_ptr", ARG_I32, NEED_SPLITS, LEN_T1, AT(sh.opt_ptr)},
+    {"split_dev", ARG_I32, NEED_SPLITS, LEN_ANY, AT(sh.opt_dev)},
+    {"split_entry", ARG_I32, NEED_SPLITS, LEN_N_T, AT(sh.entry)},
+    {"shard_blo", ARG_F64, NEED_SPLITS, LEN_ROWS, AT(sh.blo)},
+    {"shard_bhi", ARG_F64, NEED_SPLITS, LEN_ROWS, AT(sh.bhi)},
+    {"shard_cf", ARG_F64, NEED_SPLITS, LEN_ROWS, AT(sh.cf)},
+    {"shard_fwd", ARG_F64, NEED_SPLITS, LEN_ROWS, AT(sh.fwd)},
+    {"shard_bwd", ARG_F64, NEED_SPLITS, LEN_ROWS, AT(sh.bwd)},
+    {"shard_upd", ARG_F64, NEED_SPLITS, LEN_ROWS, AT(sh.upd)},
+    {"shard_static", ARG_F64, NEED_SPLITS, LEN_ROWS, AT(sh.stat)},
+    {"allreduce_bytes", ARG_F64, NEED_SPLITS, LEN_N, AT(sh.ar_bytes)},
+    {"gather_rate", ARG_F64, NEED_SPLITS, LEN_ND, AT(sh.gather_rate)},
+};
+#undef AT
+#define N_ARGS ((int)(sizeof(KERNEL_ARGS) / sizeof(KERNEL_ARGS[0])))
+
+static int arg_index(const char *name) {
+    for (int a = 0; a < N_ARGS; a++)
+        if (strcmp(KERNEL_ARGS[a].name, name) == 0) return a;
+    return -1;
+}
+
+static int *arg_int(KernelObject *self, const ArgSpec *a) { return (int *)((char *)self + a->offset); }
+static const void **arg_ptr(KernelObject *self, const ArgSpec *a) { return (const void **)((char *)self + a->offset); }
+
+/* What the table's relations need beyond the scalars: found while the arrays are taken. */
+typedef struct { Py_ssize_t points, rows; Py_ssize_t count[sizeof(KERNEL_ARGS) / sizeof(KERNEL_ARGS[0])]; } ArgSizes;
+
+static Py_ssize_t arg_min_len(const KernelObject *self, ArgLen len, const ArgSizes *z) {
+    const Py_ssize_t n = self->n, nd = self->nd, nc = self->nc, T = self->sh.T;
+    switch (len) {
+    case LEN_N: return n;
+    case LEN_N1: return n + 1;
+    case LEN_N_ND: return n * nd;
+    case LEN_ND_ND: return nd * nd;
+    case LEN_ND: return nd;
+    case LEN_NC: return nc;
+    case LEN_NC1: return nc + 1;
+    case LEN_PRIO: return (Py_ssize_t)self->U * self->n_ph * n;
+    case LEN_POINTS: return z->points;
+    case LEN_T: return T;
+    case LEN_T1: return T + 1;
+    case LEN_N_T: return n * T;
+    case LEN_ROWS: return z->rows;
+    default: return 0;
+    }
+}
+
+/* A contiguous array of ``type`` items with at least ``min_len`` of them, kept as a view until dealloc. */
+static int take_view(KernelObject *self, PyObject *obj, ArgType type, Py_ssize_t min_len, const void **ptr,
+                     Py_ssize_t *count, const char *name) {
+    const char fmt = type == ARG_F64 ? 'd' : type == ARG_I32 ? 'i' : 'B';
     Py_buffer *v = &self->views[self->nviews];
     if (PyObject_GetBuffer(obj, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
     self->nviews++;
@@ -812,169 +1052,185 @@ static int take_view(KernelObject *self, PyObject *obj, char fmt, Py_ssize_t min
     int ok = v->itemsize == item && (got == fmt || (fmt == 'i' && (got == 'l' && item == sizeof(long)))
                                       || (fmt == 'B' && (got == 'b' || got == '?')));
     if (!ok) {
-        PyErr_Format(PyExc_TypeError, "%s: expected a contiguous array of '%c' items, got '%s'", name, fmt,
-                     v->format ? v->format : "?");
+        PyErr_Format(PyExc_TypeError, "Kernel(): %s: expected a contiguous array of '%c' items, got '%s'", name,
+                     fmt, v->format ? v->format : "?");
         return -1;
     }
     if (v->len / item < min_len) {
-        PyErr_Format(PyExc_ValueError, "%s: expected at least %zd items", name, min_len);
+        PyErr_Format(PyExc_ValueError, "Kernel(): %s: expected at least %zd items, got %zd", name, min_len,
+                     v->len / item);
         return -1;
     }
     *ptr = v->buf;
+    *count = v->len / item;
+    return 0;
+}
+
+/* Whether a row's group is in use: the curves with curve_ptr, the split table with n_splits > 0. */
+static int arg_group_on(const KernelObject *self, ArgNeed need) {
+    return need == NEED_CURVES ? self->cv_ptr != NULL : need == NEED_SPLITS ? self->sh.T > 0 : 1;
+}
+
+/* Takes the arrays of rows [from, to) of the table. */
+static int take_rows(KernelObject *self, PyObject *const *given, int from, int to, ArgSizes *z) {
+    for (int a = from; a < to; a++) {
+        const ArgSpec *s = &KERNEL_ARGS[a];
+        PyObject *obj = given[a];
+        if (s->type == ARG_INT) continue;
+        if (!arg_group_on(self, s->need)) {
+            if (obj && obj != Py_None) {
+                PyErr_Format(PyExc_TypeError, "Kernel(): %s is given without %s", s->name,
+                             s->need == NEED_CURVES ? "curve_ptr" : "n_splits > 0");
+                return -1;
+            }
+            continue;
+        }
+        if (!obj || obj == Py_None) {
+            if (s->need == NEED_NEVER) continue;
+            PyErr_Format(PyExc_TypeError, "Kernel(): missing required argument '%s'%s", s->name,
+                         s->need == NEED_CURVES ? " (curve_ptr needs it)" : s->need == NEED_SPLITS
+                         ? " (n_splits > 0 needs it)" : "");
+            return -1;
+        }
+        if (take_view(self, obj, s->type, arg_min_len(self, s->len, z), arg_ptr(self, s), &z->count[a], s->name))
+            return -1;
+    }
     return 0;
 }
 
 static void Kernel_dealloc(KernelObject *self) {
     for (int i = 0; i < self->nviews; i++) PyBuffer_Release(&self->views[i]);
+    PyMem_Free(self->views);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* The keywords into ``given`` (borrowed, NULL where absent) and the scalars into the object. */
+static int parse_keywords(KernelObject *self, PyObject *args, PyObject *kwds, PyObject **given) {
+    if (args && PyTuple_GET_SIZE(args) > 0) {
+        PyErr_SetString(PyExc_TypeError, "Kernel() takes keyword arguments only");
+        return -1;
+    }
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (kwds && PyDict_Next(kwds, &pos, &key, &value)) {
+        const char *name = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+        if (!name) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "Kernel(): keywords must be strings");
+            return -1;
+        }
+        const int a = arg_index(name);
+        if (a < 0) {
+            PyErr_Format(PyExc_TypeError, "Kernel() got an unexpected keyword argument '%s'", name);
+            return -1;
+        }
+        given[a] = value;
+    }
+    for (int a = 0; a < N_ARGS; a++) {
+        const ArgSpec *s = &KERNEL_ARGS[a];
+        if (s->type != ARG_INT) continue;
+        if (!given[a]) {
+            if (s->need == NEED_NEVER) continue;  /* the default set by Kernel_init stays */
+            PyErr_Format(PyExc_TypeError, "Kernel(): missing required argument '%s'", s->name);
+            return -1;
+        }
+        const long v = PyLong_AsLong(given[a]);
+        if (v == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "Kernel(): %s must be an int that fits in 32 bits", s->name);
+            return -1;
+        }
+        if (v < INT_MIN || v > INT_MAX) {
+            PyErr_Format(PyExc_OverflowError, "Kernel(): %s is out of range", s->name);
+            return -1;
+        }
+        *arg_int(self, s) = (int)v;
+    }
+    return 0;
+}
+
 static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
-    PyObject *o[NBUF];
-    o[22] = o[23] = Py_None;
-    /* By name (Python passes keywords): the order below is checked against the caller's names. */
-    static char *kwlist[] = {"n_ops", "n_dev", "n_ch", "par_ptr", "par_idx", "par_bytes", "par_grad", "ch_ptr",
-                             "ch_idx", "ch_bytes", "ch_grad", "fwd", "bwd", "upd", "has_update", "out_bytes",
-                             "static_mem", "route", "ch_latency", "ch_inv_rate", "min_transfer", "input_ops",
-                             "batches", "in_flight", "forward_only", "admission", "update_per_step", "stage_caps",
-                             "priority", "device_cap", "msg_overhead", "bwd_w", "has_w", "schedule_kind",
-                             "virtual_stages", "curve_ptr", "curve_bytes", "curve_time", "n_splits", "split_dim",
-                             "split_ptr", "split_dev", "split_entry", "shard_blo", "shard_bhi", "shard_cf",
-                             "shard_fwd", "shard_bwd", "shard_upd", "shard_static", "allreduce_bytes",
-                             "gather_rate", NULL};
-    if (self->nviews) { PyErr_SetString(PyExc_RuntimeError, "Kernel is already initialised"); return -1; }
+    PyObject *given[sizeof(KERNEL_ARGS) / sizeof(KERNEL_ARGS[0])] = {NULL};
+    ArgSizes z;
+    memset(&z, 0, sizeof(z));
+    if (self->views) { PyErr_SetString(PyExc_RuntimeError, "Kernel is already initialised"); return -1; }
+    self->views = PyMem_Calloc((size_t)N_ARGS, sizeof(Py_buffer));
+    if (!self->views) { PyErr_NoMemory(); return -1; }
     self->sched = SCHED_STATIC;
     self->vstages = 1;
-    o[24] = o[25] = o[26] = Py_None;  /* the transfer curves are optional */
-    for (int b = 27; b < NBUF; b++) o[b] = Py_None;  /* so is the split table */
     memset(&self->sh, 0, sizeof(self->sh));
+    self->cv_ptr = NULL;
     self->ring_of = NULL;
     self->n_rings = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiiOOOOOOOOOOOOOOOOOOOiiiiiiOOO|OOiiOOOiOOOOOOOOOOOOO", kwlist, &self->n,
-                          &self->nd, &self->nc,
-                          &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10], &o[11],
-                          &o[12], &o[13], &o[14], &o[15], &o[16], &o[17], &o[18],
-                          &self->U, &self->K, &self->fwd_only, &self->admission, &self->upd_step,
-                          &self->stage_caps, &o[19], &o[20], &o[21], &o[22], &o[23], &self->sched,
-                          &self->vstages, &o[24], &o[25], &o[26], &self->sh.T, &o[27], &o[28], &o[29], &o[30],
-                          &o[31], &o[32], &o[33], &o[34], &o[35], &o[36], &o[37], &o[38], &o[39]))
-        return -1;
+    if (parse_keywords(self, args, kwds, given)) return -1;
     if (self->sched < SCHED_STATIC || self->sched > SCHED_ZB || self->vstages < 1) {
-        PyErr_SetString(PyExc_ValueError, "invalid schedule_kind or virtual_stages");
+        PyErr_SetString(PyExc_ValueError, "Kernel(): invalid schedule_kind or virtual_stages");
         return -1;
     }
     self->n_ph = self->sched == SCHED_ZB ? 4 : 3;
     const int n = self->n, nd = self->nd, nc = self->nc;
     if (n < 1 || nd < 1 || nc < 0 || self->U < 1 || self->K < 1) {
-        PyErr_SetString(PyExc_ValueError, "invalid sizes");
+        PyErr_SetString(PyExc_ValueError, "Kernel(): invalid sizes (n_ops, n_dev, batches and in_flight must be "
+                                          "at least 1, n_ch at least 0)");
         return -1;
     }
-    if (take_view(self, o[0], 'i', n + 1, (const void **)&self->par_ptr, "par_ptr") ||
-        take_view(self, o[1], 'i', 0, (const void **)&self->par_idx, "par_idx") ||
-        take_view(self, o[2], 'd', 0, (const void **)&self->par_bytes, "par_bytes") ||
-        take_view(self, o[3], 'd', 0, (const void **)&self->par_grad, "par_grad") ||
-        take_view(self, o[4], 'i', n + 1, (const void **)&self->ch_ptr, "ch_ptr") ||
-        take_view(self, o[5], 'i', 0, (const void **)&self->ch_idx, "ch_idx") ||
-        take_view(self, o[6], 'd', 0, (const void **)&self->ch_bytes, "ch_bytes") ||
-        take_view(self, o[7], 'd', 0, (const void **)&self->ch_grad, "ch_grad") ||
-        take_view(self, o[8], 'd', (Py_ssize_t)n * nd, (const void **)&self->fwd, "fwd") ||
-        take_view(self, o[9], 'd', (Py_ssize_t)n * nd, (const void **)&self->bwd, "bwd") ||
-        take_view(self, o[10], 'd', (Py_ssize_t)n * nd, (const void **)&self->upd, "upd") ||
-        take_view(self, o[11], 'B', n, (const void **)&self->has_update, "has_update") ||
-        take_view(self, o[12], 'd', n, (const void **)&self->out_bytes, "out_bytes") ||
-        take_view(self, o[13], 'd', n, (const void **)&self->static_mem, "static_mem") ||
-        take_view(self, o[14], 'i', (Py_ssize_t)nd * nd, (const void **)&self->route, "route") ||
-        take_view(self, o[15], 'd', nc, (const void **)&self->ch_lat, "ch_latency") ||
-        take_view(self, o[16], 'd', nc, (const void **)&self->ch_inv, "ch_inv_rate") ||
-        take_view(self, o[17], 'd', nd, (const void **)&self->min_xfer, "min_transfer") ||
-        take_view(self, o[18], 'i', 0, (const void **)&self->input_ops, "input_ops") ||
-        take_view(self, o[19], 'd', (Py_ssize_t)self->U * self->n_ph * n, (const void **)&self->prio, "priority") ||
-        take_view(self, o[20], 'i', nd, (const void **)&self->cap, "device_cap") ||
-        take_view(self, o[21], 'd', nd, (const void **)&self->ovh, "msg_overhead") ||
-        take_view(self, o[22], 'd', (Py_ssize_t)n * nd, (const void **)&self->bwd_w, "bwd_w") ||
-        take_view(self, o[23], 'B', n, (const void **)&self->has_w, "has_w"))
-        return -1;
+    if (self->sh.T < 0) { PyErr_SetString(PyExc_ValueError, "Kernel(): n_splits must be >= 0"); return -1; }
+
+    /* the arrays in table order, in three steps: each step's lengths follow from the checks before it */
+    const int points_from = arg_index("curve_bytes"), rows_from = arg_index("shard_blo");
+    if (take_rows(self, given, 0, points_from, &z)) return -1;
     if (self->sched == SCHED_ZB && (!self->bwd_w || !self->has_w)) {
-        PyErr_SetString(PyExc_ValueError, "schedule_kind zb needs bwd_w and has_w");
+        PyErr_SetString(PyExc_ValueError, "Kernel(): schedule_kind zb needs bwd_w and has_w");
         return -1;
     }
-    if (!self->ovh) { PyErr_SetString(PyExc_ValueError, "msg_overhead is required"); return -1; }
-    if (take_view(self, o[24], 'i', nc + 1, (const void **)&self->cv_ptr, "curve_ptr")) return -1;
     if (self->cv_ptr) {  /* every channel: no points, or at least two inside the point arrays */
-        Py_ssize_t points = self->cv_ptr[nc];
+        z.points = self->cv_ptr[nc];
         for (int j = 0; j < nc; j++) {
             int m = self->cv_ptr[j + 1] - self->cv_ptr[j];
-            if (self->cv_ptr[j] < 0 || m < 0 || m == 1 || self->cv_ptr[j + 1] > points || self->cv_ptr[0] != 0) {
-                PyErr_SetString(PyExc_ValueError, "curve_ptr: bad offsets");
+            if (self->cv_ptr[j] < 0 || m < 0 || m == 1 || self->cv_ptr[j + 1] > z.points || self->cv_ptr[0] != 0) {
+                PyErr_SetString(PyExc_ValueError, "Kernel(): curve_ptr: bad offsets");
                 return -1;
             }
         }
-        if (take_view(self, o[25], 'd', points, (const void **)&self->cv_b, "curve_bytes") ||
-            take_view(self, o[26], 'd', points, (const void **)&self->cv_t, "curve_time"))
-            return -1;
-        if (!self->cv_b || !self->cv_t) {
-            PyErr_SetString(PyExc_ValueError, "curve_ptr needs curve_bytes and curve_time");
-            return -1;
-        }
     }
-    if (self->sh.T < 0) { PyErr_SetString(PyExc_ValueError, "n_splits must be >= 0"); return -1; }
+    if (take_rows(self, given, points_from, rows_from, &z)) return -1;
     if (self->sh.T > 0) {
         ShardTable *t = &self->sh;
         const int T = t->T;
-        if (take_view(self, o[27], 'i', T, (const void **)&t->opt_dim, "split_dim") ||
-            take_view(self, o[28], 'i', T + 1, (const void **)&t->opt_ptr, "split_ptr") ||
-            take_view(self, o[29], 'i', 0, (const void **)&t->opt_dev, "split_dev") ||
-            take_view(self, o[30], 'i', (Py_ssize_t)n * T, (const void **)&t->entry, "split_entry"))
-            return -1;
-        if (!t->opt_dim || !t->opt_ptr || !t->opt_dev || !t->entry) {
-            PyErr_SetString(PyExc_ValueError, "n_splits needs the split table's arrays");
-            return -1;
-        }
-        Py_ssize_t rows = 0, devs = self->views[self->nviews - 2].len / 4;
+        const Py_ssize_t devs = z.count[arg_index("split_dev")];
         for (int j = 0; j < T; j++) {
             const int kk = t->opt_ptr[j + 1] - t->opt_ptr[j];
             if (t->opt_ptr[0] != 0 || kk < 1 || kk > 64 || t->opt_ptr[j + 1] > devs) {
-                PyErr_SetString(PyExc_ValueError, "split_ptr: bad offsets (1 to 64 devices per split)");
+                PyErr_SetString(PyExc_ValueError, "Kernel(): split_ptr: bad offsets (1 to 64 devices per split)");
                 return -1;
             }
         }
         for (Py_ssize_t j = 0; j < devs; j++)
             if (t->opt_dev[j] < 0 || t->opt_dev[j] >= nd) {
-                PyErr_SetString(PyExc_ValueError, "split_dev: a device index out of range");
+                PyErr_SetString(PyExc_ValueError, "Kernel(): split_dev: a device index out of range");
                 return -1;
             }
         for (Py_ssize_t j = 0; j < (Py_ssize_t)n * T; j++) {
             const int kk = t->opt_ptr[j % T + 1] - t->opt_ptr[j % T];
-            if (t->entry[j] >= 0 && t->entry[j] + kk > rows) rows = t->entry[j] + kk;
-        }
-        if (take_view(self, o[31], 'd', rows, (const void **)&t->blo, "shard_blo") ||
-            take_view(self, o[32], 'd', rows, (const void **)&t->bhi, "shard_bhi") ||
-            take_view(self, o[33], 'd', rows, (const void **)&t->cf, "shard_cf") ||
-            take_view(self, o[34], 'd', rows, (const void **)&t->fwd, "shard_fwd") ||
-            take_view(self, o[35], 'd', rows, (const void **)&t->bwd, "shard_bwd") ||
-            take_view(self, o[36], 'd', rows, (const void **)&t->upd, "shard_upd") ||
-            take_view(self, o[37], 'd', rows, (const void **)&t->stat, "shard_static") ||
-            take_view(self, o[38], 'd', n, (const void **)&t->ar_bytes, "allreduce_bytes") ||
-            take_view(self, o[39], 'd', nd, (const void **)&t->gather_rate, "gather_rate"))
-            return -1;
-        if (!t->blo || !t->bhi || !t->cf || !t->fwd || !t->bwd || !t->upd || !t->stat || !t->ar_bytes
-            || !t->gather_rate) {
-            PyErr_SetString(PyExc_ValueError, "n_splits needs the shards' arrays");
-            return -1;
+            if (t->entry[j] >= 0 && t->entry[j] + kk > z.rows) z.rows = t->entry[j] + kk;
         }
         t->bwdw = NULL;
     }
+    if (take_rows(self, given, rows_from, N_ARGS, &z)) return -1;
+
     self->has_ovh = 0;
     for (int d = 0; d < nd; d++) {
-        if (!(self->ovh[d] >= 0.0)) { PyErr_SetString(PyExc_ValueError, "msg_overhead must be >= 0"); return -1; }
+        if (!(self->ovh[d] >= 0.0)) {
+            PyErr_SetString(PyExc_ValueError, "Kernel(): msg_overhead must be >= 0");
+            return -1;
+        }
         if (self->ovh[d] > 0.0) self->has_ovh = 1;
     }
     self->n_edges = self->par_ptr[n];
     if (self->ch_ptr[n] != self->n_edges) {
-        PyErr_SetString(PyExc_ValueError, "parent and child edge counts differ");
+        PyErr_SetString(PyExc_ValueError, "Kernel(): parent and child edge counts differ");
         return -1;
     }
-    self->n_inputs = (int)(self->views[18].len / 4);
+    self->n_inputs = (int)z.count[arg_index("input_ops")];
     return 0;
 }
 
