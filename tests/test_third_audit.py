@@ -86,3 +86,43 @@ def test_e3_checks_its_report_before_the_runs(capsys, tmp_path, monkeypatch):
         refused(*cli(capsys, "experiment", "e3", "--budget", "10", "--seeds", "1", "--networks", "alexnet",
                      "--algorithms", "random", "--versions", "normal", "--workers", "1", *argv), *words)
     assert sorted(os.listdir(tmp_path)) == ["bad.md"]
+
+
+# -- 8. `placement benchmark --placement FILE` with split ops, in text -------------------------------------------
+
+SMALL_CNN = str(__import__("pathlib").Path(__file__).resolve().parent / "torch_models.py") + ":SmallCNN"
+CNN_OPS = ["x", "conv1", "relu", "pool", "flatten", "fc"]
+
+
+def _sharded_placement(tmp_path):
+    entries = dict({op: "cpu0" for op in CNN_OPS}, conv1={"devices": ["cpu0", "cpu1"], "split": "channel"},
+                   fc={"devices": ["cpu0", "cpu1"], "split": "batch"})
+    path = tmp_path / "sharded.json"
+    path.write_text(json.dumps({"format": "placement/1", "assignment": entries}))
+    return path
+
+
+def test_benchmark_text_output_of_a_split_placement(capsys, tmp_path, monkeypatch):
+    """The measurement is replaced by a canned one (a real one takes 14 s): what failed was the text after it."""
+    pytest.importorskip("torch")
+    import placement_core.torch.benchmark as bench
+    seen = []
+
+    def measured(model, shape, placements, devs, **kw):
+        seen.append(placements)
+        return [bench.BenchmarkResult("ok", kw["runner"], [{"name": d.name, "torch": d.torch, "peak_memory_bytes": None,
+                                                            "memory_limit_bytes": None} for d in devs],
+                                      steps_s=[0.01, 0.012], warmup_s=[0.02])]
+    monkeypatch.setattr(bench, "benchmark", measured)
+    code, out, err = cli(capsys, "benchmark", "--model", SMALL_CNN, "--input-shape", "2,3,8,8", "--batch-size", 4,
+                         "--devices", "cpu:2", "--placement", _sharded_placement(tmp_path), "--home", tmp_path / "h")
+    assert code == 0, err
+    assert "(uses cpu0, cpu1)" in out and "median_step_s: 0.011000" in out
+    assert seen[0][0]["conv1"] == {"devices": ["cpu0", "cpu1"], "split": "channel"}
+
+
+def test_a_pipelined_benchmark_refuses_split_ops(capsys, tmp_path):
+    pytest.importorskip("torch")
+    refused(*cli(capsys, "benchmark", "--model", SMALL_CNN, "--input-shape", "2,3,8,8", "--batch-size", 4,
+                 "--devices", "cpu:2", "--placement", _sharded_placement(tmp_path), "--schedule", "gpipe",
+                 "--micro-batches", 2, "--no-store"), "--placement", "conv1", "split")

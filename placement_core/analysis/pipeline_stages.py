@@ -52,6 +52,11 @@ def pipeline_plan(graph: Graph, assignment: dict[str, str], schedule: str, micro
     if m < 1 or batch_size % m:
         raise InputError(f"{m} micro-batches do not split the batch of {batch_size} evenly", field="--micro-batches",
                          fix="Use a divisor of the batch size")
+    split = next((op.name for op in graph.ops if isinstance(assignment.get(op.name), dict)), None)
+    if split is not None:
+        raise InputError(f"op {split!r} is split over several devices, and a pipelined run gives each op one stage",
+                         field="--placement", fix="Give each op one device (e.g. stages:4), or leave --schedule out "
+                                                  "to measure the split placement")
     ops = [op for op in graph.ops if not (op.kind == "input" and not op.inputs)]
     chunks: list[tuple[str, list[str]]] = []
     for op in ops:

@@ -50,7 +50,8 @@ def cmd_benchmark(args) -> int:
     if args.json:
         print_json(report)
         return 0 if result.ok else 1
-    used = sorted(set(assignment.values()))
+    used = sorted({d for entry in assignment.values()  # a split op's entry names its devices
+                   for d in (entry["devices"] if isinstance(entry, dict) else [entry])})
     print(f"{traced.graph.name} (batch {batch}) on {', '.join(d.name + '=' + d.torch for d in devs)}, "
           f"{args.runner} runner, placement {args.placement} (uses {', '.join(used)})")
     if not result.ok:
