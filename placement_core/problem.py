@@ -160,8 +160,9 @@ class ProblemSpec:
     def of(cls, problem: "Problem") -> "ProblemSpec":
         s, prof = problem.settings, problem.profile
         timings = dict(prof.timings) if getattr(prof, "timings", None) else None
-        return cls(schedule=s.schedule, micro_batches=s.micro_batches, batches=s.batches // s.micro_batches,
-                   in_flight=s.in_flight if s.schedule == "thesis" else 1, forward_only=s.forward_only, profile=prof.name,
+        return cls(schedule=s.schedule, micro_batches=s.micro_batches, batches=s.batches,
+                   in_flight=s.units_in_flight if s.schedule == "thesis" else 1, forward_only=s.forward_only,
+                   profile=prof.name,
                    comp_efficiency=prof.comp_efficiency, comm_efficiency=prof.comm_efficiency,
                    timings=timings, timings_batch=getattr(prof, "timings_batch", 0) if timings else 0,
                    penalty=problem.penalty, virtual_stages=s.virtual_stages, splits=problem.splits)

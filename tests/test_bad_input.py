@@ -373,9 +373,9 @@ def test_trace_estimate_against_the_real_trace():
     d = load_devices("malvik-4gpu")
     slow = DeviceGraph("slow", [replace(x, message_overhead=5e-5) for x in d.devices], list(d.channels))
     cases = [(Problem(load_network("alexnet"), d), d), (Problem(load_network("alexnet"), d,
-                                                                 settings=SimSettings(batches=3, in_flight=2)), d),
-             (Problem(load_network("resnet50"), d, settings=SimSettings(batches=2, forward_only=True)), d),
-             (Problem(load_network("resnet50"), slow, settings=SimSettings(batches=2, in_flight=2)), slow),
+                                                                 settings=SimSettings(units=3, units_in_flight=2)), d),
+             (Problem(load_network("resnet50"), d, settings=SimSettings(units=2, forward_only=True)), d),
+             (Problem(load_network("resnet50"), slow, settings=SimSettings(units=2, units_in_flight=2)), slow),
              (ProblemSpec(schedule="gpipe", micro_batches=4, profile="default", penalty="thesis").build(load_network("resnet50"), d), d)]
     for p, devs in cases:
         pl = random_placement(p.graph, devs, 5)

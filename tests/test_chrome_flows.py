@@ -17,7 +17,7 @@ PLACEMENT = np.array([0, 1, 0, 1], dtype=np.int32)
 
 
 def export(batches=2):
-    p = problem(OPS, devices(2, bandwidth=100.0), batches=batches, in_flight=1)
+    p = problem(OPS, devices(2, bandwidth=100.0), units=batches, units_in_flight=1)
     result = p.simulate(PLACEMENT, trace=True).result
     doc = json.loads(json.dumps(chrome_trace(result, p.devices.names, ["bus"], graph=p.graph)))
     return doc["traceEvents"]

@@ -28,7 +28,7 @@ def _same_as_validated(fig: go.Figure) -> None:
 def _traced(batches=3, in_flight=2, seed=2):
     g, d = load_network("resnet50"), load_devices("malvik-4gpu")
     from placement_core import SimSettings
-    p = Problem(g, d, settings=SimSettings(batches=batches, in_flight=in_flight))
+    p = Problem(g, d, settings=SimSettings(units=batches, units_in_flight=in_flight))
     res = p.simulate(random_placement(g, d, seed), trace=True).result
     rows = gantt_rows(d.names, [c.name for c in d.channels])
     return p, res, rows

@@ -23,7 +23,7 @@ DEV = load_devices("malvik-4gpu")
 def _hand_made(schedule: str, m: int, batches: int, in_flight: int, **kw) -> Problem:
     """The problem written out by hand: settings, micro-batch graph and profile, no spec involved."""
     if schedule == "thesis":
-        return Problem(NET, DEV, settings=SimSettings(batches=batches, in_flight=in_flight, admission=ADMIT_THESIS),
+        return Problem(NET, DEV, settings=SimSettings(units=batches, units_in_flight=in_flight, admission=ADMIT_THESIS),
                        **kw)
     n = len(NET)
     prio = np.zeros((m, 3, n))
@@ -32,7 +32,7 @@ def _hand_made(schedule: str, m: int, batches: int, in_flight: int, **kw) -> Pro
     prio[:, first, :] = units
     prio[:, second, :] = m + units
     prio[:, 2, :] = 2 * m
-    s = SimSettings(batches=m, in_flight=m, admission=ADMIT_EAGER, update_per_step=True, priority=prio,
+    s = SimSettings(units=m, units_in_flight=m, admission=ADMIT_EAGER, update_per_step=True, priority=prio,
                     stage_caps=schedule == "1f1b", micro_batches=m, schedule=schedule)
     return Problem(NET.with_batch_size(NET.batch_size // m), DEV, settings=s, **kw)
 

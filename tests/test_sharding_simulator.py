@@ -183,8 +183,8 @@ def sharded_instances(draw):
         placement.append(draw(st.sampled_from(choices)))
     schedule = draw(st.sampled_from(["thesis", "thesis", "gpipe", "1f1b"]))
     if schedule == "thesis":
-        batches = draw(st.integers(1, 2))
-        sim = SimSettings(batches=batches, in_flight=draw(st.integers(1, batches)),
+        units = draw(st.integers(1, 2))
+        sim = SimSettings(units=units, units_in_flight=draw(st.integers(1, units)),
                           forward_only=draw(st.booleans()))
     else:
         from placement_core.simulate.schedules import schedule_settings

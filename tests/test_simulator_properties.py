@@ -3,7 +3,7 @@
 Every instance draws per-device message overheads (none, some devices, every device), channels with or
 without a measured transfer curve, a cost profile (the default roofline, or ``exprimo-2020`` with its one-clock-cycle
 minimum per transfer and per cost term, gradients sent back to the input op and no weight update) and
-the simulator settings: random ones (batches in flight, admission, priorities, stage caps, per-step
+the simulator settings: random ones (units in flight, admission, priorities, stage caps, per-step
 updates) or those of the thesis', GPipe's, 1F1B's, interleaved 1F1B's (virtual stages from the placement's
 runs or cut from single runs) and ZB-H1's schedules (backwards split into B and W by each op's share, given
 in the file or by default).
@@ -75,12 +75,12 @@ def instances(draw):
                                      "interleaved-1f1b", "zb-h1", "zb-h1"]))
     forward_only = draw(st.booleans())
     if schedule == "random":
-        batches = draw(st.integers(1, 3))
+        units = draw(st.integers(1, 3))
         priority = None
         if draw(st.booleans()):
-            priority = np.array(draw(st.lists(st.integers(0, 3), min_size=batches * 3 * n,
-                                              max_size=batches * 3 * n)), dtype=float)
-        sim = SimSettings(batches=batches, in_flight=draw(st.integers(1, batches)), forward_only=forward_only,
+            priority = np.array(draw(st.lists(st.integers(0, 3), min_size=units * 3 * n,
+                                              max_size=units * 3 * n)), dtype=float)
+        sim = SimSettings(units=units, units_in_flight=draw(st.integers(1, units)), forward_only=forward_only,
                           admission=draw(st.sampled_from([0, ADMIT_EAGER])),
                           update_per_step=draw(st.booleans()), priority=priority,
                           stage_caps=draw(st.booleans()))
@@ -173,7 +173,7 @@ def test_makespan_lower_bounds(inst):
     eps = 1e-9 * max(1.0, r.makespan)
     assert r.makespan >= longest.max() - eps
     # Total work spread perfectly over every device.
-    work = sim.batches * (fwd_min.sum() + bwd_min.sum()) + (1 if sim.update_per_step else sim.batches) * upd_min.sum()
+    work = sim.units * (fwd_min.sum() + bwd_min.sum()) + (1 if sim.update_per_step else sim.units) * upd_min.sum()
     assert r.makespan >= work / len(devs) - eps
     # No device is busy longer than the step.
     assert (r.busy <= r.makespan + eps).all()

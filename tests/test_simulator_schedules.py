@@ -74,7 +74,7 @@ def test_two_transfers_contend_on_a_shared_channel(shared, makespan):
 def test_two_batches_in_flight(in_flight, makespan):
     # a on d0 -> b on d1, forward only, 1 s each and 1 s transfer. With two in flight batch 1 starts
     # as soon as d0 (the input device) is idle, at t=1; with one it waits for batch 0 to finish.
-    p = problem([op("a"), op("b", ["a"])], devices(2), forward_only=True, batches=2, in_flight=in_flight)
+    p = problem([op("a"), op("b", ["a"])], devices(2), forward_only=True, units=2, units_in_flight=in_flight)
     fast, ref = both(p, [0, 1])
     s = spans(ref)
     assert s[("a", "fwd", 1)] == ((1, 2) if in_flight == 2 else (3, 4))

@@ -75,9 +75,9 @@ def batch_summary(problem) -> dict:
     m = s.micro_batches
     pipelined = s.schedule != "thesis"
     return {"batch_size": problem.graph.batch_size * m, "micro_batch_size": problem.graph.batch_size,
-            "batches": s.batches // m,
+            "batches": s.batches,
             # gpipe/1f1b admit every micro-batch of the one batch at once; "in flight" is the thesis scheme's
-            "in_flight": 1 if pipelined else s.in_flight,
+            "in_flight": 1 if pipelined else s.units_in_flight,
             "schedule": s.schedule, "micro_batches": m, "virtual_stages": s.virtual_stages}
 
 

@@ -47,16 +47,16 @@ class Simulator:
         if fast and _kernel is not None:
             c = compiled
             prio = None if settings.priority is None else np.ascontiguousarray(settings.priority, dtype=float).ravel()
-            if prio is not None and prio.size != settings.batches * settings.phases * c.n_ops:
-                raise ValueError("priority must have batches * phases * ops entries")
+            if prio is not None and prio.size != settings.units * settings.phases * c.n_ops:
+                raise ValueError("priority must have units * phases * ops entries")
             cap = None if settings.device_cap is None else np.ascontiguousarray(settings.device_cap, dtype=np.int32)
             self._kernel = _kernel.Kernel(
                 n_ops=c.n_ops, n_dev=c.n_dev, n_ch=c.n_ch, par_ptr=c.par_ptr, par_idx=c.par_idx,
                 par_bytes=c.par_bytes, par_grad=c.par_grad, ch_ptr=c.ch_ptr, ch_idx=c.ch_idx, ch_bytes=c.ch_bytes,
                 ch_grad=c.ch_grad, fwd=c.fwd, bwd=c.bwd, upd=c.upd, has_update=c.has_update, out_bytes=c.out_bytes,
                 static_mem=c.static_mem, route=c.route, ch_latency=c.ch_latency, ch_inv_rate=c.ch_inv_rate,
-                min_transfer=c.min_transfer, input_ops=c.input_ops, batches=int(settings.batches),
-                in_flight=int(settings.in_flight), forward_only=int(settings.forward_only),
+                min_transfer=c.min_transfer, input_ops=c.input_ops, units=int(settings.units),
+                units_in_flight=int(settings.units_in_flight), forward_only=int(settings.forward_only),
                 admission=int(settings.admission), update_per_step=int(settings.update_per_step),
                 stage_caps=int(settings.stage_caps), priority=prio, device_cap=cap,
                 msg_overhead=np.ascontiguousarray(c.msg_overhead, dtype=float),
@@ -130,7 +130,7 @@ class Simulator:
 
     def _unpack(self, out: np.ndarray) -> SimResult:
         nd, nc = self.compiled.n_dev, self.compiled.n_ch
-        return SimResult(makespan=float(out[0]), batches=self.settings.batches // self.settings.micro_batches,
+        return SimResult(makespan=float(out[0]), batches=self.settings.batches,
                          busy=out[2:2 + nd], peak_memory=out[2 + nd:2 + 2 * nd],
                          channel_bytes=out[2 + 2 * nd:2 + 2 * nd + nc],
                          channel_busy=out[2 + 2 * nd + nc:], transfers=int(out[1]))

@@ -4,7 +4,8 @@
  *
  * A Kernel is built once per problem from the Compiled arrays, passed by
  * keyword as KERNEL_ARGS lists them (it keeps buffer views on them);
- * run()/run_many() take int32 placements and write [makespan, transfers, busy[nd], peak[nd], ch_bytes[nc], ch_busy[nc]].
+ * run()/run_many() take int32 placements and write
+ * [makespan, transfers, busy[nd], peak[nd], ch_bytes[nc], ch_busy[nc]].
  * The GIL is released while simulating; every call allocates its own scratch,
  * so one Kernel may be used from several threads.
  *
@@ -106,7 +107,8 @@ typedef struct {
     const unsigned char *has_update, *has_w;
     const int *cv_ptr;  /* per channel: its transfer curve's points [cv_ptr[j], cv_ptr[j+1]); NULL: none */
     const double *cv_b, *cv_t;
-    int U, K, fwd_only, admission, upd_step, stage_caps, has_ovh;
+    int U, K;  /* units (batches, or micro-batches under a pipeline schedule), units in flight at most */
+    int fwd_only, admission, upd_step, stage_caps, has_ovh;
     int sched, vstages, n_ph;  /* schedule kind, chunks per single-run device, phases per (unit, op) */
     ShardTable sh;             /* the split table (sh.T = 0: none) */
     /* an expanded placement's rings (ring_of NULL: none): ring r's members are the virtual ops
@@ -189,7 +191,7 @@ typedef struct {
     Heap *dev_q, *chan_q, *events;
     Item *stash;
     Xfer *xf;
-    int n_xf, admitted, in_flight, oldest, step_left;
+    int n_xf, admitted, units_in_flight, oldest, step_left;
     long long seq;
     double now;
 } Sim;
@@ -279,7 +281,7 @@ STEP void deliver(Sim *s, const int SCHED, const int RINGS, const Xfer *x) {
 /* Admission: new units while fewer than K are in flight (thesis: only when every input device is idle). */
 STEP void admit(Sim *s, const int SCHED) {
     const KernelObject *k = s->k;
-    while (s->admitted < s->U && s->in_flight < k->K) {
+    while (s->admitted < s->U && s->units_in_flight < k->K) {
         if (k->admission == ADMIT_THESIS && s->admitted > 0) {
             int all_idle = 1;
             for (int d = 0; d < s->nd; d++)
@@ -288,7 +290,7 @@ STEP void admit(Sim *s, const int SCHED) {
         }
         for (int j = 0; j < k->n_inputs; j++) ready(s, SCHED, tid(s, SCHED, s->admitted, FWD, k->input_ops[j]));
         s->admitted++;
-        s->in_flight++;
+        s->units_in_flight++;
     }
 }
 
@@ -466,7 +468,7 @@ STEP void task_done(Sim *s, const int SCHED, const int RINGS, int task) {
     else if (ph == WGT) wgrad_done(s, SCHED, uu, op, dv);
     else if (k->upd_step) s->step_left--;
     else s->unit_left[uu]--;
-    if ((ph != UPD || !k->upd_step) && s->unit_left[uu] == 0) s->in_flight--;
+    if ((ph != UPD || !k->upd_step) && s->unit_left[uu] == 0) s->units_in_flight--;
     note_peak(s, dv);
 }
 
@@ -538,9 +540,9 @@ STEP void run_events(Sim *s, const int SCHED, const int RINGS, const int has_pri
 
 /* One placement: its plan (message tables, durations, chunks, stages, caps) and the loop's state are built
  * here, then run_events runs the step. Returns 0 on success, -1 if the simulation stalled, -2 out of memory,
- * -3 bad placement. SCHED is a compile-time constant at every call (see simulate() below): each schedule kind gets its own
- * copy of this function, and the static one keeps the three-phase kernel's speed. So is RINGS (1 only for
- * an expanded placement with split ops). */
+ * -3 bad placement. SCHED is a compile-time constant at every call (see simulate() below): each schedule kind
+ * gets its own copy of this function, and the static one keeps the three-phase kernel's speed. So is RINGS
+ * (1 only for an expanded placement with split ops). */
 static inline __attribute__((always_inline)) int simulate_kind(const KernelObject *k, const int *place,
                                                                double *out, const int SCHED, const int RINGS) {
     const int n = k->n, nd = k->nd, nc = k->nc, U = k->U, E = k->n_edges;
@@ -841,7 +843,7 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
         .running = running, .is_open = is_open, .chan_running = chan_running,
         .busy = busy, .mem = mem, .peak = peak, .ch_bytes_out = ch_bytes_out, .ch_busy_out = ch_busy_out,
         .dev_q = dev_q, .chan_q = chan_q, .events = events_h, .stash = stash, .xf = xf,
-        .n_xf = 0, .admitted = 0, .in_flight = 0, .oldest = 0, .step_left = step_left, .seq = 0, .now = 0.0,
+        .n_xf = 0, .admitted = 0, .units_in_flight = 0, .oldest = 0, .step_left = step_left, .seq = 0, .now = 0.0,
     };
     run_events(&S, SCHED, RINGS, prio || il);
 
@@ -955,8 +957,8 @@ static const ArgSpec KERNEL_ARGS[] = {
     {"n_ops", ARG_INT, NEED_ALWAYS, LEN_ANY, AT(n)},
     {"n_dev", ARG_INT, NEED_ALWAYS, LEN_ANY, AT(nd)},
     {"n_ch", ARG_INT, NEED_ALWAYS, LEN_ANY, AT(nc)},
-    {"batches", ARG_INT, NEED_ALWAYS, LEN_ANY, AT(U)},
-    {"in_flight", ARG_INT, NEED_ALWAYS, LEN_ANY, AT(K)},
+    {"units", ARG_INT, NEED_ALWAYS, LEN_ANY, AT(U)},
+    {"units_in_flight", ARG_INT, NEED_ALWAYS, LEN_ANY, AT(K)},
     {"forward_only", ARG_INT, NEED_ALWAYS, LEN_ANY, AT(fwd_only)},
     {"admission", ARG_INT, NEED_ALWAYS, LEN_ANY, AT(admission)},
     {"update_per_step", ARG_INT, NEED_ALWAYS, LEN_ANY, AT(upd_step)},
@@ -1169,7 +1171,7 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
     self->n_ph = self->sched == SCHED_ZB ? 4 : 3;
     const int n = self->n, nd = self->nd, nc = self->nc;
     if (n < 1 || nd < 1 || nc < 0 || self->U < 1 || self->K < 1) {
-        PyErr_SetString(PyExc_ValueError, "Kernel(): invalid sizes (n_ops, n_dev, batches and in_flight must be "
+        PyErr_SetString(PyExc_ValueError, "Kernel(): invalid sizes (n_ops, n_dev, units and units_in_flight must be "
                                           "at least 1, n_ch at least 0)");
         return -1;
     }

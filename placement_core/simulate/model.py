@@ -22,16 +22,32 @@ SCHED_STATIC = 0  # priorities and stage caps only (thesis, gpipe, 1f1b)
 SCHED_INTERLEAVED = 1  # virtual stages: per-placement chunks, Megatron's order, forwards in that order
 SCHED_ZB = 2  # backward split into B and W tasks; a W waits for a later micro-batch's B on its stage
 
-ADMIT_THESIS = 0  # a new batch when every device holding an input op is idle (thesis §3.1.1)
-ADMIT_EAGER = 1  # a new batch whenever fewer than in_flight are running
+ADMIT_THESIS = 0  # a new unit when every device holding an input op is idle (thesis §3.1.1)
+ADMIT_EAGER = 1  # a new unit whenever fewer than units_in_flight are running
+
+MAX_SIM_UNITS = 100_000  # units the simulator keeps state for in one run (the CLI allows fewer: cli.common.MAX_UNITS)
+
+
+def check_count(value, field: str, words: str | None = None) -> int:
+    """A positive whole number of at most MAX_SIM_UNITS (units, batches, batches in flight), or an InputError
+    naming ``field``."""
+    words = words or field.replace("_", "-")
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise InputError(f"{words} must be a positive integer, got {value!r}", field=field, fix="Use 1 or more")
+    if value > MAX_SIM_UNITS:
+        raise InputError(f"{words} is too large ({value})", field=field, fix=f"Use at most {MAX_SIM_UNITS}")
+    return int(value)
 
 
 @dataclass(frozen=True)
 class SimSettings:
-    """How the step is run. ``batches`` units run, at most ``in_flight`` at a time."""
+    """How the step is run. A *unit* is what the simulator admits and tracks: a whole batch under the thesis
+    scheme, a micro-batch under a pipeline schedule. ``units`` run in all (``micro_batches`` of them make one
+    batch), at most ``units_in_flight`` at a time. (``ProblemSpec.batches`` and ``in_flight`` count whole
+    batches; ``schedules.schedule_settings`` turns them into units.)"""
 
-    batches: int = 1
-    in_flight: int = 1
+    units: int = 1
+    units_in_flight: int = 1
     forward_only: bool = False
     admission: int = ADMIT_THESIS
     update_per_step: bool = False  # one weight update after all units (micro-batching)
@@ -55,17 +71,16 @@ class SimSettings:
         """Tasks per (unit, op): forward, backward, update, and under zb-h1 the weight gradient."""
         return 4 if self.kind == SCHED_ZB else 3
 
+    @property
+    def batches(self) -> int:
+        """Whole batches: ``units`` over ``micro_batches`` (what ``SimResult.batches`` reports)."""
+        return self.units // self.micro_batches
+
     def validate(self) -> "SimSettings":
-        for key in ("batches", "in_flight"):
-            v = getattr(self, key)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise InputError(f"{key.replace('_', '-')} must be a positive integer, got {v!r}",
-                                 field=key, fix="Use 1 or more")
-            if v > 100_000:
-                raise InputError(f"{key.replace('_', '-')} is too large ({v})", field=key,
-                                 fix="Use at most 100000")
-        if self.micro_batches < 1 or self.batches % self.micro_batches:
-            raise InputError(f"{self.batches} units do not make whole batches of {self.micro_batches} micro-batches",
+        check_count(self.units, "units")
+        check_count(self.units_in_flight, "units_in_flight", "units in flight")
+        if self.micro_batches < 1 or self.units % self.micro_batches:
+            raise InputError(f"{self.units} units do not make whole batches of {self.micro_batches} micro-batches",
                              field="micro_batches")
         return self
 

@@ -1,7 +1,7 @@
 """The event simulator in plain Python: the readable reference, and the one that traces.
 
 Its semantics (tasks, messages, send and receive tasks for a device's message
-overhead, FIFO-or-priority queues, batches in flight, memory) are written out in
+overhead, FIFO-or-priority queues, units (batches or micro-batches) in flight, memory) are written out in
 docs/design.md §5 (after thesis §3.1 Algorithms 4-7 and Placeto A.5). The
 compiled kernel (``_kernel.c``) implements exactly this; tests compare them
 event for event.
@@ -26,7 +26,7 @@ _TASK, _XFER = 0, 1
 def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = False,
              rings: list | None = None) -> SimResult:
     """``rings``: the all-reduces of an expanded sharded placement (:class:`.shards.RingState`)."""
-    n, nd, U = c.n_ops, c.n_dev, s.batches
+    n, nd, U = c.n_ops, c.n_dev, s.units
     place = [int(x) for x in placement]
     # Per op: [(parent, activation bytes, gradient bytes)], [(child, bytes, gradient bytes)].
     par = [list(zip(c.par_idx[c.par_ptr[i]:c.par_ptr[i + 1]].tolist(),
@@ -287,7 +287,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
 
     def admit(t: float) -> None:
         nonlocal admitted
-        while admitted < U and state[0] < s.in_flight:
+        while admitted < U and state[0] < s.units_in_flight:
             if s.admission == ADMIT_THESIS and admitted > 0 and not all(idle(d) for d in input_devs):
                 break
             for i in c.input_ops.tolist():
@@ -414,6 +414,6 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
         dispatch(now)
     if admitted < U or any(unit_left) or nonlocal_step[0]:
         raise RuntimeError("simulation stalled: a task never became ready (this is a bug)")
-    return SimResult(makespan=now, batches=U // s.micro_batches, busy=busy, peak_memory=peak, channel_bytes=ch_bytes,
+    return SimResult(makespan=now, batches=s.batches, busy=busy, peak_memory=peak, channel_bytes=ch_bytes,
                      channel_busy=ch_busy, transfers=len(xfers), trace=trace_events,
                      memory_timeline=timeline)

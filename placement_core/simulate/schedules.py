@@ -39,7 +39,7 @@ import numpy as np
 from ..base.errors import InputError
 from ..model.graph import Graph
 from .model import (ADMIT_EAGER, ADMIT_THESIS, BWD, FWD, SCHED_INTERLEAVED, SCHED_STATIC, SCHED_ZB, UPD, WGT,
-                    SimSettings)
+                    SimSettings, check_count)
 from .pipeline_rules import stage_order
 
 SCHEDULES = ("thesis", "gpipe", "1f1b", "interleaved-1f1b", "zb-h1")
@@ -71,13 +71,16 @@ def check_virtual_stages(schedule: str, virtual_stages) -> int:
 
 def schedule_settings(schedule: str, n_ops: int, *, micro_batches: int = 1, batches: int = 1, in_flight: int = 1,
                       forward_only: bool = False, virtual_stages: int = 1) -> SimSettings:
-    """SimSettings for a schedule; for the pipelines the units are the micro-batches of one batch."""
+    """SimSettings for a schedule. ``batches`` and ``in_flight`` count whole batches (ProblemSpec's); the
+    simulator's units are those batches under the thesis scheme, the micro-batches of one batch under a
+    pipeline schedule."""
     if schedule == "thesis":
         if micro_batches != 1:
             raise InputError("the thesis scheme runs whole batches; micro-batches need a pipeline schedule "
                              "(" + ", ".join(PIPELINES) + ")", field="micro_batches")
         check_virtual_stages(schedule, virtual_stages)
-        return SimSettings(batches=batches, in_flight=in_flight, forward_only=forward_only, admission=ADMIT_THESIS)
+        return SimSettings(units=check_count(batches, "batches"), units_in_flight=check_count(in_flight, "in_flight"),
+                           forward_only=forward_only, admission=ADMIT_THESIS)
     if schedule not in SCHEDULES:
         raise InputError(f"unknown schedule {schedule!r}", field="schedule", fix="Use " + ", ".join(SCHEDULES))
     virtual_stages = check_virtual_stages(schedule, virtual_stages)
@@ -85,7 +88,7 @@ def schedule_settings(schedule: str, n_ops: int, *, micro_batches: int = 1, batc
         raise InputError(f"a {schedule} step ends with a flush, so batches do not overlap; simulate one batch",
                          field="batches", fix="Use --batches 1 (the time per batch is the same for every batch)")
     m = micro_batches
-    common = dict(batches=m, in_flight=m, forward_only=forward_only, admission=ADMIT_EAGER, update_per_step=True,
+    common = dict(units=m, units_in_flight=m, forward_only=forward_only, admission=ADMIT_EAGER, update_per_step=True,
                   micro_batches=m, schedule=schedule)
     if schedule == "interleaved-1f1b":  # priorities and caps come from each placement's chunks
         return SimSettings(**common, kind=SCHED_INTERLEAVED, virtual_stages=virtual_stages)

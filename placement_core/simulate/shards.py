@@ -215,7 +215,7 @@ def expanded_settings(s: SimSettings, ex: Expanded) -> SimSettings:
     if s.priority is None:
         return s
     n = max(ex.op) + 1  # every op has at least one virtual op
-    prio = np.asarray(s.priority, dtype=float).reshape(s.batches, -1, n)
+    prio = np.asarray(s.priority, dtype=float).reshape(s.units, -1, n)
     return replace(s, priority=np.ascontiguousarray(prio[:, :, ex.op]))
 
 

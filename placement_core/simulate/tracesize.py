@@ -24,7 +24,7 @@ def estimate_trace_events(problem, result: SimResult) -> int:
     """
     s = problem.settings
     n, nd, nc = problem.n_ops, problem.n_devices, len(problem.devices.channels)
-    units = s.batches
+    units = s.units
     tasks = units * n
     if not s.forward_only:
         updates = int(problem.compiled.has_update.sum())
@@ -42,7 +42,7 @@ def check_trace_size(problem, result: SimResult, option: str = "--trace") -> Non
     if events <= MAX_TRACE_EVENTS:
         return
     s = problem.settings
-    batches = max(s.batches // s.micro_batches, 1)
+    batches = max(s.batches, 1)
     fixed = 3 + 3 * problem.n_devices + len(problem.devices.channels)
     fit = max((MAX_TRACE_EVENTS - fixed) * batches // max(events - fixed, 1), 0)
     fix = (f"Trace at most {fit:,} batch(es) (--batches), or leave out {option}" if fit >= 1 else
