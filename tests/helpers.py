@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
+import pytest
+
 from placement_core.model.devices import Channel, Device, DeviceGraph
 from placement_core.model.graph import Graph, Op
 from placement_core.problem import Problem
@@ -29,3 +33,27 @@ def problem(ops, devs, **settings) -> Problem:
     """Efficiencies 1, so a transfer of b bytes takes latency + b / bandwidth exactly."""
     return Problem(Graph("g", ops), devs, settings=SimSettings(**settings), comm_efficiency=1.0,
                    comp_efficiency=1.0)
+
+
+# Set to 1 to run the suite without the compiled kernel on purpose (a machine without a C compiler): the tests
+# that compare the kernel with the reference are then skipped instead of failing (tests/test_kernel_built.py).
+ALLOW_NO_KERNEL = "PLACEMENT_ALLOW_NO_KERNEL"
+
+
+def require_kernel(p: Problem) -> None:
+    """Fail unless ``p`` evaluates through the compiled kernel: without it, ``simulate`` falls back to the Python
+    reference and a kernel = reference comparison would compare the reference with itself."""
+    if p.simulator.fast:
+        return
+    if os.environ.get(ALLOW_NO_KERNEL) == "1":
+        pytest.skip(f"the compiled kernel is not built ({ALLOW_NO_KERNEL}=1)")
+    raise AssertionError("this test compares the compiled kernel with the Python reference, but the kernel is not "
+                         "built: rebuild it (`.venv/bin/pip install --no-deps --no-build-isolation -e .`), or set "
+                         f"{ALLOW_NO_KERNEL}=1 to skip such tests on purpose")
+
+
+def kernel_and_reference(p: Problem, placement):
+    """The compiled kernel's result for ``placement`` and the Python reference's (traced); fails unless the kernel
+    really ran."""
+    require_kernel(p)
+    return p.simulate(placement).result, p.simulate(placement, trace=True).result

@@ -9,7 +9,7 @@ reference (``trace=True``).
 from dataclasses import replace
 
 import numpy as np
-from helpers import devices, op, problem
+from helpers import devices, kernel_and_reference, op, problem
 
 from placement_core.model.devices import DeviceGraph
 from placement_core.model.graph import Graph, Op
@@ -23,7 +23,7 @@ def with_overhead(devs: DeviceGraph, *overheads: float) -> DeviceGraph:
 
 
 def both(p, placement):
-    return p.simulate(placement).result, p.simulate(placement, trace=True).result
+    return kernel_and_reference(p, placement)
 
 
 def spans(ref, kind="op"):

@@ -6,7 +6,7 @@ stage of m micro-batches for GPipe and min(p, m) for 1F1B.
 
 import numpy as np
 import pytest
-from helpers import devices, op
+from helpers import devices, kernel_and_reference, op, require_kernel
 
 from placement_core.base.errors import InputError
 from placement_core.model.graph import Graph
@@ -78,6 +78,7 @@ def test_textbook_timelines():
 def test_kernel_and_reference_agree_on_schedules():
     for schedule in ("gpipe", "1f1b"):
         prob, fast = simulate(schedule, 4, 6)
+        require_kernel(prob)
         graph, placement = stages(4, 6)
         ref = prob.simulate(placement, trace=True).result
         assert fast.makespan == ref.makespan and np.array_equal(fast.peak_memory, ref.peak_memory)
@@ -164,8 +165,7 @@ def chunked(p: int, V: int, m: int, t_f: float = T_F, t_b: float = T_B, w_share:
 def run_both(schedule, graph, placement, p, m, V=1):
     """The kernel's result and the reference's (traced) for one schedule."""
     spec = ProblemSpec(schedule=schedule, micro_batches=m, virtual_stages=V, comm_efficiency=1.0)
-    prob = spec.build(graph, devices(p))
-    return prob.simulate(placement).result, prob.simulate(placement, trace=True).result
+    return kernel_and_reference(spec.build(graph, devices(p)), placement)
 
 
 INTERLEAVED = [(2, 2, 2), (2, 4, 2), (3, 3, 2), (3, 6, 3), (4, 4, 2), (4, 8, 2), (4, 8, 4), (2, 6, 3),

@@ -12,6 +12,7 @@ in the file or by default).
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from helpers import require_kernel
 
 from placement_core.model.devices import Channel, Device, DeviceGraph
 from placement_core.model.graph import Graph, Op
@@ -108,6 +109,7 @@ common = settings(max_examples=150, deadline=None, suppress_health_check=[Health
 def test_kernel_matches_reference(inst):
     graph, devs, placement, sim, profile = inst
     p = make(graph, devs, sim, profile)
+    require_kernel(p)
     fast = p.simulate(placement).result
     ref = p.simulate(placement, trace=True).result
     assert fast.makespan == ref.makespan

@@ -5,13 +5,11 @@ Python reference (``trace=True``)."""
 
 import numpy as np
 import pytest
-from helpers import devices, op, problem
+from helpers import devices, kernel_and_reference, op, problem
 
 
 def both(p, placement):
-    fast = p.simulate(placement).result
-    ref = p.simulate(placement, trace=True).result
-    return fast, ref
+    return kernel_and_reference(p, placement)
 
 
 def spans(ref, kind="op"):
@@ -133,8 +131,7 @@ def test_priority_order_replaces_fifo():
     prio = np.zeros((1, 3, 4))
     prio[0, 0] = [0, 1, 0, 0]  # x after y
     pri = base.with_settings(SimSettings(forward_only=True, priority=prio))
-    fast = pri.simulate([0, 0, 0, 1]).result
-    ref = pri.simulate([0, 0, 0, 1], trace=True).result
+    fast, ref = kernel_and_reference(pri, [0, 0, 0, 1])
     assert fifo.makespan == 1 + 5 + 1 + 1  # x, y, send, z
     assert fast.makespan == ref.makespan == 5 + 1 + 1  # y, send || x, z
 
