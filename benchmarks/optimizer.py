@@ -82,7 +82,7 @@ def timed_run(problem, algorithm, budget, make_evaluator) -> dict:
         evaluator.close()
     return {"algorithm": algorithm, "evals_per_s": r.evaluations / wall, "wall_s": wall, "start_s": start_s,
             "best_objective_s": r.best_objective, "evaluations": r.evaluations,
-            "batch": r.params.get("batch"), "in_flight": r.params.get("in_flight"),
+            "batch": r.params.get("batch"), "pending": r.params.get("pending"),
             # the driver's own CPU per evaluation in this very run (on a parallel backend: everything but the
             # simulations, which run elsewhere): the c_driver of docs/scaling.md's model
             "driver_cpu_s_per_eval": cpu / max(r.evaluations, 1)}
@@ -91,7 +91,7 @@ def timed_run(problem, algorithm, budget, make_evaluator) -> dict:
 def driver_cost(problem, algorithm, budget) -> float:
     """Seconds the driver spends per evaluation outside the simulator (asking, telling)."""
     opt = make_optimizer(problem, algorithm, seed=0, evaluations=budget,
-                         params={"batch": 200, "in_flight": 1} if algorithm in ALGORITHMS.values() else None)
+                         params={"batch": 200, "pending": 1} if algorithm in ALGORITHMS.values() else None)
     spent = done = 0
     while done < min(budget, 4000):
         t = time.perf_counter()
@@ -199,7 +199,7 @@ def main() -> None:
             print(f"  {sync}: driver {entry[sync + '_driver_s_per_eval'][sync] * 1e6:.1f} us/eval, "
                   f"{ALGORITHMS[sync]} {entry[sync + '_driver_s_per_eval'][ALGORITHMS[sync]] * 1e6:.1f} us/eval")
             for key, r in entry[sync].items():
-                sizes = f", batch {r['batch']} x {r['in_flight']} in flight" if r["in_flight"] else ""
+                sizes = f", batch {r['batch']} x {r['pending']} pending" if r["pending"] else ""
                 print(f"    {key:15s} {r['algorithm']:17s} {r['evals_per_s']:9,.0f} evals/s  x{r['speedup']:.2f}  "
                       f"(start {r['start_s']:.2f} s, best {r['best_objective_s']:.6g} s{sizes}, "
                       f"driver CPU {r['driver_cpu_s_per_eval'] * 1e6:.1f} us/eval)")

@@ -79,6 +79,10 @@ def test_algorithms_listing(capsys):
     (["--algorithm", "sgd"], "argument --algorithm: invalid choice: 'sgd'"),
     (["--algorithm", "ga", "--param", "population"], "expected KEY=VALUE"),
     (["--algorithm", "ga", "--param", "population=0"], "population must be in [2, 100000]"),
+    (["--algorithm", "ga-steady", "--param", "in_flight=4"],
+     "ga-steady's parameter in_flight is now called pending. Use pending=4"),
+    (["--algorithm", "map-elites-async", "--param", "in-flight=2"],
+     "map-elites-async's parameter in_flight is now called pending. Use pending=2"),
     (["--algorithm", "ga", "--workers", "2", "--dask", "tcp://x:1"], "not allowed with argument"),
     (["--algorithm", "ga", "--budget", "-3"], "expected a positive integer"),
     (["--algorithm", "ga", "--seed", "-1"], "argument --seed: expected an integer from 0 to 9223372036854775807, "

@@ -1,5 +1,6 @@
 """Parallel evaluation: what travels, how tasks are sized, asynchronous variants that give the same run on
-every backend, resuming with batches in flight, and runs that survive a killed worker."""
+every backend, resuming with pending batches (also runs stored when ``pending`` was called ``in_flight``), and
+runs that survive a killed worker."""
 
 from __future__ import annotations
 
@@ -160,7 +161,7 @@ def test_batch_mutations_do_what_their_scalar_versions_do():
 
 @pytest.mark.parametrize("algorithm", ASYNC)
 def test_asynchronous_variants_give_the_same_run_on_every_backend(resnet, cluster, algorithm):
-    params = {"batch": 40, "in_flight": 3}
+    params = {"batch": 40, "pending": 3}
     ref = run(resnet, algorithm, evaluations=700, seed=3, params=params)
     assert ref.evaluations == 700
     _, client = cluster
@@ -178,7 +179,7 @@ def test_asynchronous_variants_give_the_same_run_on_every_backend(resnet, cluste
 
 def test_a_recipe_survives_json_and_makes_the_same_children(resnet):
     from placement_core.optimize import variation
-    opt = make_optimizer(resnet, "ga-steady", seed=1, params={"batch": 8, "in_flight": 2})
+    opt = make_optimizer(resnet, "ga-steady", seed=1, params={"batch": 8, "pending": 2})
     first = opt.next_recipe(100)
     opt.take_results(*variation.apply_and_evaluate(resnet, first))
     recipe = opt.next_recipe(100)
@@ -191,10 +192,10 @@ def test_a_recipe_survives_json_and_makes_the_same_children(resnet):
 
 def test_auto_sizes_are_resolved_from_the_backend_and_recorded(resnet):
     r = run(resnet, "ga-steady", evaluations=2000, seed=0)
-    assert r.params["in_flight"] == 1 and r.params["batch"] == 50  # serial: fresh parents, one at a time
+    assert r.params["pending"] == 1 and r.params["batch"] == 50  # serial: fresh parents, one at a time
     with ProcessPoolEvaluator(resnet, workers=2) as ev:
         r = run(resnet, "map-elites-async", evaluations=2000, seed=0, evaluator=ev)
-        assert r.params["in_flight"] == 4
+        assert r.params["pending"] == 4
         assert r.params["batch"] == min(ev.pacing.task_size(), 2000 // (10 * 4))
     again = run(resnet, "map-elites-async", evaluations=2000, seed=0, params=r.params)  # recorded -> reproduced
     assert np.array_equal(again.history, r.history)
@@ -219,9 +220,9 @@ class Spy(SerialEvaluator):
         return Later()
 
 
-def test_batch_k_is_generated_after_batch_k_minus_in_flight_is_told(resnet):
+def test_batch_k_is_generated_after_batch_k_minus_pending_is_told(resnet):
     spy = Spy(resnet)
-    run(resnet, "ga-steady", evaluations=50 + 6 * 10, seed=0, params={"batch": 10, "in_flight": 3}, evaluator=spy)
+    run(resnet, "ga-steady", evaluations=50 + 6 * 10, seed=0, params={"batch": 10, "pending": 3}, evaluator=spy)
     # the first population alone (nothing to breed from), then three batches ahead, then one per result
     assert spy.events[:3] == [("submit", 0), ("result", 0), ("submit", 1)]
     order = [e for e in spy.events if e[0] == "submit"]
@@ -233,8 +234,8 @@ def test_batch_k_is_generated_after_batch_k_minus_in_flight_is_told(resnet):
 
 
 @pytest.mark.parametrize("algorithm", ASYNC)
-def test_resume_with_batches_in_flight_reaches_the_uninterrupted_result(resnet, algorithm):
-    params = {"batch": 30, "in_flight": 4}
+def test_resume_with_pending_batches_reaches_the_uninterrupted_result(resnet, algorithm):
+    params = {"batch": 30, "pending": 4}
     full = run(resnet, algorithm, evaluations=600, seed=9, params=params)
     states = []
     drive(make_optimizer(resnet, algorithm, seed=9, params=params), evaluations=600,
@@ -246,7 +247,66 @@ def test_resume_with_batches_in_flight_reaches_the_uninterrupted_result(resnet, 
     assert np.array_equal(resumed.best_placement, full.best_placement)
 
 
-def test_a_stop_tells_what_is_in_flight_and_counts_it_once(resnet):
+def _stopped_run(home, problem, algorithm, params):
+    """A run stopped after 300 of 600 evaluations, with checkpoints; its id and the store's file."""
+    from placement_core.store.recording import start_run
+    from placement_core.store.run_store import RunStore
+    stop = threading.Event()
+
+    def progress(pr):
+        if pr.evaluations >= 300:
+            stop.set()
+
+    with RunStore(home=home) as store:
+        run_id, partial = start_run(store, problem, algorithm, evaluations=600, seed=4, params=params,
+                                    progress=progress, stop=stop, checkpoint_every=30)
+        assert partial.stopped
+        return run_id, store.path
+
+
+@pytest.mark.parametrize("algorithm", ASYNC)
+def test_a_run_stored_with_in_flight_resumes_under_pending(resnet, algorithm, tmp_path):
+    """Runs stored before ``in_flight`` was renamed ``pending``: their parameters and their checkpoint's optimizer
+    state say ``in_flight``; they load as ``pending`` and resume to the result of the same run stored today."""
+    import sqlite3
+    import zlib
+
+    from placement_core.store.recording import resume_run
+    from placement_core.store.run_store import RunStore
+
+    params = {"batch": 30, "pending": 3}
+    results = {}
+    for age in ("today", "old"):
+        run_id, path = _stopped_run(tmp_path / age, resnet, algorithm, params)
+        if age == "old":  # what an earlier version stored
+            with sqlite3.connect(path) as db:
+                stored = json.loads(db.execute("SELECT params FROM runs WHERE id=?", (run_id,)).fetchone()[0])
+                stored["in_flight"] = stored.pop("pending")
+                db.execute("UPDATE runs SET params=? WHERE id=?", (json.dumps(stored), run_id))
+                blob = db.execute("SELECT state FROM checkpoints WHERE run_id=?", (run_id,)).fetchone()[0]
+                state = json.loads(zlib.decompress(blob))
+                state["optimizer"]["in_flight"] = state["optimizer"].pop("pending")
+                db.execute("UPDATE checkpoints SET state=? WHERE run_id=?",
+                           (zlib.compress(json.dumps(state).encode()), run_id))
+        with RunStore(home=tmp_path / age) as store:
+            rec = store.get(run_id)
+            assert rec.params["pending"] == 3 and "in_flight" not in rec.params
+            assert ("in_flight" in store.load_checkpoint(run_id)["optimizer"]) == (age == "old")
+            results[age] = resume_run(store, run_id)
+            assert results[age].params["pending"] == 3 and "in_flight" not in results[age].params
+    assert results["old"].evaluations == 600
+    assert np.array_equal(results["old"].history, results["today"].history)
+    assert np.array_equal(results["old"].best_placement, results["today"].best_placement)
+
+
+def test_the_old_name_in_flight_is_refused_with_the_new_one(resnet):
+    from placement_core.base.errors import InputError
+    with pytest.raises(InputError, match="parameter in_flight is now called pending") as e:
+        make_optimizer(resnet, "ga-steady", params={"in_flight": 4})
+    assert e.value.fix == "Use pending=4"
+
+
+def test_a_stop_tells_what_is_pending_and_counts_it_once(resnet):
     stop = threading.Event()
     seen = []
 
@@ -255,11 +315,11 @@ def test_a_stop_tells_what_is_in_flight_and_counts_it_once(resnet):
         if pr.evaluations >= 200:
             stop.set()
 
-    r = run(resnet, "map-elites-async", evaluations=10_000, seed=0, params={"batch": 25, "in_flight": 4},
+    r = run(resnet, "map-elites-async", evaluations=10_000, seed=0, params={"batch": 25, "pending": 4},
             progress=progress, stop=stop)
     assert r.stopped and r.evaluations == seen[-1] == r.history[-1, 0]
     at_stop = next(e for e in seen if e >= 200)
-    assert r.evaluations == at_stop + 3 * 25  # the three batches in flight at the stop, and nothing more
+    assert r.evaluations == at_stop + 3 * 25  # the three batches pending at the stop, and nothing more
 
 
 # -- surviving a dead worker ------------------------------------------------------------------------------
@@ -274,7 +334,7 @@ def _kill_one_after(first_evaluations: int, pids):
     return progress, done
 
 
-@pytest.mark.parametrize("algorithm, params", [("ga", None), ("map-elites-async", {"batch": 40, "in_flight": 4})])
+@pytest.mark.parametrize("algorithm, params", [("ga", None), ("map-elites-async", {"batch": 40, "pending": 4})])
 def test_a_killed_pool_worker_loses_no_evaluation(resnet, algorithm, params):
     ref = run(resnet, algorithm, evaluations=1500, seed=2, params=params)
     with ProcessPoolEvaluator(resnet, workers=2, min_batch=2) as ev:
@@ -287,7 +347,7 @@ def test_a_killed_pool_worker_loses_no_evaluation(resnet, algorithm, params):
 
 def test_a_killed_dask_worker_loses_no_evaluation(resnet, cluster):
     _, client = cluster
-    params = {"batch": 40, "in_flight": 4}
+    params = {"batch": 40, "pending": 4}
     ref = run(resnet, "map-elites-async", evaluations=1500, seed=5, params=params)
     pids = lambda: sorted(client.run(os.getpid).values())  # noqa: E731
     before = set(pids())
@@ -303,9 +363,9 @@ def test_a_killed_dask_worker_loses_no_evaluation(resnet, cluster):
 def test_one_client_serves_a_hundred_consecutive_runs(resnet, cluster):
     _, client = cluster
     small = Problem(load_network("alexnet"), load_devices("malvik-4gpu"))
-    ref = run(small, "map-elites-async", evaluations=90, seed=0, params={"batch": 30, "in_flight": 2})
+    ref = run(small, "map-elites-async", evaluations=90, seed=0, params={"batch": 30, "pending": 2})
     for i in range(100):
-        r = run(small, "map-elites-async", evaluations=90, seed=0, params={"batch": 30, "in_flight": 2}, dask=client)
+        r = run(small, "map-elites-async", evaluations=90, seed=0, params={"batch": 30, "pending": 2}, dask=client)
         assert np.array_equal(r.history, ref.history), i
     assert client.status == "running"  # the caller's client stays open
     assert not any(name.startswith("placement-problem-") for name in

@@ -115,8 +115,8 @@ def test_map_elites_archives_by_how_much_is_split(sharded):
 
 
 def test_the_same_seed_on_two_workers_gives_the_same_run(sharded):
-    serial = run(sharded, "ga-steady", evaluations=300, seed=5, params={"batch": 20, "in_flight": 2})
-    pooled = run(sharded, "ga-steady", evaluations=300, seed=5, params={"batch": 20, "in_flight": 2}, workers=2)
+    serial = run(sharded, "ga-steady", evaluations=300, seed=5, params={"batch": 20, "pending": 2})
+    pooled = run(sharded, "ga-steady", evaluations=300, seed=5, params={"batch": 20, "pending": 2}, workers=2)
     assert np.array_equal(serial.history, pooled.history)
     assert np.array_equal(serial.best_placement, pooled.best_placement)
 

@@ -2,7 +2,7 @@
 
 The synchronous algorithms wait for a whole generation (the GA's 45 children, MAP-Elites' batch of
 50) before proposing more: with ResNet-50 that is 2 ms of simulation, less than a Dask task's
-overhead. These variants keep ``in_flight`` batches of ``batch`` placements evaluating while they
+overhead. These variants keep ``pending`` batches of ``batch`` placements evaluating while they
 generate the next from what they know so far, so workers never wait for the driver:
 
 * ``ga-steady``: a steady-state GA. Each batch's children come from the current population (rank or
@@ -14,10 +14,10 @@ generate the next from what they know so far, so workers never wait for the driv
 A batch is proposed as a :class:`~.variation.Recipe`: the parents are chosen here, and the children
 are made from them with a seed of their own, by the driver or, on a parallel backend, by the worker
 that evaluates them (``vary_on_workers``), with the same result either way. Batches are told in the
-order they were asked. Batch k is always generated after batch k − in_flight was told. So for a
-given ``batch`` and ``in_flight``, a seed gives the same run on every backend, serial included, however fast the workers
+order they were asked. Batch k is always generated after batch k − pending was told. So for a
+given ``batch`` and ``pending``, a seed gives the same run on every backend, serial included, however fast the workers
 are. Both default to "auto" (0): ``batch`` so that a task carries at least 20 times the backend's
-measured cost per task (50 ms of work on Dask), ``in_flight`` two per worker; the values used are
+measured cost per task (50 ms of work on Dask), ``pending`` two per worker; the values used are
 recorded in the run's parameters. Large batches mean stale parents: the batch is capped at a tenth of
 the budget over the batches in flight.
 """
@@ -38,8 +38,8 @@ from .variation import Recipe
 PIPELINE_PARAMS = {
     "batch": Param(0, "placements per batch, evaluated as one task; 0: sized from measured costs (the value used "
                       "is recorded)", int, low=0, high=10_000_000),
-    "in_flight": Param(0, "batches evaluating at once; 0: two per worker (the value used is recorded)", int,
-                       low=0, high=100_000),
+    "pending": Param(0, "batches asked for and not yet told (evaluating at once); 0: two per worker (the value "
+                       "used is recorded)", int, low=0, high=100_000),
     "vary_on_workers": Param(True, "make each batch's children on the worker that evaluates them (parallel backends; "
                                    "the run is the same either way, the driver just does less)", bool),
 }
@@ -47,9 +47,10 @@ SERIAL_BATCH = 50  # on one core nothing is gained by large batches: keep the pa
 
 
 class _Pipelined(Optimizer):
-    """Resolves ``batch`` and ``in_flight`` from the backend; proposes recipes, accepts their results."""
+    """Resolves ``batch`` and ``pending`` from the backend; proposes recipes, accepts their results."""
 
     KIND = ""
+    RENAMED = {"in_flight": "pending"}  # runs stored before the rename say in_flight
     VARIATION_PARAMS: tuple[str, ...] = ()
 
     def __init__(self, problem, **kw):
@@ -61,15 +62,15 @@ class _Pipelined(Optimizer):
     def configure(self, evaluator, budget: int | None) -> None:
         from ..parallel import pacing_of
         p = self.params
-        pacing = pacing_of(evaluator) if not (p["batch"] and p["in_flight"]) else None
-        if not p["in_flight"]:
-            p["in_flight"] = 1 if pacing.workers <= 1 else 2 * pacing.workers
+        pacing = pacing_of(evaluator) if not (p["batch"] and p["pending"]) else None
+        if not p["pending"]:
+            p["pending"] = 1 if pacing.workers <= 1 else 2 * pacing.workers
         if not p["batch"]:
             size = SERIAL_BATCH if pacing.workers <= 1 else pacing.task_size()
             if budget:
-                size = min(size, max(1, budget // (10 * p["in_flight"])))
+                size = min(size, max(1, budget // (10 * p["pending"])))
             p["batch"] = max(1, size)
-        self.in_flight = p["in_flight"]
+        self.pending = p["pending"]
 
     def _batch(self, limit: int) -> int:
         return max(1, min(self.params["batch"] or SERIAL_BATCH, limit))
@@ -94,13 +95,14 @@ class _Pipelined(Optimizer):
         return not self._seeded or self._populated()  # nothing to breed from before the first batch returns
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "batch": self.params["batch"], "in_flight": self.params["in_flight"],
+        return {**super().state_dict(), "batch": self.params["batch"], "pending": self.params["pending"],
                 "proposed": self._proposed, "outstanding": self._outstanding}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self.params["batch"], self.params["in_flight"] = state["batch"], state["in_flight"]
-        self.in_flight = max(1, state["in_flight"])
+        pending = state["pending"] if "pending" in state else state["in_flight"]  # checkpoints before the rename
+        self.params["batch"], self.params["pending"] = state["batch"], pending
+        self.pending = max(1, pending)
         self._proposed, self._outstanding = state["proposed"], state["outstanding"]
 
 
@@ -163,7 +165,7 @@ class SteadyStateGA(_Pipelined):
         self.current = float(objectives.min()) if len(objectives) else self.current
 
     def snapshot(self) -> dict:
-        return {"population": self.pop_f.tolist(), "in_flight": self._outstanding,
+        return {"population": self.pop_f.tolist(), "pending": self._outstanding,
                 "mean_mutation_rate": float(self.pop_rate.mean()) if len(self.pop_rate) else None}
 
     def state_dict(self) -> dict:

@@ -120,7 +120,10 @@ class Optimizer:
     report: Callable[[dict], None] | None = None
     # Batches the driver may have asked for and not yet told (FIFO): 1 is the classic ask/tell
     # alternation; asynchronous variants raise it so workers never wait for the driver.
-    in_flight: int = 1
+    pending: int = 1
+    # Parameters renamed since runs were stored, {old name: new name}: a stored run's parameters and
+    # checkpoints load under the new name (stored_params); a caller who passes the old name is told the new one.
+    RENAMED: ClassVar[dict[str, str]] = {}
 
     def __init__(self, problem: Problem, *, seed: int = 0, initial: np.ndarray | None = None, **params):
         self.problem = problem
@@ -133,6 +136,10 @@ class Optimizer:
         self.seed = int(seed)
         self.rng = np.random.default_rng(self.seed)
         unknown = set(params) - set(self.PARAMS)
+        for old in sorted(unknown & set(self.RENAMED)):
+            new = self.RENAMED[old]
+            raise InputError(f"{self.name}'s parameter {old} is now called {new}", field=old,
+                             fix=f"Use {new}={params[old]}")
         if unknown:
             raise InputError(f"unknown parameter(s) for {self.name}: {', '.join(sorted(unknown))}",
                              field="params", fix="Known: " + (", ".join(self.PARAMS) or "none"))
@@ -197,6 +204,16 @@ class Optimizer:
         if self.sharded:
             return self.space.draw(self.rng, np.broadcast_to(np.arange(self.n), (k, self.n)))
         return self.rng.integers(0, self.d, (k, self.n), dtype=np.int32)
+
+
+def stored_params(algorithm: str, params: dict) -> dict:
+    """A stored run's parameters under today's names: runs stored before a parameter was renamed (``in_flight``,
+    now ``pending``) still resume. Unknown algorithms (measured searches) keep theirs as they are."""
+    cls = ALGORITHMS.get(algorithm) or LEARNED.get(algorithm)
+    renamed = cls.RENAMED if cls is not None else {}
+    if not renamed or not isinstance(params, dict):
+        return params
+    return {renamed.get(k, k): v for k, v in params.items() if not (k in renamed and renamed[k] in params)}
 
 
 @dataclass

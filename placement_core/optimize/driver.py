@@ -88,7 +88,7 @@ def drive(optimizer: Optimizer, *, evaluations: int | None = None, seconds: floa
     pending: deque[tuple[Recipe, object]] = deque((r, send(r)) for r in resubmit)
     asked = sum(len(r) for r, _ in pending)  # evaluations asked for and not yet told
     while True:
-        while not stopped and len(pending) < optimizer.in_flight:
+        while not stopped and len(pending) < optimizer.pending:
             if stopped_by():
                 stopped = True
                 break
@@ -163,7 +163,7 @@ def _sender(optimizer: Optimizer, evaluator):
     and waited for (a backend may split them over its workers). Several: each batch is one task, submitted at
     once; on a parallel backend that supports it the worker also makes the children (``vary_on_workers``)."""
     space = optimizer.space
-    if optimizer.in_flight <= 1:
+    if optimizer.pending <= 1:
         return lambda recipe: _made(recipe, lambda kids: Done(evaluator.evaluate(kids)), space)
     if (optimizer.params.get("vary_on_workers") and getattr(evaluator, "workers", 1) > 1
             and hasattr(evaluator, "submit_recipe")):

@@ -14,6 +14,7 @@ import numpy as np
 from ..formats.catalog import network_from_data
 from ..model.devices import devices_from_dict, devices_to_dict
 from ..formats.network import network_to_dict
+from ..optimize.base import stored_params
 from ..problem import Problem, ProblemSpec
 from .connection import StoreFile
 from ..base.errors import InputError
@@ -212,7 +213,7 @@ class RunStore(StoreFile):
         return RunRecord(
             id=row["id"], created=row["created"], updated=row["updated"], status=row["status"], label=row["label"],
             network_name=row["network_name"], devices_name=row["devices_name"], problem=cells["problem"],
-            algorithm=row["algorithm"], params=cells["params"], seed=row["seed"],
+            algorithm=row["algorithm"], params=stored_params(row["algorithm"], cells["params"]), seed=row["seed"],
             budget_evaluations=row["budget_evaluations"], budget_seconds=row["budget_seconds"],
             evaluations=row["evaluations"], best_objective=row["best_objective"], best_placement=best,
             wall_s=row["wall_s"], extras=cells["extras"] or {}, error=row["error"],
