@@ -126,3 +126,111 @@ def test_a_pipelined_benchmark_refuses_split_ops(capsys, tmp_path):
     refused(*cli(capsys, "benchmark", "--model", SMALL_CNN, "--input-shape", "2,3,8,8", "--batch-size", 4,
                  "--devices", "cpu:2", "--placement", _sharded_placement(tmp_path), "--schedule", "gpipe",
                  "--micro-batches", 2, "--no-store"), "--placement", "conv1", "split")
+
+
+# -- 2. policy files: every field checked, with its bounds, before anything is built ----------------------------
+
+POLICIES = __import__("pathlib").Path(__file__).resolve().parents[1] / "assets" / "policies"
+
+
+def _policy(name="placeto-nmt-malvik-4gpu"):
+    return json.loads((POLICIES / f"{name}.json").read_text())
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("hidden", -1, ["config.hidden", "from 1 to 1024", "-1"]),
+    ("hidden", 10**9, ["config.hidden"]),
+    ("rounds", 10**9, ["config.rounds", "from 1 to 64"]),
+    ("rounds", 1e9, ["config.rounds"]),
+    ("head", 0, ["config.head", "from 1 to 4096"]),
+    ("head", True, ["config.head"]),
+    ("start", "nowhere", ["config.start", "fastest"]),
+    ("extra", 1, ["config.extra", "unknown field"]),
+])
+@pytest.mark.timeout(60)
+def test_policy_config_out_of_bounds_is_one_clean_line(capsys, tmp_path, field, value, words):
+    """A negative size exited 1 (torch's RuntimeError), rounds 1e9 ran unbounded, head 0 printed torch's warnings."""
+    pytest.importorskip("torch")
+    doc = _policy()
+    doc["config"][field] = value
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(doc))
+    refused(*cli(capsys, "optimize", "--algorithm", "placeto", "--policy", path, "--network", "alexnet",
+                 "--devices", "malvik-4gpu", "--budget", 0, "--home", tmp_path / "h"), f"{path}: ", *words)
+    _no_runs(tmp_path / "h")
+
+
+def _no_runs(home):
+    from placement_core.store import RunStore
+    if (home / "runs.sqlite").exists():
+        with RunStore(home=home) as store:
+            assert store.runs() == []
+
+
+def _mutations():
+    gdp = _policy("gdp-mix-malvik-4gpu")
+    placeto = _policy()
+    yield "gdp heads", gdp, ("config", "heads"), 3, "config.heads"  # 3 heads do not divide 32 hidden units
+    yield "gdp devices", gdp, ("config", "devices"), 0, "config.devices"
+    yield "gdp devices huge", gdp, ("config", "devices"), 10**6, "config.devices"
+    yield "gdp attention", gdp, ("config", "attention_layers"), 10**4, "config.attention_layers"
+    yield "gdp no devices", gdp, ("config", "devices"), None, "config.devices"
+    yield "config", placeto, ("config",), [], "config"
+    yield "devices count", placeto, ("devices", "count"), -3, "devices.count"
+    yield "devices name", placeto, ("devices", "name"), "", "devices.name"
+    yield "devices hash", placeto, ("devices", "hash"), {"a": 1}, "devices.hash"
+    yield "devices extra", placeto, ("devices", "what"), 1, "devices.what"
+    yield "training nan", placeto, ("training", "episodes"), float("nan"), "training.episodes"
+    yield "training huge", placeto, ("training", "final_ratio"), 10**400, "training.final_ratio"
+    yield "training list", placeto, ("training", "family"), [1, 2], "training.family"
+    yield "tensor shape", placeto, ("tensors", "embed.weight", "shape"), [16, 8], "tensors.embed.weight.shape"
+    yield "tensor missing", placeto, ("tensors", "keep"), None, "tensors.keep"
+    yield "tensor extra", placeto, ("tensors", "bonus"), {"shape": [], "data": "AACAPw=="}, "tensors.bonus"
+    yield "tensor field", placeto, ("tensors", "keep", "dtype"), "f4", "tensors.keep"
+
+
+@pytest.mark.parametrize("case", list(_mutations()), ids=lambda c: c[0])
+def test_policy_fields_are_validated_without_torch(case):
+    """The torch-free check (policies/policy_file.py) names the field; nothing is built."""
+    from placement_core.base.errors import InputError
+    from placement_core.policies.policy_file import policy_from_dict
+    _, doc, path, value, field = case
+    doc = json.loads(json.dumps(doc))
+    parent = doc
+    for key in path[:-1]:
+        parent = parent[key]
+    if value is None:
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = value
+    with pytest.raises(InputError) as e:
+        policy_from_dict(doc, source="p.json")
+    assert e.value.message.startswith(f"p.json: {field}: ") and "\n" not in e.value.message, e.value.message
+
+
+@pytest.mark.parametrize("method, config", [
+    ("placeto", {"hidden": 3, "rounds": 2, "head": 5, "start": "heft"}),
+    ("placeto", {"hidden": 16, "rounds": 3, "head": 64, "start": "fastest"}),
+    ("gdp", {"devices": 3, "hidden": 8, "layers": 1, "heads": 4, "attention_layers": 1}),
+    ("gdp", {"devices": 5, "hidden": 32, "layers": 3, "heads": 2, "attention_layers": 2}),
+])
+def test_the_torch_free_tensor_shapes_are_the_networks_own(method, config):
+    pytest.importorskip("torch")
+    from placement_core.policies.policy_file import check_config, tensor_shapes
+    from placement_core.torch.policies.policy_io import build_net
+    built = {k: tuple(v.shape) for k, v in build_net(method, check_config(method, config)).state_dict().items()}
+    assert built == tensor_shapes(method, check_config(method, config))
+
+
+def test_every_shipped_policy_still_loads():
+    from placement_core.policies.policy_file import read_policy
+    for path in POLICIES.glob("*.json"):
+        assert read_policy(path)["tensors"]
+
+
+def test_gdp_training_refuses_an_odd_hidden_size(capsys, tmp_path):
+    pytest.importorskip("torch")
+    refused(*cli(capsys, "train-policy", "--method", "gdp", "--hidden", 3, "--family", "nmt", "--count", 2,
+                 "--devices", "malvik-4gpu", "--episodes", 2, "--rollouts", 2, "--out", tmp_path / "p.json",
+                 "--no-store"), "--hidden", "even")
+    assert not (tmp_path / "p.json").exists()

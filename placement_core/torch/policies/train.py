@@ -61,12 +61,16 @@ class TrainSettings:
             raise InputError("the discount must be in (0, 1]", field="discount")
         if not 0 < self.step_fraction <= 1:
             raise InputError("the step fraction must be in (0, 1]", field="step_fraction")
-        if not self.lr > 0 or not math.isfinite(self.lr):
-            raise InputError("the learning rate must be positive", field="--lr")
+        if not 0 < self.lr <= 10:
+            raise InputError(f"the learning rate must be positive and at most 10, got {self.lr!r}", field="--lr",
+                             fix="e.g. --lr 0.001")
+        if self.method == "gdp" and int(self.hidden) % 2:
+            raise InputError(f"--hidden {self.hidden} is odd: GDP's two attention heads share the hidden units",
+                             field="--hidden", fix=f"Use an even number, e.g. --hidden {int(self.hidden) + 1}")
         if self.start not in STARTS:
             raise InputError(f"unknown start {self.start!r}", field="--start", fix="Use " + " or ".join(STARTS))
-        if not self.entropy >= 0:
-            raise InputError("the entropy weight must not be negative", field="--entropy")
+        if not 0 <= self.entropy <= 100:
+            raise InputError(f"the entropy weight must be from 0 to 100, got {self.entropy!r}", field="--entropy")
         return self
 
     def config(self) -> dict:
