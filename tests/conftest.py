@@ -1,9 +1,53 @@
+import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pytest
+from hypothesis import settings
+
+# Two tiers (README, "Tests"): `bash scripts/test.sh` runs everything, as CI does; `bash scripts/test.sh --fast`
+# leaves out what is marked slow and runs the property tests with the "dev" Hypothesis profile. Every kind of
+# heavy test has its own marker, and each of them makes a test slow.
+HEAVY = {
+    "browser": "drives the dashboard in a real Chromium (tests/test_browser*.py)",
+    "workers": "starts worker processes: torch ranks, model imports in a subprocess, a killed CLI run",
+    "dask": "starts a Dask cluster on this machine",
+    "training": "trains a policy or a learned cost model",
+    "fuzz": "a large fuzz campaign (FUZZ_EXAMPLES, FUZZ_APP_EXAMPLES, FUZZ_CLI_EXAMPLES size it)",
+}
+BROWSER_FIXTURES = {"page", "app_url", "chromium"}
+# Module-scoped fixtures that do heavy work once for the tests of their module: each test that uses one is
+# as heavy as the fixture (the first to run pays for it), whatever its own time.
+HEAVY_FIXTURES = {("test_torch_benchmark", "two_ranks"): "workers", ("test_torch_calibrate", "calibration"): "workers",
+                  ("test_torch_sharding", "runs"): "workers", ("test_pipelined_benchmark", "runs"): "workers",
+                  ("test_parallel", "cluster"): "dask", ("test_learned_cli", "trained"): "training"}
+
+# "ci" is Hypothesis' own default; "dev" tries a tenth of each property test's examples (at least 10): the
+# tests that set max_examples themselves ask tests/helpers.examples for it, which reads the profile.
+settings.register_profile("ci", settings())
+settings.register_profile("dev", settings(max_examples=10))
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: left out of the fast tier (scripts/test.sh --fast)")
+    for name, what in HEAVY.items():
+        config.addinivalue_line("markers", f"{name}: {what}; implies slow")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if BROWSER_FIXTURES & used and not item.get_closest_marker("browser"):
+            item.add_marker(pytest.mark.browser)
+        module = item.module.__name__.rpartition(".")[2] if getattr(item, "module", None) else ""
+        for (where, fixture), marker in HEAVY_FIXTURES.items():
+            if module == where and fixture in used and not item.get_closest_marker(marker):
+                item.add_marker(getattr(pytest.mark, marker))
+        if any(item.get_closest_marker(name) for name in HEAVY) and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)

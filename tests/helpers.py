@@ -57,3 +57,10 @@ def kernel_and_reference(p: Problem, placement):
     really ran."""
     require_kernel(p)
     return p.simulate(placement).result, p.simulate(placement, trace=True).result
+
+
+def examples(n: int) -> int:
+    """``max_examples`` for a property test: ``n`` under the full run, a tenth of it (at least 10) under the
+    fast tier's "dev" Hypothesis profile (tests/conftest.py)."""
+    import os
+    return max(10, n // 10) if os.environ.get("HYPOTHESIS_PROFILE") == "dev" else n

@@ -29,6 +29,7 @@ def archive_page(at):
     return at
 
 
+@pytest.mark.slow
 def test_without_a_run_the_page_says_what_to_do():
     at = start()
     goto(at, "archive")
@@ -46,6 +47,7 @@ def best_per_cell(archive, x_dim=2, y_dim=0):
     return best
 
 
+@pytest.mark.slow
 def test_heatmap_shows_the_best_elite_of_every_projected_niche(with_archive):
     at, run = with_archive
     archive_page(at)
@@ -120,6 +122,7 @@ def test_other_dimensions_can_be_shown(with_archive):
     at.selectbox(key=f"arch_y_live:{run.id}").set_value(0).run()
 
 
+@pytest.mark.slow
 def test_picking_an_elite_from_the_list_shows_it(with_archive):
     at, run = with_archive
     archive_page(at)
@@ -135,6 +138,7 @@ def test_picking_an_elite_from_the_list_shows_it(with_archive):
     assert load["layout"]["yaxis2"]["title"]["text"] == "memory (GB)"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", ["list", "dict", "index"])
 def test_clicking_a_heatmap_cell_picks_its_elite(with_archive, shape):
     """Streamlit 1.67 with Plotly 6 hands a point's customdata back as {"0": row, "1": column} (a KeyError: 0
@@ -162,6 +166,7 @@ def test_clicking_a_heatmap_cell_picks_its_elite(with_archive, shape):
     assert (decode(outline["x"]), decode(outline["y"])) == ([xi], [yi])
 
 
+@pytest.mark.slow
 def test_clicking_an_empty_niche_changes_nothing(with_archive):
     at, run = with_archive
     archive_page(at)
@@ -195,6 +200,7 @@ def test_top_elites_and_comparison(with_archive):
     at.session_state[f"cmp_a_chosen_live:{run.id}"] = False  # A follows the inspected elite again
 
 
+@pytest.mark.slow
 def test_compare_offers_every_elite_and_a_follows_the_inspected_one(with_archive):
     at, run = with_archive
     archive_page(at)
@@ -223,6 +229,7 @@ def test_compare_offers_every_elite_and_a_follows_the_inspected_one(with_archive
     at.session_state[f"cmp_a_chosen_live:{run.id}"] = False
 
 
+@pytest.mark.slow
 def test_choices_survive_leaving_the_page(with_archive):
     at, run = with_archive
     archive_page(at)
@@ -247,6 +254,7 @@ def test_choices_survive_leaving_the_page(with_archive):
     at.slider(key="arch_k").set_value(10).run()
 
 
+@pytest.mark.slow
 def test_use_an_elite_and_open_its_trace(with_archive):
     at, run = with_archive
     archive_page(at)
@@ -260,6 +268,7 @@ def test_use_an_elite_and_open_its_trace(with_archive):
 
 
 
+@pytest.mark.slow
 def test_one_bin_of_cross_device_edges_draws():
     """cross_edge_bins = 1 (allowed): the old axis labels divided by bins - 1."""
     from placement_core import Problem, load_devices, load_network

@@ -43,6 +43,7 @@ def test_form_is_prefilled_for_a_builtin_network():
     assert at.selectbox(key="bench_map_gpu0").options == ["cpu0", "cpu1"]  # from "cpu:2"
 
 
+@pytest.mark.workers
 def test_measured_against_simulated_with_a_fake_runner(monkeypatch):
     calls = []
 
@@ -89,6 +90,7 @@ def test_measured_against_simulated_with_a_fake_runner(monkeypatch):
     assert metrics(other)["Placements measured"] == "3"
 
 
+@pytest.mark.slow
 def test_a_failing_benchmark_shows_its_message(monkeypatch):
     def fake(*args, **kw):
         raise InputError("cuda:0 was asked for, but this machine has no usable CUDA GPU", field="--devices",
@@ -108,6 +110,7 @@ def test_without_pytorch_the_page_says_so(monkeypatch):
     assert "Real benchmarking is not available here" in text(at)
 
 
+@pytest.mark.workers
 def test_a_real_benchmark_of_a_tiny_model():
     pytest.importorskip("torch")
     at = start()
@@ -131,6 +134,7 @@ def test_a_real_benchmark_of_a_tiny_model():
     assert list(table["status"]) == ["ok", "ok"] and (table["measured median (ms)"] > 0).all()
 
 
+@pytest.mark.workers
 def test_drawing_the_pages_does_not_import_torch():
     script = textwrap.dedent(f"""
         import sys
@@ -146,6 +150,7 @@ def test_drawing_the_pages_does_not_import_torch():
     assert "torch imported: False" in out.stdout, out.stdout + out.stderr
 
 
+@pytest.mark.slow
 def test_the_benchmarked_placements_download_as_csv(monkeypatch):
     """A "Download as CSV" button under the table carries its rows (times in seconds) for comparing elsewhere."""
     import csv
@@ -198,6 +203,7 @@ def measured_three(monkeypatch, times=(0.050, 0.020, 0.080)):
     return at
 
 
+@pytest.mark.slow
 def test_the_agreement_chart_has_independent_log_or_equal_axes_and_mape(monkeypatch):
     """Simulated V100 times (ms) against CPU measurements (tens of ms): on equal axes every point sat against the
     y axis; independent axes span each variable's own values, log-log axes are logarithmic."""
@@ -232,6 +238,7 @@ def test_the_agreement_chart_has_independent_log_or_equal_axes_and_mape(monkeypa
     assert fig["layout"]["xaxis"]["type"] == "linear"
 
 
+@pytest.mark.slow
 def test_a_warning_names_devices_that_share_a_local_device():
     at = bench_page()
     assert at.selectbox(key="bench_map_gpu0").value == "cpu0"
@@ -253,6 +260,7 @@ def test_a_warning_names_devices_that_share_a_local_device():
     assert w.value.startswith("gpu0 and gpu1 both run on cpu (in one process)")
 
 
+@pytest.mark.slow
 def test_the_forms_choices_survive_another_page():
     at = bench_page()
     at.text_input(key="bench_devices").set_value("cpu:3")
@@ -274,6 +282,7 @@ def test_the_forms_choices_survive_another_page():
     assert not at.warning  # no "default value but also set via the Session State API" complaint
 
 
+@pytest.mark.slow
 def test_the_top_k_of_a_stored_run(monkeypatch):
     """The K best distinct placements of a stored MAP-Elites run of the current setup, measured: simulated and
     measured rank side by side with Kendall tau, stored with the run."""
@@ -325,6 +334,7 @@ def import_tiny_model(at):
     assert_clean(at)
 
 
+@pytest.mark.workers
 def test_calibrate_from_the_page_then_use_it():
     """Calibrate runs `placement calibrate` in the background (it keeps going on another page); then the
     calibrated 'local' devices and this network's measured op times become the current setup."""
@@ -360,6 +370,7 @@ def test_calibrate_from_the_page_then_use_it():
     assert "the simulator uses the op times measured for build at batch 32" in text(at)
 
 
+@pytest.mark.workers
 def test_a_failing_calibration_says_why():
     at = bench_page()
     at.text_input(key="bench_source").set_value("torchvision:no_such_model").run()
@@ -373,6 +384,7 @@ def test_a_failing_calibration_says_why():
     assert "Traceback" not in err.value
 
 
+@pytest.mark.slow
 def test_the_top_k_of_a_live_run(monkeypatch):
     """A run of this session (Optimize page) offers its K best: the best, then the archive's elites by objective,
     each placement once; a GA run keeps only its best and says so."""
@@ -415,6 +427,7 @@ def test_the_top_k_of_a_live_run(monkeypatch):
     assert f"{ga.name} keeps" not in text(at)  # no note that the run has fewer than K to offer
 
 
+@pytest.mark.workers
 def test_stop_ends_a_calibration_and_its_workers():
     pytest.importorskip("torch")
     import psutil
@@ -441,6 +454,7 @@ def test_stop_ends_a_calibration_and_its_workers():
     assert not at.button(key="cal_start").disabled
 
 
+@pytest.mark.workers
 def test_the_model_source_follows_the_network():
     """What was typed for one network does not carry over to the next: after importing another model, the
     source, sample shape and batch are that model's (while other choices, like the devices, stay)."""

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from apptest_util import assert_clean, figures, goto, sidebar_text, start, text
 
 from placement_core import load_devices
@@ -15,6 +16,7 @@ def devices_page():
     return at
 
 
+@pytest.mark.slow
 def test_default_devices_in_tables_and_pictures():
     at = devices_page()
     dev, chan = at.data_editor
@@ -33,6 +35,7 @@ def test_default_devices_in_tables_and_pictures():
     assert "malvik-4gpu" in sidebar_text(at)
 
 
+@pytest.mark.slow
 def test_editing_a_channel_to_zero_bandwidth_shows_a_validation_message_and_keeps_the_devices():
     at = devices_page()
     key = at.data_editor[1].key
@@ -45,6 +48,7 @@ def test_editing_a_channel_to_zero_bandwidth_shows_a_validation_message_and_keep
     assert at.session_state["devices"].channels[1].bandwidth == 16e9
 
 
+@pytest.mark.slow
 def test_a_valid_edit_applies_at_once():
     at = devices_page()
     key = at.data_editor[0].key
@@ -56,6 +60,7 @@ def test_a_valid_edit_applies_at_once():
     assert "malvik-4gpu (edited)" in sidebar_text(at)
 
 
+@pytest.mark.slow
 def test_choosing_a_preset_refreshes_the_tables():
     at = devices_page()
     at.selectbox(key="dev_preset").set_value("malvik").run()
@@ -89,6 +94,7 @@ def test_an_exprimo_device_file_loads():
     assert at.session_state["devices"].names == ["cpu0", "gpu0"]
 
 
+@pytest.mark.slow
 def test_missing_values_are_empty_cells_in_numeric_columns():
     """nvlink-8gpu gives no clock: the column stays numeric and empty cells show as empty, not "None"."""
     from apptest_util import goto, start
@@ -103,6 +109,7 @@ def test_missing_values_are_empty_cells_in_numeric_columns():
     assert str(devices["µs per message"].dtype) == "float64"
 
 
+@pytest.mark.slow
 def test_a_measured_transfer_curve_is_shown_kept_through_navigation_and_editable():
     at = devices_page()
     curve = [[4, 4e-05], [1000000, 0.0011], [268435456, 0.29]]
@@ -136,6 +143,7 @@ def test_a_measured_transfer_curve_is_shown_kept_through_navigation_and_editable
     assert at.session_state["devices"].channels[0].transfer_curve == ((4.0, 5e-05), (1e6, 0.002))
 
 
+@pytest.mark.slow
 def test_the_new_devices_suggested_name_follows_the_devices_until_the_user_types_one():
     """malvik-4gpu has gpu0..gpu3: the next is gpu4; after switching to malvik (gpu0, gpu1) gpu2. A name the user
     typed stays through a switch. (It used to stay gpu5, the device count of the first graph, everywhere.)"""

@@ -44,6 +44,7 @@ def wait_for_trainings(at, timeout: float = 240):
     at.run()
 
 
+@pytest.mark.slow
 def test_one_click_places_the_current_network_with_a_policy():
     path = save_untrained("mine")
     at = learned_page()
@@ -59,6 +60,7 @@ def test_one_click_places_the_current_network_with_a_policy():
     assert np.array_equal(at.session_state["placement"], place(load_policy(path), problem))
 
 
+@pytest.mark.slow
 def test_a_gdp_policy_for_another_device_count_is_explained_not_applied():
     path = save_untrained("gdp3", "gdp", devices=3)
     at = learned_page()
@@ -85,6 +87,7 @@ def test_a_damaged_policy_file_is_named_and_the_rest_still_listed():
     assert any("good" in o for o in at.selectbox(key="learn_policy").options)
 
 
+@pytest.mark.training
 def test_a_training_runs_in_the_background_draws_its_curve_and_is_stored():
     at = learned_page()
     at.multiselect(key="learn_families").set_value(["ptb"])
@@ -111,6 +114,7 @@ def test_a_training_runs_in_the_background_draws_its_curve_and_is_stored():
     assert any("best single device" in t for t in titles)
 
 
+@pytest.mark.training
 def test_stop_ends_a_training_early_and_keeps_what_it_learned():
     at = learned_page()
     at.multiselect(key="learn_families").set_value(["cifar10"])
@@ -129,6 +133,7 @@ def test_stop_ends_a_training_early_and_keeps_what_it_learned():
         assert store.get(job.run_id).status == "stopped"
 
 
+@pytest.mark.slow
 def test_the_form_is_kept_when_leaving_the_page():
     at = learned_page()
     at.number_input(key="learn_episodes").set_value(1234).run()
@@ -139,6 +144,7 @@ def test_the_form_is_kept_when_leaving_the_page():
     assert at.selectbox(key="learn_method").value == "gdp"
 
 
+@pytest.mark.slow
 def test_without_torch_the_page_says_what_to_install(monkeypatch):
     monkeypatch.setattr(learnview, "torch_available", lambda: False)
     at = learned_page()

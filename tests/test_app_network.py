@@ -41,6 +41,7 @@ def test_choosing_a_builtin_network_and_colouring_by_device():
     assert [t["name"] for t in nodes] == ["gpu0"]  # the default placement: everything on gpu0
 
 
+@pytest.mark.slow
 def test_batch_size_scales_activations_not_parameters():
     at = start()
     before = metrics(at)
@@ -52,6 +53,7 @@ def test_batch_size_scales_activations_not_parameters():
     assert "batch 64" in sidebar_text(at)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("content, message", [
     (b"{not json", "bad.json"),
     (json.dumps({"format": "placement-network/1", "name": "n", "ops": [
@@ -77,6 +79,7 @@ def test_a_good_upload_replaces_the_network():
     assert metrics(at)["Ops"] == str(len(data["ops"])) and "my-alexnet" in sidebar_text(at)
 
 
+@pytest.mark.slow
 def test_pytorch_import_errors_are_messages():
     at = start()
     at.text_input(key="torch_name").set_value("")
@@ -85,6 +88,7 @@ def test_pytorch_import_errors_are_messages():
     assert "no model name given" in text(at)
 
 
+@pytest.mark.workers
 def test_pytorch_import_of_an_uploaded_file(tmp_path):
     pytest.importorskip("torch")
     at = start()

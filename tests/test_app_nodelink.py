@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from apptest_util import assert_clean, goto, start
 
 from placement_core import load_devices, load_network, random_placement
@@ -30,6 +31,7 @@ def view(at, index=0):
     return html, grab("META"), grab("NODES"), grab("EDGES"), grab("OPTIONS")
 
 
+@pytest.mark.slow
 def test_the_network_page_opens_the_explorable_graph_of_the_current_network():
     at = start()
     html, meta, nodes, edges, options = view(at)
@@ -49,6 +51,7 @@ def test_the_network_page_opens_the_explorable_graph_of_the_current_network():
     # browser test watches the requests themselves: tests/test_browser_views.py)
 
 
+@pytest.mark.slow
 def test_colour_by_device_and_cross_device_edges_drawn_dashed():
     at = start()
     g, d = load_network("resnet50"), load_devices("malvik-4gpu")
@@ -66,6 +69,7 @@ def test_colour_by_device_and_cross_device_edges_drawn_dashed():
         assert e["color"]["color"] == ("#d62728" if crossing else "#8a8fa3")
 
 
+@pytest.mark.slow
 def test_the_layered_chart_is_still_one_click_away():
     at = start()
     at.segmented_control(key="net_view").set_value("layered chart").run()
@@ -78,6 +82,7 @@ def upload(at, data, name="net.json"):
     assert_clean(at)
 
 
+@pytest.mark.slow
 def test_hostile_op_names_stay_text_inside_the_generated_page():
     at = start()
     data = network_to_dict(load_network("alexnet"))
@@ -110,6 +115,7 @@ def chain_of_blocks(blocks: int) -> dict:
     return {"format": "placement-network/1", "name": "blocks", "batch_size": 1, "ops": ops}
 
 
+@pytest.mark.slow
 def test_a_network_over_a_thousand_ops_opens_as_modules():
     at = start(timeout=60)
     upload(at, chain_of_blocks(300))  # 1,201 ops
@@ -129,6 +135,7 @@ def test_a_network_over_a_thousand_ops_opens_as_modules():
     assert options["interaction"]["hideEdgesOnDrag"] is False  # 1,500 edges: still drawn while dragging
 
 
+@pytest.mark.slow
 def test_the_devices_page_draws_devices_and_channels_with_what_each_carries():
     at = start()
     g, d = load_network("resnet50"), load_devices("malvik-4gpu")

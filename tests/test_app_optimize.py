@@ -3,6 +3,7 @@
 import sys
 import time
 
+import pytest
 from apptest_util import assert_clean, figures, goto, sidebar_text, start, text, wait_for_runs
 
 from dashboard.background_runs import REGISTRY
@@ -32,6 +33,7 @@ def test_form_has_thesis_defaults_for_the_chosen_algorithms():
     assert "No runs yet" in text(at)
 
 
+@pytest.mark.slow
 def test_two_algorithms_run_in_the_background_and_their_results_can_be_used():
     at = optimize_page()
     at.button(key="opt_start").click().run()
@@ -53,6 +55,7 @@ def test_two_algorithms_run_in_the_background_and_their_results_can_be_used():
     assert f"best of {ga.name}" in sidebar_text(at)
 
 
+@pytest.mark.slow
 def test_a_run_survives_switching_pages():
     at = optimize_page(evaluations=300)
     at.multiselect(key="opt_algorithms").set_value(["random"])
@@ -67,6 +70,7 @@ def test_a_run_survives_switching_pages():
     assert at.button(key=f"use_{r.id}").label == "Use this placement"
 
 
+@pytest.mark.slow
 def test_progress_is_shown_while_running_and_stop_ends_the_run():
     at = optimize_page(evaluations=5_000_000)
     at.multiselect(key="opt_algorithms").set_value(["ga"])
@@ -87,6 +91,7 @@ def test_progress_is_shown_while_running_and_stop_ends_the_run():
     assert f"**{r.name}** · stopped" in text(at)
 
 
+@pytest.mark.slow
 def test_a_run_that_fails_shows_its_message():
     at = optimize_page()
     at.multiselect(key="opt_algorithms").set_value(["ga"])
@@ -98,6 +103,7 @@ def test_a_run_that_fails_shows_its_message():
     assert "elite must be smaller than the population" in err.value
 
 
+@pytest.mark.slow
 def test_simulator_settings_are_shared_with_the_trace_page():
     at = optimize_page()
     at.number_input(key="opt_batches").set_value(4)
@@ -109,6 +115,7 @@ def test_simulator_settings_are_shared_with_the_trace_page():
     assert "4 batch(es), 2 in flight" in sidebar_text(at)
 
 
+@pytest.mark.slow
 def test_worker_processes_evaluate_in_parallel():
     # Worker processes (multiprocessing spawn) re-import the main script, app.py: it must not start the app there.
     at = optimize_page(evaluations=600)
@@ -132,6 +139,7 @@ def alexnet_optimize_page(evaluations=300):
     return at
 
 
+@pytest.mark.slow
 def test_initial_mappings_seed_the_run_and_their_cost_is_reported():
     """HEFT + a 5-trial Bayesian start, computed in the run's thread: the stored run starts from exactly the
     placements initial_placements gives (worked out here on a fresh problem), the best found is no worse than
@@ -165,6 +173,7 @@ def test_initial_mappings_seed_the_run_and_their_cost_is_reported():
     assert said in text(at) and f"best seed {seeds.labels[0]}" in text(at)
 
 
+@pytest.mark.slow
 def test_initial_mappings_stack_after_the_current_placement():
     at = alexnet_optimize_page(evaluations=200)
     at.multiselect(key="opt_init").set_value(["single"]).run()  # one placement per device: 5 on malvik-4gpu
@@ -184,6 +193,7 @@ def test_initial_mappings_stack_after_the_current_placement():
     assert sorted(initial[1:, 0].tolist()) == list(range(n_dev)) and (initial[1:].T == initial[1:, 0]).all()
 
 
+@pytest.mark.slow
 def test_a_data_parallel_start_brings_its_splits_as_on_the_command_line():
     """data-parallel as an initial mapping needs its batch split in the run's table (the page adds it, as
     `placement optimize --init data-parallel` does); the seed is every op split over the four GPUs."""
@@ -202,6 +212,7 @@ def test_a_data_parallel_start_brings_its_splits_as_on_the_command_line():
     assert r.result.best_objective <= seed.objectives[0]
 
 
+@pytest.mark.slow
 def test_bad_initial_mappings_are_named_before_start(monkeypatch):
     at = alexnet_optimize_page()
     at.number_input(key="opt_init_random").set_value(200_000).run()  # past the limit of 100,000: refused
@@ -218,6 +229,7 @@ def test_bad_initial_mappings_are_named_before_start(monkeypatch):
     assert not at.button(key="opt_start").disabled
 
 
+@pytest.mark.slow
 def test_initial_mappings_survive_switching_pages():
     at = alexnet_optimize_page()
     at.multiselect(key="opt_init").set_value(["heft-nocomm", "min-cut"])

@@ -70,6 +70,7 @@ def bars(fig):
 ALL = {"GPipe", "1F1B (PipeDream-flush)", "Interleaved 1F1B", "ZB-H1 (zero bubble)"}
 
 
+@pytest.mark.slow
 def test_page_renders_cleanly_with_the_default_state():
     at = pipeline_page()
     # the default placement uses one device, so the page starts from an even split into 4 stages
@@ -88,6 +89,7 @@ def test_page_renders_cleanly_with_the_default_state():
                 assert "(" in f["layout"][axis]["title"]["text"]  # a unit on every quantitative axis
 
 
+@pytest.mark.slow
 def test_numbers_shown_are_the_simulators():
     p, m = 3, 8
     at = pipeline_page(pipe_stages=p, pipe_micro_batches=m)
@@ -116,6 +118,7 @@ def test_numbers_shown_are_the_simulators():
     assert runs["1f1b"].stage_peak_memory()[0] < runs["gpipe"].stage_peak_memory()[0]
 
 
+@pytest.mark.slow
 def test_gantts_have_a_row_per_stage_and_one_colour_per_micro_batch():
     p, m = 4, 4
     at = pipeline_page(pipe_stages=p, pipe_micro_batches=m)
@@ -155,6 +158,7 @@ def test_gantts_have_a_row_per_stage_and_one_colour_per_micro_batch():
     assert {f"micro-batch {k}" for k in range(1, m + 1)} <= legend
 
 
+@pytest.mark.slow
 def test_sweep_chart_is_the_sweep():
     at = pipeline_page()
     sweep_fig = next(f for f in figures(at) if "micro-batches per batch (m)" in str(f["layout"].get("xaxis")))
@@ -174,6 +178,7 @@ def test_sweep_chart_is_the_sweep():
     assert f"GPipe: m = {best_gpipe['micro_batches']} ({fmt_seconds(best_gpipe['step_time_s'])} per batch" in text(at)
 
 
+@pytest.mark.slow
 def test_micro_batches_that_do_not_divide_the_batch_are_an_error_message():
     at = pipeline_page()
     at.number_input(key="pipe_micro_batches").set_value(3).run()
@@ -187,6 +192,7 @@ def test_micro_batches_that_do_not_divide_the_batch_are_an_error_message():
     assert len(gantts(at)) == 4
 
 
+@pytest.mark.slow
 def test_the_thesis_scheme_can_join_the_comparison():
     at = pipeline_page(pipe_schedules=["gpipe", "1f1b", "thesis"])
     assert len(gantts(at)) == 3
@@ -214,6 +220,7 @@ def upload_equal_stages(at):
     return at
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("m", [1, 4, 6, 24])
 def test_ideal_pipeline_of_equal_stages_has_the_textbook_bubble(m):
     at = upload_equal_stages(start())
@@ -235,6 +242,7 @@ def test_ideal_pipeline_of_equal_stages_has_the_textbook_bubble(m):
     assert all(f["layout"]["yaxis"]["categoryarray"] == [f"d{s}" for s in range(P)] for f in figs.values())
 
 
+@pytest.mark.slow
 def test_gpipe_in_the_shared_settings_reaches_the_sidebar_and_the_trace():
     at = start()
     goto(at, "trace")
@@ -286,6 +294,7 @@ def ui_sim(at):
         else at.session_state["sim"]
 
 
+@pytest.mark.slow
 def test_optimize_searches_under_the_schedule():
     at = start()
     goto(at, "optimize")
@@ -304,6 +313,7 @@ def test_optimize_searches_under_the_schedule():
     assert "1F1B schedule, 4 micro-batches per batch" in text(at)
 
 
+@pytest.mark.slow
 def test_settings_from_before_schedules_still_load():
     at = start()
     at.session_state["sim"] = {"batches": 2, "in_flight": 2, "penalty": "thesis", "profile": "default"}
@@ -352,6 +362,7 @@ def test_peak_stage_note_names_the_stage_with_the_highest_peak():
                     "1F1B stage 1 (gpu0, 2.5 GB).")
 
 
+@pytest.mark.slow
 def test_kept_settings_that_no_longer_fit_fall_back_to_defaults():
     """5 stages kept from the 4-GPU server (5 devices) cannot exist on malvik (3 devices): the page falls back
     to its default instead of failing; the Trace's kept single device does the same."""

@@ -56,6 +56,7 @@ def labels(fig) -> dict[str, list]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("m", [4, 8])
 def test_ideal_equal_stages_meet_every_closed_form(m):
     """p = 4 stages of two equal ops (t = 0.25 ms per op and micro-batch at m = 4): GPipe and 1F1B
@@ -91,6 +92,7 @@ def test_ideal_equal_stages_meet_every_closed_form(m):
     assert ("Closed form", f"{bubble['Interleaved 1F1B'] / (m * (tf + tb) + bubble['Interleaved 1F1B']):.1%}") in shown
 
 
+@pytest.mark.slow
 def test_the_bubble_is_split_into_its_parts():
     """Slow links and real weight updates: the page's parts are bubble_breakdown's, and they add up."""
     at = upload(start(), bandwidth=2e6)
@@ -115,6 +117,7 @@ def test_the_bubble_is_split_into_its_parts():
     assert "Where the bubble comes from" not in text(at)
 
 
+@pytest.mark.slow
 def test_measured_pipelines_of_this_network_are_shown_beside_the_simulated():
     from placement_core.store import RunStore
     graph = equal_chunks_graph()
@@ -141,6 +144,7 @@ def test_measured_pipelines_of_this_network_are_shown_beside_the_simulated():
     assert [t["y"] for t in fig["data"]] == [[pytest.approx(42)], [pytest.approx(30)]]
 
 
+@pytest.mark.slow
 def test_presentation_mode_enlarges_the_charts_and_survives_navigation():
     at = upload(start())
     small = next(iter(gantts(at).values()))
@@ -158,6 +162,7 @@ def toy_figure(at):
     return next(f for f in figures(at) if "equal stages" in str((f["layout"].get("title") or {}).get("text", "")))
 
 
+@pytest.mark.slow
 def test_the_lecture_animation_reveals_the_step_with_the_bubble_shaded():
     at = start()
     goto(at, "pipeline")
@@ -187,6 +192,7 @@ def test_the_lecture_animation_reveals_the_step_with_the_bubble_shaded():
     assert metrics(at)["Step (simulated)"] == "24 ms"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schedule, want", [("interleaved-1f1b", 8 * 3.0 + 3 * 3.0 / 2),
                                             ("zb-h1", 8 * 3.0 + 3 * (1.0 + 1.0 - 1.0))])
 def test_the_lecture_shows_each_schedules_closed_form(schedule, want):
@@ -203,6 +209,7 @@ def test_the_lecture_shows_each_schedules_closed_form(schedule, want):
     assert ("(p − 1)(t_f + t_b) / V" if schedule == "interleaved-1f1b" else "(p − 1)(t_f + t_B − t_W)") in closed_label
 
 
+@pytest.mark.slow
 def test_sixteen_micro_batches_get_sixteen_colours_that_stay_apart():
     from dashboard.pipecharts import UNIT_PALETTE, unit_color
 
@@ -224,6 +231,7 @@ def test_sixteen_micro_batches_get_sixteen_colours_that_stay_apart():
     assert len(forward) == 16 and len(set(forward.values())) == 16
 
 
+@pytest.mark.slow
 def test_the_shades_legend_is_not_drawn_in_a_micro_batchs_colour():
     """'F k: forward (full colour)' once had micro-batch 1's swatch, so a reader took it for that micro-batch."""
     from dashboard.pipecharts import UNIT_PALETTE

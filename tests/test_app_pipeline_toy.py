@@ -1,6 +1,8 @@
 """Pipeline page, toy model (AppTest): the lecture's numbers are the closed forms, and a transfer per hop
 shows up as the part of the bubble the textbook does not have."""
 
+import pytest
+
 from apptest_util import assert_clean, figures, goto, metrics, start, text
 
 
@@ -11,6 +13,7 @@ def toy_page():
     return at
 
 
+@pytest.mark.slow
 def test_the_default_toy_is_the_closed_form():
     at = toy_page()
     shown = metrics(at)
@@ -21,6 +24,7 @@ def test_the_default_toy_is_the_closed_form():
     assert "8 micro-batches" in str(fig["layout"]["title"])
 
 
+@pytest.mark.slow
 def test_a_transfer_per_hop_is_named_as_part_of_the_bubble():
     at = toy_page()
     for key, value in (("toy_p", 2), ("toy_m", 1), ("toy_hop", 0.25)):

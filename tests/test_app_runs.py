@@ -51,12 +51,14 @@ def stopped_run(problem, algorithm, evaluations, seed, stop_at):
     return run_id
 
 
+@pytest.mark.slow
 def test_an_empty_store_says_how_to_fill_it():
     at = runs_page()
     assert "No stored runs yet" in text(at)
     assert "Go to Optimize" in [e.proto.label for e in at.get("page_link")]
 
 
+@pytest.mark.slow
 def test_a_dashboard_run_is_stored_and_reopened():
     at = start()
     run = dashboard_run(at, "ga")
@@ -82,6 +84,7 @@ def test_a_dashboard_run_is_stored_and_reopened():
     assert "Download" in [b.proto.label for b in at.get("download_button")]
 
 
+@pytest.mark.slow
 def test_a_command_line_run_brings_its_builtin_network_and_devices():
     problem = alexnet_problem()
     with RunStore() as store:
@@ -99,6 +102,7 @@ def test_a_command_line_run_brings_its_builtin_network_and_devices():
     assert metrics(at)["Objective"] == fmt_seconds(result.best_objective)
 
 
+@pytest.mark.slow
 def test_resume_an_interrupted_run_to_the_uninterrupted_result():
     problem = alexnet_problem()
     full = optimize(problem, "ga", evaluations=2000, seed=5)
@@ -125,6 +129,7 @@ def test_resume_an_interrupted_run_to_the_uninterrupted_result():
     assert at.button(key="runs_resume").disabled  # finished runs cannot be resumed
 
 
+@pytest.mark.slow
 def test_delete_needs_a_confirmation():
     problem = alexnet_problem()
     with RunStore() as store:
@@ -148,6 +153,7 @@ def store_best(run_id):
         return store.get(run_id).best_objective
 
 
+@pytest.mark.slow
 def test_a_stored_archive_opens_on_the_archive_page():
     problem = Problem(load_network("resnet50"), load_devices("malvik-4gpu"))
     with RunStore() as store:
@@ -173,6 +179,7 @@ def test_a_stored_archive_opens_on_the_archive_page():
     assert at.session_state["placement_label"] == f"elite #2 of run {run_id} · MAP-Elites"
 
 
+@pytest.mark.slow
 def test_the_trace_page_picks_a_stored_run():
     problem = alexnet_problem()
     with RunStore() as store:
@@ -186,6 +193,7 @@ def test_the_trace_page_picks_a_stored_run():
     assert metrics(at)["Objective"] == fmt_seconds(result.best_objective)
 
 
+@pytest.mark.slow
 def test_two_sessions_keep_their_own_state_and_share_the_store():
     one, two = start(), start()
     assert one.session_state["session_key"] != two.session_state["session_key"]
@@ -276,6 +284,7 @@ def diff_rows(at):
             for c_a, c_b in [list(frame(at, "setting").columns[1:])]}
 
 
+@pytest.mark.slow
 def test_overlaid_curves_of_two_runs_come_from_the_store():
     (first, r1), (second, r2) = two_random_runs()
     at = runs_page()
@@ -308,6 +317,7 @@ def test_a_curve_whose_best_placement_exceeds_memory_says_so():
     assert "thesis: +1 ms per MB over capacity" in text(at)
 
 
+@pytest.mark.slow
 def test_the_settings_diff_of_two_stored_runs():
     (first, _), (second, _) = two_random_runs(seeds=(1, 2), budgets=(20, 30))
     at = runs_page()
@@ -326,6 +336,7 @@ def test_runs_with_the_same_settings_are_identical():
         frame(at, "setting")
 
 
+@pytest.mark.slow
 def test_the_runs_page_keeps_its_choices_across_pages():
     (first, _), (second, _) = two_random_runs(seeds=(1, 2), budgets=(20, 30))
     at = runs_page()
@@ -346,6 +357,7 @@ def test_the_runs_page_keeps_its_choices_across_pages():
     assert diff_rows(at) == {"budget (evaluations)": ("20", "30"), "seed": ("1", "2")}
 
 
+@pytest.mark.slow
 def test_hidden_statuses_stay_hidden_and_new_ones_show():
     problem = alexnet_problem()
     stopped = stopped_run(problem, "random", 400, 1, stop_at=150)
@@ -366,6 +378,7 @@ def test_hidden_statuses_stay_hidden_and_new_ones_show():
     assert sorted(at.dataframe[0].value["run"]) == [stopped, done]
 
 
+@pytest.mark.slow
 def test_a_hostile_network_name_stays_text_in_the_comparison():
     from placement_core.model.graph import Graph
     g = load_network("alexnet")
@@ -383,6 +396,7 @@ def test_a_hostile_network_name_stays_text_in_the_comparison():
     assert diff_rows(at)["network"] == ("alexnet", name)  # a dataframe shows text as it is
 
 
+@pytest.mark.slow
 def test_a_runs_strings_stay_text_and_its_seeding_is_shown():
     """Network name, label and parameters are a user's strings: shown literally, never as markup; the initial
     mappings a run started from are in its own column, listed and said in the run's details."""

@@ -3,6 +3,7 @@
 import json
 import re
 
+import pytest
 from apptest_util import APP, assert_clean, decode, figures, frame, goto, metrics, start, text
 from streamlit.testing.v1 import AppTest
 
@@ -38,6 +39,7 @@ def hover_labels(fig, traces=None):
             for h in t.get("hovertext", t.get("text", [])) if h]
 
 
+@pytest.mark.slow
 def test_gantt_has_one_row_per_device_and_channel():
     at = trace_page()
     fig = gantt(at)
@@ -50,6 +52,7 @@ def test_gantt_has_one_row_per_device_and_channel():
     assert fig["layout"]["xaxis"]["title"]["text"] == "time (ms)"
 
 
+@pytest.mark.slow
 def test_random_placement_uses_links_and_fills_the_bottleneck_panel():
     at = trace_page()
     at.number_input(key="trace_seed").set_value(3)
@@ -68,6 +71,7 @@ def test_random_placement_uses_links_and_fills_the_bottleneck_panel():
     assert (devices["busy (ms)"] + devices["idle (ms)"]).round(6).nunique() == 1  # = the makespan
 
 
+@pytest.mark.slow
 def test_critical_path_on_demand():
     at = trace_page()
     assert "critical path" not in [t.get("name") for t in gantt(at)["data"]]
@@ -80,6 +84,7 @@ def test_critical_path_on_demand():
     assert m and 352 < int(m.group(1)) <= 459
 
 
+@pytest.mark.slow
 def test_memory_chart_has_capacity_lines():
     at = trace_page()
     mem = next(f for f in figures(at) if "Memory" in str(f["layout"].get("title", "")))
@@ -93,6 +98,7 @@ def test_memory_chart_has_capacity_lines():
     assert "Capacity far above the chart (not drawn): cpu0 755 GB" in text(at)
 
 
+@pytest.mark.slow
 def test_placement_files_good_and_bad():
     at = trace_page()
     g, d = load_network("resnet50"), load_devices("malvik-4gpu")
@@ -111,6 +117,7 @@ def test_placement_files_good_and_bad():
                                                                   "Download the placement (JSON)"]
 
 
+@pytest.mark.slow
 def test_an_exprimo_placement_file_with_block_names_loads_with_a_note():
     at = trace_page()
     g = load_network("resnet50")
@@ -125,6 +132,7 @@ def test_an_exprimo_placement_file_with_block_names_loads_with_a_note():
     assert any("2 key(s) of the placement file are not ops of the network" in n for n in notes), notes
 
 
+@pytest.mark.slow
 def test_ten_batch_inception_trace_renders_within_the_default_timeout():
     at = AppTest.from_file(APP)  # default timeout (3 s) for every run below
     at.run()
@@ -147,6 +155,7 @@ def test_ten_batch_inception_trace_renders_within_the_default_timeout():
     assert_clean(at)
 
 
+@pytest.mark.slow
 def test_pipeline_stages_with_batches_in_flight_keep_several_gpus_busy():
     at = trace_page()
     at.number_input(key="trace_batches").set_value(8)
@@ -163,6 +172,7 @@ def test_pipeline_stages_with_batches_in_flight_keep_several_gpus_busy():
     assert (devices.set_index("device").loc[["gpu0", "gpu1", "gpu2", "gpu3"], "busy (ms)"] > 0).all()
 
 
+@pytest.mark.slow
 def test_message_overhead_is_drawn_as_thin_grey_bars_on_the_device_rows():
     at = start()
     goto(at, "devices")

@@ -36,6 +36,7 @@ def two_stages():
     return at
 
 
+@pytest.mark.slow
 def test_following_an_op_outlines_its_events_and_draws_its_flows():
     at = two_stages()
     placement, res, g = trace_of(at)
@@ -67,6 +68,7 @@ def test_following_an_op_outlines_its_events_and_draws_its_flows():
     assert "none of its tensors crosses devices" in text(at)
 
 
+@pytest.mark.slow
 def test_find_outlines_every_op_whose_name_matches():
     at = start()
     goto(at, "trace")
@@ -81,6 +83,7 @@ def test_find_outlines_every_op_whose_name_matches():
     assert at.selectbox(key="trace_follow").options == names
 
 
+@pytest.mark.slow
 def test_a_time_window_sums_busy_time_and_bytes_inside_it():
     at = two_stages()
     placement, res, g = trace_of(at)
@@ -122,6 +125,7 @@ def test_every_bar_is_clickable_and_carries_its_name():
         assert [round(x, 9) for x in starts] == [round(res.trace[int(i)].start * 1e3, 9) for i in decode(t["customdata"])]
 
 
+@pytest.mark.slow
 def test_on_a_step_too_large_to_click_the_names_that_fit_are_written_once(monkeypatch):
     from dashboard import tracechart
     monkeypatch.setattr(tracechart, "CLICKABLE_EVENTS", 10)

@@ -4,6 +4,7 @@ and the Chrome download names the shards (docs/sharding.md)."""
 
 import json
 
+import pytest
 from apptest_util import assert_clean, figures, goto, start
 
 from placement_core import load_network
@@ -42,6 +43,7 @@ def test_a_sharded_placement_file_shows_its_shards_and_its_rings():
     assert "Download the trace (Chrome trace JSON)" in downloads
 
 
+@pytest.mark.slow
 def test_the_benchmark_page_runs_a_sharded_current_placement_on_every_device_of_its_splits(monkeypatch):
     """The current placement splits fc over gpu0 and gpu1: the page maps both to local devices, simulates it with
     the session's split table and hands the runner the split entry with local names."""

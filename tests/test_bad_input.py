@@ -236,6 +236,7 @@ def test_character_devices(capsys, device, what):
     assert msg == f"{device}: is {what}, not a regular file. Give a JSON file"
 
 
+@pytest.mark.workers
 @pytest.mark.timeout(60)
 def test_dev_zero_in_a_real_process():
     """Before: read until memory ran out. Bounded here to 2 GiB of address space and 40 s."""
@@ -403,6 +404,7 @@ def test_trace_too_large_is_refused(capsys, tmp_path, monkeypatch):
     assert not trace.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_trace_of_ten_thousand_batches_is_refused_at_once(capsys, tmp_path):
     msg = one_error_line(*run(capsys, "simulate", "--network", "resnet50", "--devices", "malvik-4gpu",
@@ -435,6 +437,7 @@ def test_escape_sequences_in_text_output(capsys, tmp_path):
     assert "\x1b" not in out and out.startswith("\\x1b[31mred\\x1b[0m (4 ops, batch 4)")
 
 
+@pytest.mark.workers
 def test_long_cycle_is_one_short_line(capsys, tmp_path):
     """A 20,000-op cycle printed all 20,001 names (189,000 characters)."""
     ops = [{"name": f"op_number_{i}", "inputs": [f"op_number_{(i - 1) % 20000}"]} for i in range(20000)]

@@ -194,6 +194,7 @@ def test_memory_estimate_counts_weights_activations_copies_and_gradients():
     assert mem.total() == 600 + 20 + 20  # weights, the two kept activations, o1's two gradients
 
 
+@pytest.mark.slow
 def test_every_algorithm_on_resnet50_is_valid_and_reproducible():
     p = Problem(load_network("resnet50"), load_devices("malvik-4gpu"))
     single_gpu = p.evaluate(np.full(p.n_ops, 1, dtype=np.int32))

@@ -15,6 +15,7 @@ from placement_core.optimize.best_kept import KeptBest
 from placement_core.parallel import SerialEvaluator
 from placement_core.store.recording import resume_run, start_run
 from placement_core.store import RunStore
+from helpers import examples
 
 
 class Recording(SerialEvaluator):
@@ -44,7 +45,7 @@ def problem():
     return Problem(load_network("alexnet"), load_devices("malvik-4gpu-limited-alexnet"))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3)), min_size=0, max_size=40), st.integers(1, 6),
        st.integers(1, 7))
 def test_kept_best_is_the_brute_force_top_k(pairs, k, batch):

@@ -16,7 +16,7 @@ import time
 import pytest
 from browser_util import ARTIFACTS, choose, no_errors, open_page, settle, shot
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
 
 
 def test_whole_workflow_in_a_browser(page):

@@ -14,7 +14,7 @@ from placement_core.analysis import elite_label, fmt_seconds
 from placement_core.store.recording import load_archive
 from placement_core.store import RunStore
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 
 
 @pytest.fixture(scope="module")

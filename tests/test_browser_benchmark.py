@@ -7,6 +7,8 @@ import time
 import pytest
 from browser_util import download, main, no_errors, open_page, settle, shot, type_number, wait_text
 
+pytestmark = pytest.mark.browser
+
 MODEL = ("import torch.nn as nn\n\n"
          "def build():\n    return nn.Sequential(nn.Flatten(), nn.Linear(12, 8), nn.ReLU(), nn.Linear(8, 2))\n")
 

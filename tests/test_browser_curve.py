@@ -13,7 +13,7 @@ from browser_util import no_errors, open_page, settle, type_number, wait_text
 from placement_core import load_devices, load_network
 from placement_core.optimize import run
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
 
 BUDGET = 3000
 TITLE = "Random hill climbing"

@@ -17,7 +17,7 @@ from placement_core import Problem, load_devices, load_network, single_device
 from placement_core.analysis import fmt_seconds
 from placement_core.analysis.device_tables import add_device, devices_from_tables, devices_to_tables
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 
 
 def edit_cell(pg, grid_index: int, row: int, col: int, value) -> None:

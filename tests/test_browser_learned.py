@@ -13,7 +13,7 @@ import pytest
 from browser_util import main, no_errors, open_page, settle, shot, sidebar_text, type_number, wait_text
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.timeout(400)
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(400)]
 
 
 @pytest.fixture(scope="module")

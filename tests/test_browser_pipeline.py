@@ -13,7 +13,7 @@ import time
 import pytest
 from browser_util import ROOT, main, no_errors, number, open_page, settle, shot, type_number, wait_text
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
 
 def _schedules(pg) -> list[str]:

@@ -19,7 +19,7 @@ from browser_util import main, no_errors, open_page, settle, shot
 from placement_core import load_devices, load_network
 from placement_core.store import RunStore
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 
 RUNS = [("random", 1, 200), ("ga", 2, 300)]  # algorithm, seed, evaluations
 

@@ -12,7 +12,7 @@ from browser_util import choose, main, multiselect, no_errors, number, open_page
 from placement_core import Problem, load_devices, load_network
 from placement_core.optimize.seeding import initial_placements
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
 
 
 def _tags(pg, label: str) -> list[str]:

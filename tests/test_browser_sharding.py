@@ -20,7 +20,7 @@ from placement_core.optimize import problem_for, run
 from placement_core.model.placement import placement_from_dict
 from placement_core.model.sharding import search_splits
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
 HOVERS = """gd => gd._fullData.filter(t => t.type === 'bar').flatMap(t => Array.from(t.hovertext || []))"""
 

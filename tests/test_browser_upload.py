@@ -10,6 +10,8 @@ import pytest
 import browser_util
 from browser_util import main, no_errors, settle, shot, sidebar_text, wait_text
 
+pytestmark = pytest.mark.browser
+
 MODEL = ("import torch.nn as nn\n\n"
          "def build():\n    return nn.Sequential(nn.Flatten(), nn.Linear(12, 8), nn.ReLU(), nn.Linear(8, 2))\n")
 

@@ -3,8 +3,8 @@ Trace page you can follow. A person's moves: search an op, click it on the canva
 module, click a channel; click a bar of the Gantt, box-select a time range, find ops by name, pick a row of
 the critical path. What the page should show is worked out here from the network and the simulator.
 
-With PLACEMENT_DOC_SHOTS=1 the screenshots also go to docs/img/ (1280×800, 256-colour PNG): the pictures in
-docs/dashboard.md come from these tests (``PLACEMENT_DOC_SHOTS=1 .venv/bin/python -m pytest
+With PLACEMENT_DOC_SCREENSHOTS=1 the screenshots also go to docs/img/ (1280×800, 256-colour PNG): the pictures in
+docs/dashboard.md come from these tests (``PLACEMENT_DOC_SCREENSHOTS=1 .venv/bin/python -m pytest
 tests/test_browser_views.py``); without it they stay in test-artifacts/, so a test run changes no tracked file.
 """
 
@@ -25,7 +25,7 @@ from placement_core import load_devices, load_network
 from placement_core.analysis import fmt_bytes, fmt_flops
 from placement_core.problem import ProblemSpec
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
 FADED = {"background": "#ececef", "border": "#d9d9de"}  # dashboard/nodelink.html
 
 
@@ -46,7 +46,7 @@ def doc_shot(pg, name: str, target=None, above: int = 60) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
     pg.screenshot(path=str(path))
-    if os.environ.get("PLACEMENT_DOC_SHOTS") == "1":
+    if os.environ.get("PLACEMENT_DOC_SCREENSHOTS") == "1":
         from PIL import Image
         out = ROOT / "docs" / "img" / f"{name}.png"
         out.parent.mkdir(exist_ok=True)

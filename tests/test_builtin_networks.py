@@ -38,6 +38,7 @@ def test_batch_size_is_a_parameter():
     assert g32.ops[0].shape == (32, 3, 224, 224)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", builtin_networks())
 def test_committed_json_is_what_the_script_generates(name):
     pytest.importorskip("torchvision")
@@ -67,6 +68,7 @@ def test_transformers_match_published_figures():
         assert shares["linear"] == 0.5 and shares["attention"] in (0.0, 0.5) and shares.get("reshape", 0.0) == 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["gpt2", "vit_b_16"])
 def test_transformers_simulate_on_every_preset(name):
     """Every preset, every schedule: a pipeline of the preset's GPUs (stages:P, or P x 2 chunks for

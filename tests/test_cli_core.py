@@ -142,6 +142,7 @@ def test_bad_network_files(capsys, tmp_path, content, text):
     assert code == 2 and err.startswith(f"error: {path}") and text in err and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_console_script_runs_without_traceback(tmp_path):
     bad = tmp_path / "d.json"
     bad.write_text(json.dumps({"format": "placement-devices/1", "name": "x", "devices": [
@@ -209,6 +210,7 @@ def test_exprimo_placements_ignore_keys_that_are_not_ops(capsys, tmp_path):
     ({**{n: 1 for n in TINY_OPS}, "conv1": [1]}, "layer 'conv1' has a one-device list [1], which Exprimo cannot build"),
     ({**{n: 1 for n in TINY_OPS}, "conv1": "gpu0"}, "conv1: expected a device index, got 'gpu0'"),
 ])
+@pytest.mark.slow
 def test_exprimo_placement_errors(capsys, tmp_path, assignment, text):
     net, placement = _exprimo_files(tmp_path, assignment)
     code, out, err = run(capsys, "simulate", "--network", net, "--devices", "malvik", "--placement", placement)

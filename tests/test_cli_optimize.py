@@ -55,6 +55,7 @@ def test_out_file_and_resimulation(capsys, tmp_path):
         assert json.loads(text)["objective_s"] == pytest.approx(data["best_objective_s"])
 
 
+@pytest.mark.slow
 def test_params_and_workers(capsys):
     code, out, err = run(capsys, "optimize", "--network", "alexnet", "--devices", "malvik", "--algorithm", "ga",
                          "--budget", "200", "--param", "population=20", "--param", "crossover=uniform",
@@ -129,6 +130,7 @@ def test_out_is_checked_before_the_search(capsys, tmp_path, monkeypatch):
         assert code == 2 and out == "" and text in err and err.count("\n") == 1
 
 
+@pytest.mark.dask
 def test_an_unreachable_dask_scheduler_leaves_nothing_in_the_store(capsys, tmp_path):
     pytest.importorskip("distributed")
     home = tmp_path / "home"
@@ -165,6 +167,7 @@ def test_pipelined_runs_say_so(capsys):
     assert (r["problem"]["batch_size"], r["problem"]["micro_batches"]) == (128, 1)
 
 
+@pytest.mark.slow
 def test_a_result_file_is_a_placement_for_benchmark(capsys, tmp_path):
     """`placement benchmark --placement` takes the optimizer's --out file too."""
     pytest.importorskip("torch")
@@ -187,6 +190,7 @@ def test_a_result_file_is_a_placement_for_benchmark(capsys, tmp_path):
     assert json.loads(out)["status"] == "ok"
 
 
+@pytest.mark.slow
 def test_experiment_e3_writes_its_table_and_keeps_the_discussion(tmp_path, capsys):
     import csv
 

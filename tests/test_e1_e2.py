@@ -22,6 +22,7 @@ def run(capsys, *argv):
     return code, out, err
 
 
+@pytest.mark.workers
 def test_e1_keeps_every_sample_and_fits_both_link_models_to_the_medians(capsys, tmp_path):
     pytest.importorskip("torch")
     md = tmp_path / "e1.md"
@@ -68,6 +69,7 @@ def test_e1_bad_requests_are_one_line(capsys, tmp_path, argv, message):
     assert not (tmp_path / "m.md").exists()
 
 
+@pytest.mark.workers
 def test_e2_records_every_step_from_the_first(capsys, tmp_path):
     pytest.importorskip("torch")
     md = tmp_path / "e2.md"

@@ -54,6 +54,7 @@ def test_variants_are_read_with_their_parameters():
     assert parse_variant("map-elites") == ("map-elites", {})
 
 
+@pytest.mark.slow
 def test_thesis_files_under_exprimo_2020_go_in_their_own_section(exprimo, tmp_path, capsys):
     md = tmp_path / "e3.md"
     md.write_text("# Experiment E3: optimizer comparison\n\n<!-- e3:own -->\nour table\n<!-- /e3:own -->\n\n"

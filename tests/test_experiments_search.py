@@ -12,6 +12,7 @@ from placement_core.optimize import run
 pytest.importorskip("sklearn")
 
 
+@pytest.mark.workers
 def test_assisted_compares_with_the_plain_ga(capsys):
     code = main(["experiment", "assisted", "--problems", "alexnet:malvik", "--seeds", "1", "--budget", "60",
                  "--reference", "400", "--initial", "20", "--batch", "10", "--generations", "3", "--json"])
@@ -40,6 +41,7 @@ def test_seeding_charges_the_start_to_the_budget(capsys):
         assert r["best@100"] >= r["best@500"] >= r["best@2000"]
 
 
+@pytest.mark.workers
 def test_e4_from_the_archive_to_measurements(capsys, tmp_path):
     """The whole E4 path on a tiny model and a made-up calibration: an archive, three measured searches, the
     confirmation, the report; run again, it measures nothing more."""

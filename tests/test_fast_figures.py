@@ -34,6 +34,7 @@ def _traced(batches=3, in_flight=2, seed=2):
     return p, res, rows
 
 
+@pytest.mark.slow
 def test_gantt_and_memory_figures_are_what_validation_builds():
     p, res, rows = _traced()
     segs = gantt_segments(res.trace, rows)

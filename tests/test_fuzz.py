@@ -28,6 +28,7 @@ from placement_core.problem import Problem
 from placement_core.store import RunStore
 from test_exprimo_and_cost import NET as EXPRIMO_NET
 from test_devices import EXPRIMO as EXPRIMO_DEVICES
+from helpers import examples
 
 NETWORK = {"format": "placement-network/1", "name": "n", "batch_size": 4, "ops": [
     {"name": "x", "kind": "input", "output_bytes": 400, "shape": [4, 100]},
@@ -112,6 +113,7 @@ def test_network_loader(doc):
         Problem(g, devs).evaluate(np.zeros(len(g), dtype=np.int32))
 
 
+@pytest.mark.fuzz
 @fuzz
 @given(mutated(EXPRIMO_NET))
 def test_exprimo_network_loader(doc):
@@ -158,7 +160,8 @@ def test_raw_bytes_upload(content):
             assert e.source == "upload.json"
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@pytest.mark.fuzz
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
 @given(net=mutated(NETWORK), devs=mutated(DEVICES), pl=mutated(PLACEMENT), command=st.sampled_from(["simulate",
                                                                                                         "optimize"]))
@@ -196,6 +199,7 @@ def app():
     return start()
 
 
+@pytest.mark.fuzz
 @settings(max_examples=int(__import__("os").environ.get("FUZZ_APP_EXAMPLES", 25)), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(net=mutated(NETWORK), devs=mutated(DEVICES), pl=mutated(PLACEMENT))
@@ -361,6 +365,7 @@ def _timings_case():
     return T_NETWORK, T_DEVICES, TIMINGS, groups
 
 
+@pytest.mark.fuzz
 @fuzz
 @given(mutated(_timings_case()[2]), st.one_of(st.none(), mutated(_timings_case()[3])))
 def test_timing_tables(timings, groups):
@@ -478,6 +483,7 @@ def test_param_values(algorithm_param, value):
         assert v <= p.high
 
 
+@pytest.mark.fuzz
 @settings(max_examples=int(__import__("os").environ.get("FUZZ_CLI_EXAMPLES", 40)), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.sampled_from([ap for ap in _algorithm_params() if ap[0] in ("ga", "map-elites", "cem", "annealing",

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import devices, op, problem
+from helpers import devices, examples, op, problem
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -83,6 +83,7 @@ def chain_of_blocks(blocks: int) -> Graph:
     return Graph("chain", ops)
 
 
+@pytest.mark.slow
 def test_a_large_network_gets_modules_that_partition_its_ops():
     g = chain_of_blocks(300)  # 1,201 ops
     assert len(g) > COLLAPSE_ABOVE
@@ -118,7 +119,7 @@ def dags(draw):
     return Graph("random", ops), np.array(placement)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(dags())
 def test_invariants_on_random_networks(case):
     g, placement = case

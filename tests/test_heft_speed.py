@@ -17,6 +17,7 @@ from placement_core.optimize import run
 from placement_core.optimize.base import Progress
 from placement_core.optimize.heft import Timeline, heft_schedule
 from placement_core.simulate import SimSettings
+from helpers import examples
 
 TIMES = st.sampled_from([0.0, 0.0, 0.25, 0.5, 1.0, 1.0, 2.0, 3.5, 7.0])  # zeros and repeats: ties and empty tasks
 
@@ -45,7 +46,7 @@ def problems(draw):
 
 
 @pytest.mark.parametrize("block", [2, 64])  # 2: every plan spans many blocks, so block skipping is exercised
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
 @given(p=problems(), comm=st.booleans(), memory=st.booleans())
 def test_plans_equal_the_former_implementation(monkeypatch, block, p, comm, memory):
@@ -58,7 +59,7 @@ def test_plans_equal_the_former_implementation(monkeypatch, block, p, comm, memo
     assert np.array_equal(plan.end, end)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.tuples(st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0, 10.0]), st.sampled_from([0.0, 0.5, 1.0, 4.0])),
                 max_size=60))
 def test_timeline_answers_like_a_walk_over_the_busy_list(queries):
@@ -92,6 +93,7 @@ def deep_network(n: int) -> Graph:
     return make(n)
 
 
+@pytest.mark.slow
 def test_ten_thousand_ops_plan_in_seconds():
     """The former walk took 38.8 s for 10,000 ops (25,000 tasks), 0.7 s of CPU now; the bound leaves room for load."""
     problem = Problem(deep_network(10000), load_devices("malvik-4gpu"))

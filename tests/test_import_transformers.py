@@ -31,6 +31,7 @@ class TwiceCalled(nn.Module):
         return self.out(h)
 
 
+@pytest.mark.slow
 def test_a_module_called_twice_has_its_weights_counted_once():
     model = TwiceCalled()
     g = trace_model(model, (2, 16)).graph
@@ -162,6 +163,7 @@ def test_coarsening_keeps_the_calls_of_a_shared_module_together():
             shared_module_conflicts(traced.gm, node_devices(traced.gm, traced.node_op, assignment))
 
 
+@pytest.mark.slow
 def test_gpt2_is_gpt2_small():
     """Our GPT-2: 124,439,808 parameters with the tied head; forward per token 2 x (every weight but the
     embeddings, plus the head) + full attention 4 x layers x T x d."""

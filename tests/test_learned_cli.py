@@ -24,6 +24,7 @@ def run(capsys, *argv):
     return code, out, err
 
 
+@pytest.mark.training
 def test_the_learned_placers_need_no_torch_until_used():
     code = ("import sys, placement_core, placement_core.cli, placement_core.families, placement_core.policies.features, "
             "placement_core.policies.policy_file, placement_core.policies.reinforce, placement_core.optimize\n"
@@ -126,6 +127,7 @@ def two_speeds():
     return DeviceGraph("two-speeds", devs, [Channel("bus", 1e9, 1e-5, pairs)])
 
 
+@pytest.mark.training
 def test_a_short_training_beats_a_random_policy_on_a_held_out_graph():
     from placement_core.problem import ProblemSpec
     from placement_core.torch.policies import TrainSettings, place, train
@@ -152,6 +154,7 @@ def test_a_short_training_beats_a_random_policy_on_a_held_out_graph():
     assert result.curve[-1, 2] < 0.5 * result.curve[0, 2]  # the reward curve went the right way
 
 
+@pytest.mark.training
 def test_gdp_trains_and_places_in_one_shot(nets, tmp_path, capsys):
     policy = tmp_path / "gdp.json"
     code, out, err = run(capsys, "train-policy", "--method", "gdp", "--networks", nets[0], nets[1], "--devices",
@@ -238,6 +241,7 @@ def test_fine_tuning_resumes_exactly_from_a_checkpoint(trained, nets):
     assert np.array_equal(whole.best_placement, resumed.best_placement)
 
 
+@pytest.mark.training
 def test_ctrl_c_stops_a_training_after_its_update_and_keeps_the_policy(nets, tmp_path):
     import os
     import signal

@@ -26,6 +26,7 @@ def read(path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.training
 def test_generalization_rows_ratios_and_keep(tmp_path, capsys):
     from placement_core.families import family_graph
     argv = ["experiment", "generalization", "--families", "ptb", "--count", "2", "--budget", "120",
@@ -82,6 +83,7 @@ def test_generalization_rows_ratios_and_keep(tmp_path, capsys):
     assert float(added["ratio"]) == pytest.approx(float(added["objective_s"]) / me)
 
 
+@pytest.mark.slow
 def test_traversal_places_under_every_order_and_reports_the_spread(tmp_path, capsys):
     argv = ["experiment", "traversal", "--network", "alexnet", "--batch-size", "128", "--train-orders", "2",
             "--test-orders", "3", "--episodes", "8", "--rollouts", "2", "--budget", "100", "--out", str(tmp_path),
@@ -127,6 +129,7 @@ def test_post_comparison_table_is_the_mean_over_seeds(tmp_path):
     assert (tmp_path / "post.png").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_post_comparison_on_two_workers_gives_the_same_rows_in_job_order(tmp_path):
     argv = ["experiment", "post", "--networks", "alexnet", "--algorithms", "pg,cem", "--budget", "120", "--seeds",
             "2"]

@@ -18,6 +18,7 @@ from placement_core.simulate import SimSettings  # noqa: E402
 from placement_core.torch.policies.placeto import GraphTensors, reinforce_loss, rollout  # noqa: E402
 from placement_core.torch.policies.placeto_net import PlacetoNet, sparse_adjacency  # noqa: E402
 from tests.helpers import devices, op  # noqa: E402
+from helpers import examples
 
 
 def diamond() -> Problem:
@@ -243,7 +244,7 @@ def test_gdps_placement_does_not_depend_on_node_names_or_file_order():
     assert not torch.allclose(l1[0], l1[1])  # and the nodes really are told apart
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(perm=st.permutations(range(8)), seed=st.integers(0, 2**16), start=st.sampled_from(["fastest", "heft"]))
 def test_any_relabelling_gives_the_same_greedy_placement_in_the_same_visiting_order(perm, seed, start):
     """Property: the embedding sees only the graph, so renaming and reshuffling the nodes changes nothing as long

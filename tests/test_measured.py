@@ -67,6 +67,7 @@ def candidates(store, run_id):
     return np.array([x for _, x in store.kept_of(run_id)], dtype=np.int32)
 
 
+@pytest.mark.workers
 @pytest.mark.parametrize("search", ["assisted", "ga", "top-k"])
 def test_a_killed_search_resumes_without_measuring_twice(stored, search):
     store, from_run, problem = stored
@@ -109,6 +110,7 @@ def test_top_k_measures_the_candidates_in_simulated_order(stored):
     assert r.best_value == want
 
 
+@pytest.mark.workers
 def test_killing_a_real_measured_search_and_resuming_it(tmp_path):
     """`placement optimize --objective measured` on two CPU ranks, SIGKILLed after its first measurements,
     then `--resume`d: exactly the budget is measured, each placement once."""

@@ -89,6 +89,7 @@ def random_hits(tiny):
     return hits(p, best, "random")
 
 
+@pytest.mark.slow
 def test_random_search_hits_at_its_closed_form_rate(tiny, random_hits):
     # Checks the brute-force count of optima and gives the baseline the thresholds are set against.
     _, _, argbest = tiny
@@ -98,6 +99,7 @@ def test_random_search_hits_at_its_closed_form_rate(tiny, random_hits):
     assert lo <= random_hits <= hi
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm, params", [
     ("ga", {}), ("map-elites", {}), ("annealing", {}), ("cem", {}), ("cem", {"smoothing": 0.5})])
 def test_finds_brute_force_optimum_within_a_small_budget(tiny, random_hits, algorithm, params):
@@ -162,6 +164,7 @@ def for_algorithm(problem, algorithm):
     return problem_for(problem, algorithm)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", sorted(set(ALGORITHMS) - {"random"}))
 def test_every_algorithm_beats_random_search_median(mid, algorithm):
     randoms = [run(mid, "random", evaluations=1000, seed=s).best_objective for s in range(5)]
@@ -169,6 +172,7 @@ def test_every_algorithm_beats_random_search_median(mid, algorithm):
     assert r.best_objective < np.median(randoms)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 def test_same_seed_same_result_and_exact_budget(mid, algorithm):
     problem = for_algorithm(mid, algorithm)
@@ -202,6 +206,7 @@ class CountingEvaluator(SerialEvaluator):
         return super().evaluate(placements)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("budget", [1, 49, 50, 51, 1234])
 def test_budget_is_never_exceeded(mid, budget):
     for algorithm in ("ga", "map-elites", "cem", "random"):
@@ -266,6 +271,7 @@ def test_archive_holds_distinct_niches(mid):
         assert mid.evaluate(e.placement) == pytest.approx(e.objective)
 
 
+@pytest.mark.slow
 def test_checkpoint_and_resume_reach_the_same_result(mid):
     """Resuming from a mid-run state gives exactly the uninterrupted run's result (serial backend)."""
     for algorithm in ("ga", "map-elites", "annealing", "cem", "random", "hill-climbing"):
@@ -279,6 +285,7 @@ def test_checkpoint_and_resume_reach_the_same_result(mid):
         assert np.array_equal(resumed.history, full.history), algorithm
 
 
+@pytest.mark.slow
 def test_backends_agree():
     p = Problem(load_network("resnet50"), load_devices("malvik-4gpu"), settings=SimSettings())
     serial = {a: run(p, a, evaluations=400, seed=4) for a in ("ga", "map-elites")}

@@ -159,6 +159,7 @@ def test_batch_mutations_do_what_their_scalar_versions_do():
 
 # -- the same run on every backend --------------------------------------------------------------------------
 
+@pytest.mark.dask
 @pytest.mark.parametrize("algorithm", ASYNC)
 def test_asynchronous_variants_give_the_same_run_on_every_backend(resnet, cluster, algorithm):
     params = {"batch": 40, "pending": 3}
@@ -190,6 +191,7 @@ def test_a_recipe_survives_json_and_makes_the_same_children(resnet):
     assert not np.array_equal(kids, recipe.a)  # variation did something
 
 
+@pytest.mark.slow
 def test_auto_sizes_are_resolved_from_the_backend_and_recorded(resnet):
     r = run(resnet, "ga-steady", evaluations=2000, seed=0)
     assert r.params["pending"] == 1 and r.params["batch"] == 50  # serial: fresh parents, one at a time
@@ -264,6 +266,7 @@ def _stopped_run(home, problem, algorithm, params):
         return run_id, store.path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ASYNC)
 def test_a_run_stored_with_in_flight_resumes_under_pending(resnet, algorithm, tmp_path):
     """Runs stored before ``in_flight`` was renamed ``pending``: their parameters and their checkpoint's optimizer
@@ -334,6 +337,7 @@ def _kill_one_after(first_evaluations: int, pids):
     return progress, done
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm, params", [("ga", None), ("map-elites-async", {"batch": 40, "pending": 4})])
 def test_a_killed_pool_worker_loses_no_evaluation(resnet, algorithm, params):
     ref = run(resnet, algorithm, evaluations=1500, seed=2, params=params)
@@ -345,6 +349,7 @@ def test_a_killed_pool_worker_loses_no_evaluation(resnet, algorithm, params):
     assert np.array_equal(r.history, ref.history)  # its unanswered tasks ran again elsewhere, once
 
 
+@pytest.mark.dask
 def test_a_killed_dask_worker_loses_no_evaluation(resnet, cluster):
     _, client = cluster
     params = {"batch": 40, "pending": 4}
@@ -360,6 +365,7 @@ def test_a_killed_dask_worker_loses_no_evaluation(resnet, cluster):
     assert len(set(pids()) - before) == 1  # a new process took the killed one's place
 
 
+@pytest.mark.dask
 def test_one_client_serves_a_hundred_consecutive_runs(resnet, cluster):
     _, client = cluster
     small = Problem(load_network("alexnet"), load_devices("malvik-4gpu"))
@@ -425,6 +431,7 @@ print(restored, libc.mallinfo2().hblks - before)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/lib/x86_64-linux-gnu/libc.so.6") and not os.path.exists("/lib64/libc.so.6"),
                     reason="glibc's malloc switches")
 @pytest.mark.parametrize("mode, expected", [("leave", "False 1"), ("restore", "True 0")])

@@ -98,6 +98,7 @@ def runs(tmp_path_factory):
     return home, out
 
 
+@pytest.mark.workers
 def test_every_schedule_runs_for_real_and_is_stored(runs, capsys):
     from placement_core.store import RunStore
     home, codes = runs

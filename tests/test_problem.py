@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from helpers import op
+from helpers import examples, op
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -100,7 +100,7 @@ def instances(draw):
     return Graph("random", ops), DeviceGraph("random", devs, chans)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(instances())
 def test_infeasible_mode_puts_every_fitting_placement_first(inst):
     graph, devs = inst

@@ -15,6 +15,7 @@ from placement_core.model.placement import random_placement
 from placement_core.problem import ProblemSpec
 from placement_core.simulate import SimSettings
 from placement_core.simulate.model import ADMIT_EAGER, ADMIT_THESIS
+from helpers import examples
 
 NET = load_network("alexnet")
 DEV = load_devices("malvik-4gpu")
@@ -72,7 +73,7 @@ specs = st.builds(
     timings_batch=st.integers(1, 512), penalty=st.sampled_from(["thesis", "placeto", "infeasible"]))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(specs)
 def test_json_round_trip(spec):
     text = json.dumps(spec.to_dict())

@@ -55,6 +55,7 @@ def test_a_new_algorithm_registers_with_the_decorator():
         del ALGORITHMS["test-fixed-zero"]
 
 
+@pytest.mark.workers
 def test_every_backend_keeps_the_evaluator_contract():
     p = Problem(load_network("alexnet"), load_devices("malvik-4gpu"))
     xs = np.stack([random_placement(p.graph, p.devices, s) for s in range(20)])

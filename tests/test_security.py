@@ -45,6 +45,7 @@ def confirm(at):
     return at
 
 
+@pytest.mark.workers
 def test_nothing_runs_before_the_user_confirms_then_it_runs_in_another_process(tmp_path):
     pytest.importorskip("torch")
     marker = tmp_path / "ran"
@@ -75,6 +76,7 @@ def test_nothing_runs_before_the_user_confirms_then_it_runs_in_another_process(t
     assert other.exists() and [p.name for p in uploads() if p.is_file()] == ["second.py"]
 
 
+@pytest.mark.workers
 def test_a_failed_import_leaves_no_file_and_says_why(tmp_path):
     pytest.importorskip("torch")
     at = confirm(ask(start(), b"import torch.nn as nn\nraise RuntimeError('no GPU here')\n"))
@@ -96,6 +98,7 @@ def test_the_confirmation_is_for_one_file(tmp_path):
     assert not marker.exists() and "torch_confirm_run" not in [b.key for b in at.button]
 
 
+@pytest.mark.workers
 def test_an_import_that_hangs_is_stopped_with_a_clear_error(tmp_path):
     pytest.importorskip("torch")
     from placement_core.torch.isolated import import_in_subprocess
@@ -111,6 +114,7 @@ def test_an_import_that_hangs_is_stopped_with_a_clear_error(tmp_path):
         os.kill(int(pid_file.read_text()), 0)
 
 
+@pytest.mark.workers
 def test_the_worker_gives_the_same_graph_as_an_import_in_process():
     pytest.importorskip("torch")
     from placement_core.formats.network import network_to_dict
@@ -123,6 +127,7 @@ def test_the_worker_gives_the_same_graph_as_an_import_in_process():
     assert network_to_dict(there) == network_to_dict(here)
 
 
+@pytest.mark.workers
 def test_an_interpreter_exit_in_the_model_is_an_error_message(tmp_path):
     pytest.importorskip("torch")
     from placement_core.torch.isolated import import_in_subprocess

@@ -13,7 +13,7 @@ from placement_core.problem import Problem
 from placement_core.model.sharding import Split, applicable, search_splits
 from placement_core.simulate import SimSettings
 
-from helpers import devices, require_kernel
+from helpers import devices, examples, require_kernel
 
 BATCH = 8
 
@@ -192,7 +192,7 @@ def sharded_instances(draw):
     return graph, dg, np.array(placement, dtype=np.int32), sim, profile, tuple(table)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(sharded_instances())
 def test_kernel_equals_reference_on_random_sharded_placements(inst):
     graph, dg, placement, sim, profile, table = inst

@@ -12,7 +12,7 @@ in the file or by default).
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from helpers import require_kernel
+from helpers import examples, require_kernel
 
 from placement_core.model.devices import Channel, Device, DeviceGraph
 from placement_core.model.graph import Graph, Op
@@ -101,7 +101,7 @@ def make(graph, devs, sim, profile="default"):
     return Problem(graph, devs, settings=sim, profile=profile, comm_efficiency=1.0)
 
 
-common = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+common = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @common

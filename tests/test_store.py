@@ -161,6 +161,7 @@ def _store_rows(path):
                          "ON c.run_id = r.id").fetchall()
 
 
+@pytest.mark.workers
 def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path):
     home = tmp_path / "home"
     env = {**os.environ, "PLACEMENT_HOME": str(home)}

@@ -14,7 +14,7 @@ from placement_core.cli import main
 from placement_core.surrogate.features import Featurizer
 from placement_core.store import RunStore
 
-from helpers import devices, op, problem as make_problem
+from helpers import devices, examples, op, problem as make_problem
 
 pytest.importorskip("sklearn")
 scipy_stats = pytest.importorskip("scipy.stats")
@@ -50,7 +50,7 @@ def resnet():
     return Problem(load_network("resnet50"), load_devices("malvik-4gpu"))
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(st.integers(0, 2**32 - 1), st.floats(0.0, 1.0))
 def test_bytes_per_channel_and_messages_are_the_simulators(resnet, seed, spread):
     """Counted in numpy the way the simulator sends (one message per producer and receiving device, one
@@ -64,7 +64,7 @@ def test_bytes_per_channel_and_messages_are_the_simulators(resnet, seed, spread)
     assert row["messages"] == r.transfers
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), min_size=2, max_size=30))
 def test_tau_r_and_mape_agree_with_scipy(pairs):
     x = np.array([a for a, _ in pairs], float)
@@ -83,6 +83,7 @@ def run(capsys, *argv):
     return code, out, err
 
 
+@pytest.mark.training
 def test_fit_and_score_a_simulated_surrogate(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("PLACEMENT_HOME", str(tmp_path))
     code, out, err = run(capsys, "optimize", "--network", "alexnet", "--devices", "malvik", "--algorithm", "ga",
@@ -122,6 +123,7 @@ def test_fit_and_score_a_simulated_surrogate(capsys, tmp_path, monkeypatch):
     assert code == 2 and "has 0 usable measurement(s)" in err
 
 
+@pytest.mark.training
 def test_a_measured_surrogate_learns_what_the_simulator_misses(capsys, tmp_path, monkeypatch):
     """Synthetic measurements: the simulated time, 5 % longer per message sent. The simulated time alone
     ranks them poorly; the surrogate, with the simulated time and the message count as features, ranks held-out

@@ -34,6 +34,7 @@ def test_a_grid_crosses_algorithms_with_the_values_they_know_and_the_seeds(alexn
         grid(alexnet, ["ga"], [0], params={"populaton": [10]})
 
 
+@pytest.mark.dask
 def test_whole_runs_give_the_same_results_on_processes_and_on_dask(alexnet):
     jobs = [RunJob(alexnet, a, s, 300) for a in ("ga", "map-elites", "ga-steady") for s in (0, 1)]
     ref = [run(alexnet, j.algorithm, evaluations=300, seed=j.seed) for j in jobs]

@@ -114,6 +114,7 @@ def test_optimized_runs_keep_their_timings_in_the_store(capsys, files, tmp_path)
     assert problem.evaluate([0, 0, 0]) == pytest.approx(10.75)
 
 
+@pytest.mark.workers
 def test_the_dashboard_offers_a_saved_calibration_and_simulates_with_it(tmp_path, monkeypatch):
     """Trace page: 'Op times' lists the calibration saved for ResNet-50 at batch 128; with it, every op on gpu0
     takes 1 ms forward + 2 ms backward (+ 1 ms update for ops with weights), a sum worked out here."""

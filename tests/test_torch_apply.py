@@ -39,6 +39,7 @@ def _same_training_step(source, shape, assign):
     return placed, assignment
 
 
+@pytest.mark.workers
 @pytest.mark.parametrize("source, shape", [("torchvision:resnet18", (2, 3, 32, 32)),
                                            (f"{MODELS}:Branchy", (2, 3, 8, 8)),
                                            (f"{MODELS}:ShapeBranch", (2, 3, 8, 8))])
@@ -105,6 +106,7 @@ def test_exports_json_and_a_snippet_that_runs():
     assert "torchvision.models.get_model('resnet18', weights=None)" in text
 
 
+@pytest.mark.workers
 def test_resnet18_snippet_lists_modules_and_reproduces_the_placement():
     """A split inside layer3.0 (before its conv2): whole modules where they can be, ops where a module is split."""
     shape = (2, 3, 32, 32)

@@ -40,6 +40,7 @@ def two_ranks(ops):
     return single, split, alternating, results
 
 
+@pytest.mark.workers
 def test_two_gloo_ranks_report_sane_numbers(two_ranks):
     *_, results = two_ranks
     for r in results:
@@ -54,6 +55,7 @@ def test_two_gloo_ranks_report_sane_numbers(two_ranks):
         assert set(d["peak_memory_bytes"]) == {"cpu0", "cpu1"}
 
 
+@pytest.mark.workers
 def test_every_placement_trains_the_same_model(two_ranks):
     """Same seed, same data: the loss after each SGD step only matches if forward and gradients match."""
     *_, results = two_ranks
@@ -82,6 +84,7 @@ def test_traffic_and_memory_follow_the_placement(two_ranks):
     assert 0 < cut.to_dict()["peak_memory_bytes"]["cpu1"] < peak["cpu0"]
 
 
+@pytest.mark.workers
 def test_memory_limit_is_reported_not_raised(ops):
     r = benchmark(BRANCHY, SHAPE, [{op: "cpu0" for op in ops}], "cpu", runner="inprocess", batch_size=BATCH,
                   settings=BenchmarkSettings(steps=2, warmup=1, memory_limit=1000))[0]
@@ -92,6 +95,7 @@ def test_memory_limit_is_reported_not_raised(ops):
     assert r.steps_s == []
 
 
+@pytest.mark.workers
 def test_ranks_memory_limit_names_the_rank_that_went_over(ops):
     """Each rank knows only its own peak; the message names the device over the limit, whichever rank."""
     only_input = {op: ("cpu0" if op == "x" else "cpu1") for op in ops}
@@ -111,6 +115,7 @@ def test_ranks_memory_limit_names_the_rank_that_went_over(ops):
         assert all(d["memory_limit_bytes"] == 25e3 for d in r.devices)
 
 
+@pytest.mark.workers
 def test_exported_model_runs_at_another_batch_than_traced():
     """torch.export specialises to the example's batch; workers trace again at the batch they run."""
     source = f"{MODELS}:ShapeBranch"
@@ -121,6 +126,7 @@ def test_exported_model_runs_at_another_batch_than_traced():
     assert r.messages_per_step == 2 and r.bytes_per_step == 2 * BATCH * 8 * 6 * 6 * 4  # bn's output and gradient
 
 
+@pytest.mark.workers
 def test_out_of_memory_on_a_rank_is_reported_and_the_rest_still_runs():
     source = f"{MODELS}:Hog"
     names = [o.name for o in trace_model(load_model(source), (2, 4)).graph.ops]
@@ -131,6 +137,7 @@ def test_out_of_memory_on_a_rank_is_reported_and_the_rest_still_runs():
     assert "allocate" in results[0].message
 
 
+@pytest.mark.workers
 def test_runaway_step_is_stopped_by_the_timeout():
     source = f"{MODELS}:Sleepy"
     names = [o.name for o in trace_model(load_model(source), (2, 4)).graph.ops]
@@ -139,6 +146,7 @@ def test_runaway_step_is_stopped_by_the_timeout():
     assert r.status == "timeout" and "3 s" in r.message
 
 
+@pytest.mark.workers
 def test_runaway_step_on_a_rank_is_stopped_by_the_timeout():
     """Both placements sleep on the real batch: each is killed, the workers restarted for the second."""
     source = f"{MODELS}:Sleepy"

@@ -51,6 +51,7 @@ def calibration(tmp_path_factory):
                                                           rounds=2, fit_placements=3, fit_rounds=1, fit_steps=2))
 
 
+@pytest.mark.workers
 def test_calibration_measures_every_op_and_the_link(calibration):
     devices, t = calibration.devices, calibration.timings
     assert devices.names == ["cpu0", "cpu1"] and [c.name for c in devices.channels] == ["cpu0-cpu1"]
@@ -124,6 +125,7 @@ def test_overhead_fit_recovers_a_known_overhead():
     assert fit_one["devices"] == ["cpu0"]
 
 
+@pytest.mark.slow
 def test_the_link_model_that_reproduces_the_steps_is_kept():
     """Steps 'measured' by the simulator with one link model and 200 us per message: fitted with both models,
     the one they came from reproduces them exactly, so it is kept with its overhead; forcing a model keeps it."""
@@ -219,6 +221,7 @@ def test_calibrating_a_gpu_measures_its_ops_and_its_link():
     assert all(c.bandwidth > 0 for c in cal.devices.channels)
 
 
+@pytest.mark.workers
 @pytest.mark.timeout(300)
 def test_three_ranks_measure_every_pair_without_waiting_on_each_other():
     """Each pair's ping-pong synchronises only that pair (it used to wait on a barrier the third rank never

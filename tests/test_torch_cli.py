@@ -19,6 +19,7 @@ def run(capsys, *argv):
     return code, out, err
 
 
+@pytest.mark.workers
 def test_torch_is_imported_only_when_used():
     code = ("import sys, placement_core, placement_core.cli, placement_core.cost.timings, "
             "placement_core.model.coarsen, placement_core.torch.devspec\n"
@@ -46,6 +47,7 @@ def test_import_model(capsys, tmp_path):
     assert sorted(m for ms in groups.values() for m in ms) == sorted(["x", "conv1", "relu", "pool", "flatten", "fc"])
 
 
+@pytest.mark.workers
 def test_benchmark_prints_median_steps_and_memory(capsys, tmp_path):
     pytest.importorskip("torch")
     assert run(capsys, "import-model", SMALL, "--input-shape", "2,3,8,8", "--groups", "3", "--out",
@@ -91,6 +93,7 @@ def test_export_placement(capsys, tmp_path):
     compile(target.read_text(), str(target), "exec")
 
 
+@pytest.mark.workers
 def test_calibrate_then_e5(capsys, tmp_path, monkeypatch):
     pytest.importorskip("torch")
     monkeypatch.setenv("PLACEMENT_HOME", str(tmp_path / "home"))
@@ -135,6 +138,7 @@ def test_calibrate_then_e5(capsys, tmp_path, monkeypatch):
     assert "| calibrated, whole ops | **median** |" in report
 
 
+@pytest.mark.workers
 def test_calibrate_separate_keeps_identical_devices_apart(capsys, tmp_path, monkeypatch):
     pytest.importorskip("torch")
     monkeypatch.setenv("PLACEMENT_HOME", str(tmp_path / "home"))
@@ -182,6 +186,7 @@ def test_calibrate_separate_keeps_identical_devices_apart(capsys, tmp_path, monk
     (["benchmark", "--model", SMALL, "--input-shape", "2,3,8,8", "--placement", "single:cpu0",
       "--devices", "cpu", "--timeout", "-1"], "--timeout: expected a positive, finite number of seconds"),
 ])
+@pytest.mark.slow
 def test_errors_are_one_line(capsys, argv, message):
     pytest.importorskip("torch")
     code, out, err = run(capsys, *argv)
@@ -245,6 +250,7 @@ def _tau_by_counting(x, y) -> float:
     return (c - d) / math.sqrt(tx * ty)
 
 
+@pytest.mark.workers
 def test_benchmark_the_top_k_of_a_stored_run(capsys, tmp_path):
     """`benchmark --run ID --top K`: the K best distinct placements of a MAP-Elites run, ordered by simulated
     objective, measured, ranked both ways with Kendall tau, and stored with the run."""

@@ -53,6 +53,7 @@ def test_batch_size_scales_what_it_should():
     assert g8.totals()["param_bytes"] == g2.totals()["param_bytes"]
 
 
+@pytest.mark.slow
 def test_torchvision_resnet18_matches_published_size():
     g = import_module(load_model("torchvision:resnet18"), (2, 3, 224, 224), name="resnet18")
     convs = [o for o in g.ops if o.kind == "conv"]
@@ -158,6 +159,7 @@ def _same_network(a: Graph, b: Graph, skip=()) -> None:
         assert a.totals() == pytest.approx(b.totals(), rel=1e-12)
 
 
+@pytest.mark.slow
 def test_resnet18_at_32x32_imports_from_a_batch_of_one():
     # layer4 is 1x1 at a 32x32 input: BatchNorm in training mode refuses one value per channel, so the
     # recording pass runs BatchNorm in eval mode (same shapes and FLOPs) and the batch is rescaled.
@@ -179,6 +181,7 @@ def test_resnet18_at_32x32_imports_from_a_batch_of_one():
     assert torch.equal(model.bn1.running_mean, torch.zeros(64)) and int(model.bn1.num_batches_tracked) == 0
 
 
+@pytest.mark.workers
 def test_dashboard_importer_traces_one_sample_at_the_users_batch():
     from dashboard.torch_import import import_model
     g = import_model("torchvision:resnet18", "3, 32, 32", 32)
@@ -187,6 +190,7 @@ def test_dashboard_importer_traces_one_sample_at_the_users_batch():
     assert sum(o.fwd_flops for o in g.ops if o.kind in ("conv", "linear")) == 4 * 600_375_296
 
 
+@pytest.mark.slow
 def test_export_fallback_from_a_batch_of_one():
     # torch.export runs the model in training mode and refuses batch 1 before the 1x1 BatchNorm:
     # the model is exported at batch 2 and the graph rescaled.

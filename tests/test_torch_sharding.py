@@ -35,6 +35,7 @@ def runs():
     return dict(zip(["single", "channel", "data_parallel", "mixed", "bad"], results))
 
 
+@pytest.mark.workers
 def test_split_layers_train_the_same_model(runs):
     reference = runs["single"].losses
     assert runs["single"].status == "ok" and len(set(round(v, 6) for v in reference)) == 3  # it trains
@@ -70,6 +71,7 @@ def test_the_in_process_runner_refuses_splits():
                   runner="inprocess", batch_size=BATCH, settings=BenchmarkSettings(steps=1, warmup=1))
 
 
+@pytest.mark.workers
 def test_placement_benchmark_runs_a_sharded_placement_file_on_cpu_ranks(tmp_path, capsys):
     """The command a user types: a placement/1 file with a channel and a batch split, two gloo ranks."""
     import json

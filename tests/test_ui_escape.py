@@ -1,6 +1,7 @@
 """Error messages carry a user's strings (op, device and file names, typed parameters): on every page they
 are shown as literal text, never as markdown that could draw an image from elsewhere or restyle the page."""
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 
@@ -25,6 +26,7 @@ def test_an_input_error_in_a_guarded_section_is_literal_text():
     assert "Rename it" in err.value and not at.exception
 
 
+@pytest.mark.slow
 def test_an_unexpected_error_names_its_type_and_stays_text():
     at = AppTest.from_function(_guarded_crash).run()
     [err] = at.error
