@@ -234,3 +234,89 @@ def test_gdp_training_refuses_an_odd_hidden_size(capsys, tmp_path):
                  "--devices", "malvik-4gpu", "--episodes", 2, "--rollouts", 2, "--out", tmp_path / "p.json",
                  "--no-store"), "--hidden", "even")
     assert not (tmp_path / "p.json").exists()
+
+
+# -- 3. surrogate model files: every field checked, with its bounds --------------------------------------------
+
+@pytest.fixture(scope="module")
+def surrogate_case(tmp_path_factory):
+    """A stored run (AlexNet on malvik) and a small valid model file of it, made without a fit."""
+    import numpy as np
+
+    from placement_core.store import RunStore
+    from placement_core.surrogate.model import SurrogateSpec, model_to_dict, sample_placements
+    pytest.importorskip("sklearn")
+    home = tmp_path_factory.mktemp("surrogate")
+    assert main(["optimize", "--network", "alexnet", "--devices", "malvik", "--algorithm", "random", "--budget", "20",
+                 "--home", str(home), "--quiet"]) == 0
+    with RunStore(home=home) as store:
+        problem = store.problem(1)
+    X = sample_placements(problem, [], 24, np.random.default_rng(0))
+    doc = model_to_dict(problem, SurrogateSpec(), X, problem.evaluate_many(X), target="simulated", run_id=1,
+                        validation={"kendall_tau": 0.5, "pearson_r": 0.9, "mape": 3.0, "n": 24, "folds": 5})
+    return home, json.loads(json.dumps(doc))
+
+
+SURROGATE_DAMAGE = [
+    ("placements", 0, 0, 2**31, "placements[0][0]"),
+    ("placements", 3, 5, -1, "placements[3][5]"),
+    ("placements", 3, 5, 3, "placements[3][5]"),  # malvik has 3 devices: indices 0..2
+    ("placements", 1, 0, 1.0, "placements[1][0]"),
+    ("placements", 1, 0, True, "placements[1][0]"),
+    ("placements", 2, None, [0, 1], "placements[2]"),
+    ("targets", 4, None, -1.0, "targets[4]"),
+    ("targets", 4, None, 0, "targets[4]"),
+    ("targets", 4, None, 10**400, "targets[4]"),
+    ("targets", 4, None, "fast", "targets[4]"),
+    ("spec", "seed", None, 2**32, "spec.seed"),
+    ("spec", "seed", None, -1, "spec.seed"),
+    ("spec", "seed", None, 1.5, "spec.seed"),
+    ("spec", "learner", None, "svm", "spec.learner"),
+    ("spec", "encoding", None, 7, "spec.encoding"),
+    ("spec", "simulated", None, "yes", "spec.simulated"),
+    ("spec", "extra", None, 1, "spec.extra"),
+    ("validation", "kendall_tau", None, 10**400, "validation.kendall_tau"),
+    ("validation", "what", None, 1, "validation.what"),
+    ("run", None, None, -4, "run"),
+    ("target", None, None, "guessed", "target"),
+    ("network_hash", None, None, "abc", "network_hash"),
+    ("network", None, None, "", "network"),
+    ("problem", "schedule", None, "sideways", "problem.schedule"),
+    ("bonus", None, None, 1, "bonus"),
+]
+
+
+@pytest.mark.parametrize("damage", SURROGATE_DAMAGE, ids=lambda d: f"{d[-1]}={d[3]!r}"[:40])
+def test_a_damaged_surrogate_file_is_one_clean_line(capsys, tmp_path, surrogate_case, damage):
+    home, doc = surrogate_case
+    doc = json.loads(json.dumps(doc))
+    key, a, b, value, field = damage
+    if a is None:
+        doc[key] = value
+    elif b is None:
+        doc[key][a] = value
+    else:
+        doc[key][a][b] = value
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(doc, allow_nan=True))
+    refused(*cli(capsys, "surrogate", "score", "--model", path, "--run", 1, "--test", 10, "--home", home),
+            f"{path}: {field}: ")
+
+
+def test_a_valid_surrogate_file_still_scores(capsys, tmp_path, surrogate_case):
+    home, doc = surrogate_case
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(doc))
+    code, out, err = cli(capsys, "surrogate", "score", "--model", path, "--run", 1, "--test", 10, "--home", home,
+                         "--json")
+    assert code == 0, err
+    assert json.loads(out)["n_train"] == 24
+
+
+@pytest.mark.parametrize("argv, words", [(["--seed", str(2**32)], ["--seed", "4,294,967,295"]),
+                                         (["--samples", "2000000000"], ["--samples", "at most"])])
+@pytest.mark.timeout(60)
+def test_surrogate_fit_bounds_its_seed_and_samples(capsys, tmp_path, surrogate_case, argv, words):
+    home, _ = surrogate_case
+    refused(*cli(capsys, "surrogate", "fit", "--run", 1, "--out", tmp_path / "m.json", "--home", home, *argv), *words)
+    assert not (tmp_path / "m.json").exists()

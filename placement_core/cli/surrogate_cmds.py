@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..base.args import int_in
 from ..base.errors import InputError
 from ..base.jsonio import read_json, write_json
 from .common import positive_int, print_json, printable, table
@@ -27,7 +28,8 @@ def register(sub) -> None:
                    help="engineered features (default), the dissertation's one-hot op->device encoding, or both")
     f.add_argument("--learner", default="hist-gbr", choices=("hist-gbr", "gbr"),
                    help="scikit-learn's HistGradientBoostingRegressor (default) or GradientBoostingRegressor")
-    f.add_argument("--seed", type=seed_int, default=0, help="seed of the samples and the learner (default 0)")
+    f.add_argument("--seed", type=int_in(0, 2**32 - 1), default=0,
+                   help="seed of the samples and the learner, 0 to 2^32-1 (scikit-learn's limit; default 0)")
     f.add_argument("--out", required=True, metavar="MODEL", help="the model file to write (placement-surrogate/1)")
     _common(f)
     f.set_defaults(handler=cmd_fit)
@@ -79,7 +81,8 @@ def measured_samples(store, run_id: int, problem) -> tuple[np.ndarray, np.ndarra
 
 
 def cmd_fit(args) -> int:
-    from ..surrogate.model import SurrogateSpec, cross_validate, model_to_dict, require_sklearn, sample_placements
+    from ..surrogate.model import (SurrogateSpec, check_sample_count, cross_validate, model_to_dict, require_sklearn,
+                                   sample_placements)
     from ..store import RunStore
 
     require_sklearn()
@@ -94,6 +97,7 @@ def cmd_fit(args) -> int:
                                  "least 5", field="--measured",
                                  fix=f"Measure more: placement benchmark --run {args.run} --top 20 ...")
         else:
+            check_sample_count(args.samples, problem, "--samples")
             X = sample_placements(problem, _seeds(store, args.run), args.samples, np.random.default_rng(args.seed))
             y, skipped = problem.evaluate_many(X), 0
     validation = cross_validate(problem, spec, X, y)
@@ -122,7 +126,8 @@ def _line(m: dict) -> str:
 
 
 def cmd_score(args) -> int:
-    from ..surrogate.model import learning_curve, metrics, model_from_dict, require_sklearn, sample_placements
+    from ..surrogate.model import (check_sample_count, learning_curve, metrics, model_from_dict, require_sklearn,
+                                   sample_placements)
     from ..store import RunStore
 
     require_sklearn()
@@ -142,6 +147,7 @@ def cmd_score(args) -> int:
                                  "scoring needs at least 3", field="--run",
                                  fix="Measure more placements of the run, or score on another run of the same problem")
         else:
+            check_sample_count(args.test, problem, "--test")
             seed = model.spec.seed + 1 if args.seed is None else args.seed
             X_test = sample_placements(problem, _seeds(store, args.run), args.test, np.random.default_rng(seed),
                                        exclude=X)

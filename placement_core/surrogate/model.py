@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..analysis.stats import kendall_tau, mape, pearson_r
-from ..base.errors import InputError
+from ..base.errors import InputError, require_mapping, require_name, require_number, shown
 from ..optimize import operators as ops
-from ..problem import Problem
+from ..problem import Problem, ProblemSpec
 from .features import ENCODINGS, Featurizer
 
 FORMAT = "placement-surrogate/1"
@@ -47,6 +47,9 @@ class SurrogateSpec:
         if self.learner not in LEARNERS:
             raise InputError(f"unknown learner {self.learner!r}", field="--learner",
                              fix="Use one of: " + ", ".join(LEARNERS))
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= 2**32 - 1:
+            raise InputError(f"the seed must be an integer from 0 to {2**32 - 1}, got {self.seed!r}", field="--seed",
+                             fix="scikit-learn's seeds stop at 2^32 - 1")
         return self
 
 
@@ -191,29 +194,132 @@ def model_to_dict(problem: Problem, spec: SurrogateSpec, X, y, *, target: str, r
             "targets": [float(v) for v in y]}
 
 
+MAX_SEED = 2**32 - 1  # scikit-learn's random_state stops here
+MAX_SAMPLES = 1_000_000  # placements in a model file (the fit's --samples)
+MAX_GENES_IN_FILE = 50_000_000  # placements x ops: what a model file may make this process hold
+_FIELDS = {"format", "target", "run", "network", "network_hash", "devices", "devices_hash", "problem", "spec",
+           "validation", "placements", "targets"}
+_VALIDATION = {"kendall_tau", "pearson_r", "mape", "n", "folds"}
+
+
+def check_sample_count(n: int, problem: Problem, option: str) -> None:
+    """``n`` placements of ``problem`` fit in memory (a model, a held-out set)."""
+    if n > MAX_SAMPLES or n * problem.n_ops > MAX_GENES_IN_FILE:
+        most = min(MAX_SAMPLES, MAX_GENES_IN_FILE // problem.n_ops)
+        raise InputError(f"{n:,} placements of {problem.n_ops:,} ops is more than a surrogate holds", field=option,
+                         fix=f"Ask for at most {most:,} for this network")
+
+
 def model_from_dict(data, source: str, problem: Problem) -> tuple[Surrogate, dict]:
     """Refit the model a file describes, for ``problem`` (which must be the network and devices it was fitted
-    on)."""
+    on). Every field is checked first, with its bounds, and named when it is wrong."""
     from ..model.devices import devices_hash
     from ..formats.network import network_hash
 
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise InputError(f"not a {FORMAT} file", source=source, field="format",
                          fix="Give a file written by `placement surrogate fit --out`")
+    unknown = sorted(str(k) for k in set(data) - _FIELDS)
+    if unknown:
+        raise InputError(f"unknown field {unknown[0][:40]!r}", source=source, field=unknown[0][:40],
+                         fix="Allowed: " + ", ".join(sorted(_FIELDS)))
     for key in ("spec", "placements", "targets", "network_hash", "devices_hash", "target"):
         if key not in data:
             raise InputError(f"the model file has no {key}", source=source, field=key)
+    for key in ("network", "devices"):
+        if key in data:
+            require_name(data[key], source=source, field=key)
+    for key in ("network_hash", "devices_hash"):
+        h = data[key]
+        if not (isinstance(h, str) and len(h) == 64 and all(c in "0123456789abcdef" for c in h)):
+            raise InputError("expected a SHA-256 digest (64 hex digits)", source=source, field=key,
+                             fix="Give a file written by `placement surrogate fit --out`")
     if data["network_hash"] != network_hash(problem.graph) or data["devices_hash"] != devices_hash(problem.devices):
-        raise InputError(f"the model was fitted on {data.get('network')} / {data.get('devices')}, not on this run's "
-                         f"{problem.graph.name} / {problem.devices.name}", source=source, field="network_hash",
-                         fix="Score it on a run of the same network and device graph")
-    try:
-        spec = SurrogateSpec(**data["spec"]).check()
-        X = np.asarray(data["placements"], dtype=np.int32).reshape(-1, problem.n_ops)
-        y = np.asarray(data["targets"], dtype=float)
-    except (TypeError, ValueError) as e:
-        raise InputError(f"the model file is malformed ({e})", source=source, field="placements") from None
-    if len(X) != len(y) or len(y) < 2 or X.min(initial=0) < 0 or X.max(initial=0) >= problem.n_devices:
-        raise InputError("the model file's placements and targets do not match this problem", source=source,
-                         field="placements")
+        raise InputError(f"the model was fitted on {shown(data.get('network'), 80)} / {shown(data.get('devices'), 80)}, "
+                         f"not on this run's {problem.graph.name} / {problem.devices.name}", source=source,
+                         field="network_hash", fix="Score it on a run of the same network and device graph")
+    if data["target"] not in ("simulated", "measured"):
+        raise InputError(f"unknown target {shown(data['target'], 40)}", source=source, field="target",
+                         fix="Use simulated or measured")
+    run = data.get("run")
+    if run is not None and (isinstance(run, bool) or not isinstance(run, int) or not 1 <= run <= 2**63 - 1):
+        raise InputError(f"expected a run id or null, got {shown(run, 40)}", source=source, field="run")
+    if data.get("problem") is not None:  # the recipe it was fitted under: its values too (built, not only parsed)
+        try:
+            ProblemSpec.from_dict(data["problem"], source=source).build(problem.graph, problem.devices,
+                                                                         whole_batch=False)
+        except InputError as e:
+            raise InputError(e.problem, source=source, field=f"problem.{e.field}" if e.field else "problem",
+                             fix=e.fix) from None
+    spec = _spec_from(data["spec"], source)
+    _check_validation(data.get("validation"), source)
+    X = _placements(data["placements"], source, problem)
+    y = _targets(data["targets"], source, len(X))
     return Surrogate(problem, spec).fit(X, y), data
+
+
+def _spec_from(raw, source: str) -> SurrogateSpec:
+    raw = require_mapping(raw, source=source, field="spec", what="the surrogate's recipe")
+    allowed = {"encoding", "simulated", "learner", "seed"}
+    for key in raw:
+        if key not in allowed:
+            raise InputError(f"unknown field {str(key)[:40]!r}", source=source, field=f"spec.{str(key)[:40]}",
+                             fix="Allowed: " + ", ".join(sorted(allowed)))
+    spec = SurrogateSpec()
+    encoding, learner = raw.get("encoding", spec.encoding), raw.get("learner", spec.learner)
+    simulated, seed = raw.get("simulated", spec.simulated), raw.get("seed", spec.seed)
+    if encoding not in ENCODINGS:
+        raise InputError(f"unknown encoding {shown(encoding, 40)}", source=source, field="spec.encoding",
+                         fix="Use one of: " + ", ".join(ENCODINGS))
+    if learner not in LEARNERS:
+        raise InputError(f"unknown learner {shown(learner, 40)}", source=source, field="spec.learner",
+                         fix="Use one of: " + ", ".join(LEARNERS))
+    if not isinstance(simulated, bool):
+        raise InputError(f"expected true or false, got {shown(simulated, 40)}", source=source, field="spec.simulated")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise InputError(f"expected an integer from 0 to {MAX_SEED}, got {shown(seed, 40)}", source=source,
+                         field="spec.seed", fix="scikit-learn's seeds stop at 2^32 - 1")
+    return SurrogateSpec(encoding=encoding, simulated=simulated, learner=learner, seed=seed)
+
+
+def _check_validation(raw, source: str) -> None:
+    if raw is None:
+        return
+    raw = require_mapping(raw, source=source, field="validation", what="the cross-validated figures")
+    for key, value in raw.items():
+        at = f"validation.{str(key)[:40]}"
+        if key not in _VALIDATION:
+            raise InputError(f"unknown field {str(key)[:40]!r}", source=source, field=at,
+                             fix="Allowed: " + ", ".join(sorted(_VALIDATION)))
+        if value is not None:
+            require_number(value, source=source, field=at, maximum=1e18)
+
+
+def _placements(raw, source: str, problem: Problem) -> np.ndarray:
+    n, d = problem.n_ops, problem.n_devices
+    if not isinstance(raw, list) or len(raw) < 2:
+        raise InputError("expected a list of at least 2 placements", source=source, field="placements")
+    check_sample_count(len(raw), problem, "placements")
+    for i, row in enumerate(raw):
+        if not isinstance(row, list) or len(row) != n:
+            got = f"{len(row)} entries" if isinstance(row, list) else _type(row)
+            raise InputError(f"expected one device index per op ({n}), got {got}", source=source,
+                             field=f"placements[{i}]", fix="Score the model on a run of the network it was fitted on")
+        if not all(type(v) is int and 0 <= v < d for v in row):
+            j, v = next((j, v) for j, v in enumerate(row) if not (type(v) is int and 0 <= v < d))
+            raise InputError(f"expected a device index from 0 to {d - 1}, got {shown(v, 40)}", source=source,
+                             field=f"placements[{i}][{j}]")
+    return np.array(raw, dtype=np.int32).reshape(-1, n)
+
+
+def _targets(raw, source: str, count: int) -> np.ndarray:
+    if not isinstance(raw, list) or len(raw) != count:
+        got = f"{len(raw)}" if isinstance(raw, list) else _type(raw)
+        raise InputError(f"expected one target per placement ({count}), got {got}", source=source, field="targets")
+    for i, v in enumerate(raw):
+        require_number(v, source=source, field=f"targets[{i}]", positive=True, maximum=1e12, minimum=1e-300)
+    return np.array(raw, dtype=float)
+
+
+def _type(value) -> str:
+    return {dict: "an object", str: "a string", bool: "a boolean", type(None): "null"}.get(type(value), "a number")
