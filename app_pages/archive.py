@@ -2,7 +2,8 @@
 
 import streamlit as st
 
-from dashboard import charts, state, ui
+from dashboard import state, ui
+from dashboard.charts import archive as archive_charts
 from dashboard.archiveview import archive_sources, clicked_cell, fits_in_memory
 from placement_core.analysis import (archive_heatmap, compare_placements, elite_label, fmt_bytes, fmt_seconds,
                                      placement_summary, top_elites)
@@ -41,7 +42,7 @@ def map_section(run, pick_key) -> None:
     st.caption(f"Each cell: the best elite over {', '.join(others) or 'nothing else'}; darker is slower; grey "
                "cells with a dot are empty niches. Click a cell to inspect its elite (outlined in red), or "
                "choose one from the list below.")
-    event = st.plotly_chart(charts.heatmap_figure(heat, (picked[y_dim], picked[x_dim]), scale),
+    event = st.plotly_chart(archive_charts.heatmap_figure(heat, (picked[y_dim], picked[x_dim]), scale),
                             key=f"arch_heat_{run.key}", on_select="rerun", selection_mode="points",
                             config={"displaylogo": False})
     points = ((event or {}).get("selection") or {}).get("points") or []
@@ -82,7 +83,7 @@ def archive_section(run, ranked, rank_of, pick_key) -> None:
             m[4].metric("Fits in memory", "yes" if summary["feasible"] else "no",
                         help=None if summary["feasible"] else f"{fmt_bytes(summary['overflow_bytes'])} over")
             capacity = {dv.name: dv.memory_bytes for dv in problem.devices.devices}
-            st.plotly_chart(charts.device_load_figure(summary, capacity), key="arch_elite_load",
+            st.plotly_chart(archive_charts.device_load_figure(summary, capacity), key="arch_elite_load",
                             config={"displaylogo": False})
             b1, b2, _ = st.columns([1, 1, 3])
             label = f"elite #{rank_of[niche]} of {run.name}"
@@ -147,7 +148,7 @@ def compare_section(run, ranked, rank_of, pick_key) -> None:
         c1.dataframe(table, hide_index=True, key="cmp_table")
         c2.markdown(f"**A**: {ui.esc(described.get(a, a))}  \n**B**: {ui.esc(described.get(b, b))}")
         c2.markdown(f"**{diff['ops_moved']} of {diff['ops']} ops** run on a different device.")
-        c2.plotly_chart(charts.placement_strip_figure([candidates[a], candidates[b]], ["A", "B"],
+        c2.plotly_chart(archive_charts.placement_strip_figure([candidates[a], candidates[b]], ["A", "B"],
                                                       problem.devices.names, problem.splits), key="cmp_strip",
                         config={"displaylogo": False})
 

@@ -6,7 +6,8 @@ import json
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, nodelink, state, ui
+from dashboard import nodelink, state, ui
+from dashboard.charts import topology
 from placement_core import InputError
 from placement_core.analysis.device_tables import (CHANNEL_COLUMNS, DEVICE_COLUMNS, add_device, devices_from_tables,
                                                    devices_to_tables)
@@ -189,8 +190,8 @@ with ui.guarded("the topology"):
                                       "card. Charts: the links and the route matrix.")
     if shown == "charts":
         c1, c2 = st.columns([3, 2])
-        c1.plotly_chart(charts.links_figure(d), key="dev_links", config={"displaylogo": False})
-        c2.plotly_chart(charts.route_matrix_figure(d), key="dev_routes", config={"displaylogo": False})
+        c1.plotly_chart(topology.links_figure(d), key="dev_links", config={"displaylogo": False})
+        c2.plotly_chart(topology.route_matrix_figure(d), key="dev_routes", config={"displaylogo": False})
     else:
         st.iframe(nodelink.current_devices_html(), height=nodelink.HEIGHT,
                   alt=f"The device graph as an explorable graph ({len(d)} devices, {len(d.channels)} channels)")

@@ -2,7 +2,8 @@
 
 import streamlit as st
 
-from dashboard import charts, learnview, state, ui
+from dashboard import learnview, state, ui
+from dashboard.charts import curves
 from placement_core.analysis import fmt_seconds
 from placement_core.families import FAMILIES
 
@@ -99,7 +100,7 @@ def progress():
             if v["error"]:
                 st.error(ui.esc(v["error"]), icon=":material/error:")
             if v["curve"]:
-                st.plotly_chart(charts.reward_curve_figure(v["curve"], f"training #{job.id}: reward curve"),
+                st.plotly_chart(curves.reward_curve_figure(v["curve"], f"training #{job.id}: reward curve"),
                                 key=f"learn_curve_{job.id}", config={"displaylogo": False})
             if v["policy"]:
                 st.success(f"Saved as {ui.esc(v['policy'])}; it is listed above."

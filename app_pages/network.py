@@ -2,7 +2,8 @@
 
 import streamlit as st
 
-from dashboard import charts, nodelink, state, ui
+from dashboard import nodelink, state, ui
+from dashboard.charts import topology
 from dashboard.netview import torch_import_form
 from placement_core.analysis import fmt_bytes, fmt_flops, network_summary, op_table
 from placement_core.analysis.graphview import COLLAPSE_ABOVE
@@ -78,7 +79,7 @@ with ui.guarded("the graph"):
                                     help="By device: the current placement (see the sidebar).")
     layout = state.layout()
     if shown == "layered chart":
-        fig = charts.network_figure(g, layout, "device" if color_by == "device" else "kind", placement,
+        fig = topology.network_figure(g, layout, "device" if color_by == "device" else "kind", placement,
                                     state.devices().names)
         st.plotly_chart(fig, key="net_graph", config={"scrollZoom": True, "displaylogo": False})
         st.caption(f"{layout.depth} layers, at most {layout.width} ops side by side. Drag to pan, scroll to zoom, "

@@ -5,7 +5,8 @@ import os
 
 import streamlit as st
 
-from dashboard import charts, state, ui
+from dashboard import state, ui
+from dashboard.charts import curves
 from dashboard.background_runs import REGISTRY, RunSpec
 from placement_core import InputError
 from placement_core.analysis import fmt_bytes, fmt_seconds
@@ -149,7 +150,7 @@ def live():
         if c2.button("Stop", key=f"stop_{v['id']}", icon=":material/stop:"):
             REGISTRY.get(s.session_key, v["id"]).stop()
     if any(v["curve"] for v in views):
-        st.plotly_chart(charts.progress_figure(views), key="opt_progress", config={"displaylogo": False})
+        st.plotly_chart(curves.progress_figure(views), key="opt_progress", config={"displaylogo": False})
     if {v["id"] for v in views if v["status"] not in ("starting", "running")} - shown_finished:
         st.rerun(scope="app")  # a run finished: redraw the page with its result (and the sidebar's count)
 

@@ -3,7 +3,8 @@ measured against simulated; the micro-batch sweep; a toy pipeline to teach with.
 
 import streamlit as st
 
-from dashboard import pipecharts, pipelineview, state, ui
+from dashboard import pipelineview, state, ui
+from dashboard.charts import pipeline_bars, pipeline_gantt
 from dashboard.lectureview import toy_section
 from dashboard.pipelineview import NAMES, SHORT
 from placement_core.analysis import fmt_bytes, fmt_seconds
@@ -119,7 +120,7 @@ with ui.guarded("the schedules"):
             with st.container(border=True):
                 left, right = st.columns([4, 1.25])
                 title = f"{NAMES[run.schedule]} · step {fmt_seconds(run.step_time)} · bubble {run.bubble_fraction:.1%}"
-                fig = pipecharts.schedule_gantt(vw["blocks"], vw["rows"], len(devs), x_max, title, unit,
+                fig = pipeline_gantt.schedule_gantt(vw["blocks"], vw["rows"], len(devs), x_max, title, unit,
                                                 chunks=run.chunk_of is not None and run.virtual_stages > 1, big=big)
                 left.plotly_chart(fig, key=f"pipe_gantt_{run.schedule}", config={"displaylogo": False})
                 right.metric("Step time", fmt_seconds(run.step_time),
@@ -131,7 +132,7 @@ with ui.guarded("the schedules"):
                              help=f"{FORMULAS[run.schedule]} over the step, for {len(devs)} equal stages with the "
                                   "stages' mean times (t_f, t_b, t_W per micro-batch) and free transfers.")
                 peaks = run.stage_peak_memory()
-                right.plotly_chart(pipecharts.stage_memory_figure(devs, peaks, [capacity[n] for n in devs], mem_max,
+                right.plotly_chart(pipeline_bars.stage_memory_figure(devs, peaks, [capacity[n] for n in devs], mem_max,
                                                                   big=big),
                                    key=f"pipe_memory_{run.schedule}", config={"displaylogo": False})
                 if not run.evaluation.feasible:
@@ -150,7 +151,7 @@ with ui.guarded("the schedules"):
                      column_config={k: st.column_config.NumberColumn(format="%.4g") for k in (
                          "step time (ms)", "bubble (%)", "closed-form bubble (%)", "first-stage peak (GB)",
                          "highest stage peak (GB)")})
-        st.plotly_chart(pipecharts.memory_by_schedule_figure(memory_rows, SHORT, capacity, big=big),
+        st.plotly_chart(pipeline_bars.memory_by_schedule_figure(memory_rows, SHORT, capacity, big=big),
                         key="pipe_memory_all", config={"displaylogo": False})
 
 if views and not ideal:
@@ -160,7 +161,7 @@ if views and not ideal:
                                         {vw["run"].schedule: vw["placement"] for vw in views}, m, v, state.cost_key(),
                                         state.cost_kw(g, sim), sim["penalty"])
         named = [(SHORT[vw["run"].schedule], pt) for vw, pt in zip(views, parts)]
-        st.plotly_chart(pipecharts.breakdown_figure(named, big=big), key="pipe_breakdown",
+        st.plotly_chart(pipeline_bars.breakdown_figure(named, big=big), key="pipe_breakdown",
                         config={"displaylogo": False})
         st.dataframe([{"schedule": name, "idle, all stages (ms)": pt["idle_s"] * 1e3,
                        "schedule (ms)": pt["schedule_s"] * 1e3, "imbalance (ms)": pt["imbalance_s"] * 1e3,
@@ -185,7 +186,7 @@ if views:
                        "stages:4 --schedule 1f1b --micro-batches 8 --simulate local --timings local` (after "
                        "`placement calibrate`); see docs/pipeline.md.")
         else:
-            st.plotly_chart(pipecharts.measured_figure(measured, SHORT, big=big), key="pipe_measured",
+            st.plotly_chart(pipeline_bars.measured_figure(measured, SHORT, big=big), key="pipe_measured",
                             config={"displaylogo": False})
             st.dataframe([{"benchmark": r["id"], "schedule": SHORT.get(r["schedule"], r["schedule"]),
                            "stages": r["stages"], "V": r["virtual_stages"], "micro-batches": r["micro_batches"],
@@ -210,7 +211,7 @@ if m is not None and schedules:
                                        {k: placement_of[k] for k in schedules}, counts, v, state.cost_key(),
                                        state.cost_kw(g, sim), sim["penalty"], ideal)
         first = stages[0].device
-        fig = pipecharts.sweep_figure(rows, m, d.devices[d.index[first]].memory_bytes, NAMES)
+        fig = pipeline_bars.sweep_figure(rows, m, d.devices[d.index[first]].memory_bytes, NAMES)
         st.plotly_chart(fig, key="pipe_sweep", config={"displaylogo": False})
         best = best_micro_batches(rows)
         notes = [f"{SHORT[k]}: m = {r['micro_batches']} ({fmt_seconds(r['step_time_s'])} per batch, first stage "

@@ -4,7 +4,8 @@ import time
 
 import streamlit as st
 
-from dashboard import charts, state, stored, ui
+from dashboard import state, stored, ui
+from dashboard.charts import curves as curve_charts
 from dashboard.background_runs import REGISTRY, RunSpec
 from placement_core import InputError
 from placement_core.analysis import fmt_bytes, fmt_seconds
@@ -100,8 +101,8 @@ with ui.guarded("the run"), stored.open_store() as store:
                        f"placement the best training found for {ui.esc(rec.network_name)}, its first training "
                        "graph.")
         if len(history):
-            st.plotly_chart(charts.history_figure(history, stored.run_name(rec), ratio=training), key="runs_history",
-                            config={"displaylogo": False})
+            st.plotly_chart(curve_charts.history_figure(history, stored.run_name(rec), ratio=training),
+                            key="runs_history", config={"displaylogo": False})
 
         has_best = rec.best_placement is not None
         live = [r for r in REGISTRY.runs(s.session_key) if r.store_id == rec.id and r.active]
@@ -184,7 +185,7 @@ with ui.guarded("the comparison of runs"), stored.open_store() as store:
     curves = [stored.run_curve(store, by_id[i]) for i in chosen]
     drawn = [(c.name, c.history) for c in curves if len(c.history)]
     if drawn:
-        st.plotly_chart(charts.runs_overlay_figure(drawn, log_x=log_x, log_y=log_y), key="runs_overlay_chart",
+        st.plotly_chart(curve_charts.runs_overlay_figure(drawn, log_x=log_x, log_y=log_y), key="runs_overlay_chart",
                         config={"displaylogo": False})
     notes = []
     for c in curves:

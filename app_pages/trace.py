@@ -4,7 +4,8 @@ import json
 
 import streamlit as st
 
-from dashboard import charts, state, tracechart, traceview, ui
+from dashboard import state, traceview, ui
+from dashboard.charts import gantt, memory, trace_overlay
 from dashboard.traceview import placement_picker, trace_view
 from placement_core import placement_to_dict
 from placement_core.analysis import fmt_bytes, fmt_seconds
@@ -98,18 +99,18 @@ with ui.guarded("the trace"):
     flows = op_flows(trace, problem.graph, follow) if follow else []
     window = traceview.window_ms(res.makespan)
     whole = window == (0.0, round(res.makespan * 1e3, 6))
-    extra = tracechart.gantt_extra(
+    extra = trace_overlay.gantt_extra(
         trace, view["rows"], res.makespan, follow=op_events(trace, follow) if follow else [], flows=flows,
         found=[i for i, e in enumerate(trace) if e.kind == "op" and e.op in found_set],
         picked=traceview.picked_critical(res, view["critical"]) if critical else None,
         window=None if whole else (window[0] / 1e3, window[1] / 1e3))
-    fig = charts.gantt_figure(view["segments"], view["rows"], len(problem.devices), res.makespan,
+    fig = gantt.gantt_figure(view["segments"], view["rows"], len(problem.devices), res.makespan,
                               view["critical"] if critical else None, trace,
                               unit="micro-batch" if pipelined else "batch", extra=extra)
     st.plotly_chart(fig, key=traceview.CHART, on_select="rerun", selection_mode=("points", "box"),
                     config={"scrollZoom": True, "displaylogo": False})
     st.caption(("Click a bar to follow its op. " if extra["bars"] else
-                f"A step of over {tracechart.CLICKABLE_EVENTS:,} events: choose the op to follow above. ")
+                f"A step of over {trace_overlay.CLICKABLE_EVENTS:,} events: choose the op to follow above. ")
                + "To sum a time window, pick *Box Select* in the chart's toolbar and drag across the chart (or use "
                "the slider below); scroll to zoom, drag to pan. "
                + ("Names appear inside the bars wide enough to hold them (zoom in for more)." if extra["names"] else
@@ -162,7 +163,7 @@ with ui.guarded("the time window"):
                                 for k in ("busy (ms)", "busy (% of the window)", "moved (MB)")})
 
 with ui.guarded("the memory"):
-    mem_fig, off = charts.memory_figure(view["memory"], problem.devices.names,
+    mem_fig, off = memory.memory_figure(view["memory"], problem.devices.names,
                                         [d.memory_bytes for d in problem.devices.devices])
     st.plotly_chart(mem_fig, key="trace_memory", config={"displaylogo": False})
     if off:
@@ -175,7 +176,7 @@ with ui.guarded("the bottlenecks"):
     with t1:
         rows = view["channels"]
         c1, c2 = st.columns([2, 3])
-        c1.plotly_chart(charts.utilisation_figure(rows, "channel", "Channel utilisation"), key="trace_chan_util",
+        c1.plotly_chart(memory.utilisation_figure(rows, "channel", "Channel utilisation"), key="trace_chan_util",
                         config={"displaylogo": False})
         c2.dataframe([{"channel": r["channel"], "transfers": r.get("transfers", 0), "moved (MB)": r["bytes"] / 1e6,
                        "busy (ms)": r["busy_s"] * 1e3, "utilisation (%)": r["utilisation"] * 100,
@@ -195,7 +196,7 @@ with ui.guarded("the bottlenecks"):
     with t3:
         rows = view["devices"]
         c1, c2 = st.columns([2, 3])
-        c1.plotly_chart(charts.utilisation_figure(rows, "device", "Device utilisation"), key="trace_dev_util",
+        c1.plotly_chart(memory.utilisation_figure(rows, "device", "Device utilisation"), key="trace_dev_util",
                         config={"displaylogo": False})
         c2.dataframe([{"device": r["device"], "busy (ms)": r["busy_s"] * 1e3, "idle (ms)": r["idle_s"] * 1e3,
                        "longest idle stretch (ms)": r["longest_idle_s"] * 1e3,

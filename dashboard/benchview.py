@@ -21,7 +21,8 @@ from placement_core import InputError, Problem, SimSettings
 from placement_core.analysis import correlation_stats, fmt_seconds, kendall_tau
 from placement_core.analysis.benchmark_plan import default_mapping, distinct_top, shared_warning
 
-from . import calibview, charts, state, ui
+from . import calibview, state, ui
+from .charts import agreement
 from .jobs import JobBoard
 from .background_runs import REGISTRY
 
@@ -526,7 +527,7 @@ def draw_results(points: list[dict]) -> None:
                          "simulator is off by a large factor (the ranking shows). Log-log: both logarithmic, for "
                          "times that span orders of magnitude. Equal: the same range on both axes, y = x the "
                          "diagonal (points bunch against one axis when the scales differ).")
-    st.plotly_chart(charts.agreement_figure(sim, mea, [p["placement"] for p in ok], fit, axes=axes),
+    st.plotly_chart(agreement.agreement_figure(sim, mea, [p["placement"] for p in ok], fit, axes=axes),
                     key="bench_scatter", config={"displaylogo": False})
     st.caption("Simulated with the current device graph. For absolute agreement, simulate with a device graph "
                "calibrated on this machine (below); the ranking (Kendall τ) is what optimization relies on. "

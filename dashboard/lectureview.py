@@ -11,7 +11,8 @@ from placement_core.analysis.pipeline import schedule_blocks, schedule_rows
 from placement_core.analysis.toy_pipeline import (Toy, bubble_breakdown, closed_form_bubble, closed_form_step,
                                                   run_toy, toy_network)
 
-from . import pipecharts, ui
+from . import ui
+from .charts import pipeline_gantt
 from .pipelineview import NAMES
 
 TOY_SCHEDULES = ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1"]
@@ -54,7 +55,7 @@ def toy_section(big: bool) -> None:
     v = toy.v if schedule == "interleaved-1f1b" else 1
     title = (f"{NAMES[schedule]} · {toy.p} equal stages" + (f" × {v} chunks" if v > 1 else "")
              + f" · {toy.m} micro-batches")
-    fig = pipecharts.animated_gantt(view["blocks"], view["rows"], toy.p, run.step_time, title,
+    fig = pipeline_gantt.animated_gantt(view["blocks"], view["rows"], toy.p, run.step_time, title,
                                     chunks=v > 1, big=big)
     st.plotly_chart(fig, key="toy_gantt", config={"displaylogo": False})
     closed = closed_form_step(toy.p, toy.m, toy.t_f, toy.t_b, toy.t_u, schedule=schedule, v=v, t_w=toy.t_w)

@@ -24,7 +24,7 @@ from pyvis.network import Network
 from placement_core.analysis.graphview import LAYER_DX, device_graph_view, network_view
 
 from . import state
-from .charts import KIND_COLORS, color
+from .charts.style import KIND_COLORS, color
 
 HEIGHT = 640  # pixels of the iframe
 LABEL_PX, FONT_PX = 9, 12  # an op's name is drawn once its 12-pixel font would be 9 pixels tall (zoom 0.75)

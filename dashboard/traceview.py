@@ -175,7 +175,7 @@ def apply_chart_choice(trace, makespan: float) -> None:
     """A click on a bar follows its op; a box dragged across the chart becomes the time window. Applied once
     per new choice, before the widgets they set are drawn (Streamlit hands back a chart's selection on the
     run after it, and keeps it until the next one)."""
-    from .tracechart import box_window, clicked_event
+    from .charts.trace_overlay import box_window, clicked_event
 
     s = state.ss()
     sel = _selection(CHART)

@@ -112,12 +112,12 @@ def test_network_figure_is_svg_and_escapes_op_names():
     file are text in the hover, not markup."""
     from helpers import op
 
-    from dashboard import charts
+    from dashboard.charts import topology
     from placement_core.analysis import layered_layout
     from placement_core.model.graph import Graph
 
     g = Graph("t", [op("x", kind="input"), op("<img src=x>", inputs=["x"])])
-    fig = charts.network_figure(g, layered_layout(g), "device", [0, 1], ["gpu0", "<b>gpu1</b>"])
+    fig = topology.network_figure(g, layered_layout(g), "device", [0, 1], ["gpu0", "<b>gpu1</b>"])
     assert {t.type for t in fig.data} == {"scatter"}
     hovers = [h for t in fig.data if t.hovertext for h in t.hovertext]
     assert any("&lt;img src=x&gt;" in h and "on &lt;b&gt;gpu1&lt;/b&gt;" in h for h in hovers), hovers

@@ -326,8 +326,8 @@ def test_settings_from_before_schedules_still_load():
 def test_pipeline_gantt_draws_message_overhead_as_thin_grey_bars_over_the_stage_work():
     from dataclasses import replace
 
-    from dashboard.charts import OVERHEAD_COLOR, OVERHEAD_NAME
-    from dashboard.pipecharts import schedule_gantt
+    from dashboard.charts.pipeline_gantt import schedule_gantt
+    from dashboard.charts.style import OVERHEAD_COLOR, OVERHEAD_NAME
     from placement_core.analysis.pipeline import schedule_blocks
     from placement_core.model.devices import DeviceGraph
     d = devices(2)

@@ -211,7 +211,7 @@ def test_the_lecture_shows_each_schedules_closed_form(schedule, want):
 
 @pytest.mark.slow
 def test_sixteen_micro_batches_get_sixteen_colours_that_stay_apart():
-    from dashboard.pipecharts import UNIT_PALETTE, unit_color
+    from dashboard.charts.pipeline_gantt import UNIT_PALETTE, unit_color
 
     def lab(h):
         rgb = np.array([int(h[i:i + 2], 16) for i in (1, 3, 5)]) / 255
@@ -234,7 +234,7 @@ def test_sixteen_micro_batches_get_sixteen_colours_that_stay_apart():
 @pytest.mark.slow
 def test_the_shades_legend_is_not_drawn_in_a_micro_batchs_colour():
     """'F k: forward (full colour)' once had micro-batch 1's swatch, so a reader took it for that micro-batch."""
-    from dashboard.pipecharts import UNIT_PALETTE
+    from dashboard.charts.pipeline_gantt import UNIT_PALETTE
     at = start()
     goto(at, "pipeline")
     at.number_input(key="toy_m").set_value(4)

@@ -11,7 +11,7 @@ from apptest_util import (assert_clean, decode, figures, frame, goto, metrics, s
                           wait_for_runs)
 
 from dashboard import stored
-from dashboard.charts import OBJECTIVE_TITLE
+from dashboard.charts.curves import OBJECTIVE_TITLE
 from dashboard.background_runs import REGISTRY
 from placement_core import Problem, load_devices, load_network
 from placement_core.analysis import fmt_bytes, fmt_seconds

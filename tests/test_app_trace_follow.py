@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from apptest_util import assert_clean, decode, figures, frame, goto, start, text
 
-from dashboard import charts
-from dashboard.tracechart import PLOT_WIDTH_PX
+from dashboard.charts import memory
+from dashboard.charts.trace_overlay import PLOT_WIDTH_PX
 from placement_core import load_devices, load_network
 from placement_core.problem import ProblemSpec
 
@@ -127,8 +127,8 @@ def test_every_bar_is_clickable_and_carries_its_name():
 
 @pytest.mark.slow
 def test_on_a_step_too_large_to_click_the_names_that_fit_are_written_once(monkeypatch):
-    from dashboard import tracechart
-    monkeypatch.setattr(tracechart, "CLICKABLE_EVENTS", 10)
+    from dashboard.charts import trace_overlay
+    monkeypatch.setattr(trace_overlay, "CLICKABLE_EVENTS", 10)
     at = start()
     at.selectbox(key="net_builtin").set_value("alexnet").run()
     goto(at, "trace")
@@ -148,10 +148,10 @@ def test_on_a_step_too_large_to_click_the_names_that_fit_are_written_once(monkey
 def test_capacity_labels_of_nearby_capacities_do_not_overlap_and_sit_outside_the_plot():
     t = np.array([0.0, 1.0, 2.0])
     series = [(t, np.array([0, 15e9, 15e9])), (t, np.array([0, 14e9, 14e9]))]
-    fig, off = charts.memory_figure(series, ["gpu0", "gpu1"], [16e9, 16.5e9])
+    fig, off = memory.memory_figure(series, ["gpu0", "gpu1"], [16e9, 16.5e9])
     notes = fig.layout.annotations
     assert off == [] and [n.text for n in notes] == ["gpu0: 16 GB", "gpu1: 16.5 GB"]
     top = fig.layout.yaxis.range[1]
-    gap = top * charts.MEMORY_LABEL_PX / (320 - 60 - 70)
+    gap = top * memory.MEMORY_LABEL_PX / (320 - 60 - 70)
     assert notes[1].y - notes[0].y >= gap - 1e-9  # 0.5 GB apart would be a few pixels: moved apart
     assert all(n.xref == "paper" and n.x >= 1 and n.xanchor == "left" for n in notes)

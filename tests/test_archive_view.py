@@ -11,7 +11,7 @@ from placement_core import Problem
 from placement_core.model.devices import Channel, Device, DeviceGraph
 
 from dashboard.archiveview import clicked_cell
-from dashboard.charts import heatmap_figure
+from dashboard.charts.archive import heatmap_figure
 from placement_core.analysis.archive_view import archive_heatmap, bin_labels, color_range
 from placement_core.formats.catalog import load_devices, load_network
 from placement_core.optimize.archive import THESIS_DESCRIPTORS, Archive, CrossDeviceEdges, make_descriptors

@@ -69,7 +69,7 @@ def test_the_bounded_curve_stays_above_the_true_best_and_keeps_the_big_steps():
 
 
 def test_a_running_curves_flat_tail_moves_in_twentieths_of_the_budget():
-    from dashboard.charts import _live_tail
+    from dashboard.charts.curves import _live_tail
 
     curve = [(50.0, 9.0), (300.0, 7.0), (1_730.0, 7.0)]
     assert _live_tail(curve, 20_000) == [(50.0, 9.0), (300.0, 7.0), (1_000.0, 7.0)]  # steps of 1,000
@@ -81,7 +81,7 @@ def test_a_running_curves_flat_tail_moves_in_twentieths_of_the_budget():
 def test_the_progress_figure_draws_a_finished_curve_to_its_end_and_a_running_one_in_steps():
     from apptest_util import decode
 
-    from dashboard.charts import progress_figure
+    from dashboard.charts.curves import progress_figure
 
     curve = [(50.0, 0.009), (300.0, 0.007), (1_730.0, 0.007)]
     done = progress_figure([{"id": 1, "name": "GA #1", "curve": curve, "status": "done", "budget": 20_000}])

@@ -1,4 +1,4 @@
-"""Figures built without Plotly's validation (dashboard.charts._fast_figure) and the Gantt's bar outlines.
+"""Figures built without Plotly's validation (dashboard.charts.style.fast_figure) and the Gantt's bar outlines.
 
 A figure built unvalidated must be exactly what validation would have built: every such figure is compared
 with ``go.Figure(its dict)`` (validated). The outline's geometry is checked against hand-worked vertices and
@@ -13,8 +13,8 @@ import plotly.io as pio
 import pytest
 from apptest_util import decode
 
-from dashboard import charts
-from dashboard.charts import _bar_outline
+from dashboard.charts import curves, gantt, memory, trace_overlay
+from dashboard.charts.gantt import _bar_outline
 from placement_core import Problem, load_devices, load_network, random_placement
 from placement_core.analysis import critical_path, gantt_rows, gantt_segments, memory_series
 
@@ -40,8 +40,8 @@ def test_gantt_and_memory_figures_are_what_validation_builds():
     segs = gantt_segments(res.trace, rows)
     crit = critical_path(res.trace, p.graph)
     for critical in (None, crit):
-        _same_as_validated(charts.gantt_figure(segs, rows, len(p.devices), res.makespan, critical, res.trace))
-    mem, off = charts.memory_figure(memory_series(res, len(p.devices)), p.devices.names,
+        _same_as_validated(gantt.gantt_figure(segs, rows, len(p.devices), res.makespan, critical, res.trace))
+    mem, off = memory.memory_figure(memory_series(res, len(p.devices)), p.devices.names,
                                     [d.memory_bytes for d in p.devices.devices])
     _same_as_validated(mem)
 
@@ -49,18 +49,17 @@ def test_gantt_and_memory_figures_are_what_validation_builds():
 @pytest.mark.parametrize("clickable", [6000, 10])
 def test_the_gantt_with_what_the_trace_page_draws_over_it_is_what_validation_builds(clickable, monkeypatch):
     """Followed op, its flows, ops found, a picked event, a window; clickable bars, or fixed names on a step too
-    large to click (tracechart.CLICKABLE_EVENTS)."""
-    from dashboard import tracechart
+    large to click (trace_overlay.CLICKABLE_EVENTS)."""
     from placement_core.analysis.trace_follow import op_events, op_flows
 
-    monkeypatch.setattr(tracechart, "CLICKABLE_EVENTS", clickable)
+    monkeypatch.setattr(trace_overlay, "CLICKABLE_EVENTS", clickable)
     p, res, rows = _traced(batches=1, in_flight=1)
     segs = gantt_segments(res.trace, rows)
     producer = next(e.op for e in res.trace if e.kind == "transfer")
-    extra = tracechart.gantt_extra(res.trace, rows, res.makespan, follow=op_events(res.trace, producer),
+    extra = trace_overlay.gantt_extra(res.trace, rows, res.makespan, follow=op_events(res.trace, producer),
                                    flows=op_flows(res.trace, p.graph, producer), found=[0, 1, 2], picked=3,
                                    window=(0.1 * res.makespan, 0.2 * res.makespan))
-    fig = charts.gantt_figure(segs, rows, len(p.devices), res.makespan, None, res.trace, extra=extra)
+    fig = gantt.gantt_figure(segs, rows, len(p.devices), res.makespan, None, res.trace, extra=extra)
     _same_as_validated(fig)
     assert fig.layout.dragmode is None  # panning stays the default (Streamlit's): a click selects a bar
     assert {"followed op", "found", "picked"} <= {t.name for t in fig.data}
@@ -70,12 +69,12 @@ def test_the_gantt_with_what_the_trace_page_draws_over_it_is_what_validation_bui
 def test_progress_and_history_figures_are_what_validation_builds():
     views = [{"id": 1, "name": "GA #1", "curve": [(50.0, 0.9), (100.0, 0.5), (400.0, 0.5)]},
              {"id": 2, "name": "MAP-Elites #2", "curve": []}]
-    fig = charts.progress_figure(views)
+    fig = curves.progress_figure(views)
     _same_as_validated(fig)
     [trace] = fig.to_dict()["data"]
     assert decode(trace["x"]) == [50, 100, 400] and decode(trace["y"]) == pytest.approx([900, 500, 500])
     history = np.array([[50, 0.9, 0.9], [100, 0.5, 0.7], [150, 0.5, np.inf]])
-    fig = charts.history_figure(history, "run <1> · GA")
+    fig = curves.history_figure(history, "run <1> · GA")
     _same_as_validated(fig)
     assert fig.layout.title.text == "run &lt;1&gt; · GA: objective over the run"  # a user's label is escaped
 

@@ -1,4 +1,4 @@
-"""What the Trace page draws over its Gantt chart (``charts.gantt_figure(..., extra=...)``): clickable events,
+"""What the Trace page draws over its Gantt chart (``gantt.gantt_figure(..., extra=...)``): clickable events,
 names inside bars wide enough for them, the followed op's events and its flow arrows (producer → transfer →
 consumer), ops found by name, the critical-path event picked in the table, and the time window.
 
@@ -11,7 +11,7 @@ import html
 
 from placement_core.analysis.trace_follow import bar_labels
 
-from .charts import GANTT_HALF, ink, shade
+from .gantt import GANTT_HALF, ink, shade
 
 CLICKABLE_EVENTS = 6000  # up to this many events the bars are clickable Plotly bars, beyond filled outlines
 NAMED_EVENTS = 2500  # up to this many the bars carry their names (each a text Plotly fits on every zoom)
