@@ -320,3 +320,55 @@ def test_surrogate_fit_bounds_its_seed_and_samples(capsys, tmp_path, surrogate_c
     home, _ = surrogate_case
     refused(*cli(capsys, "surrogate", "fit", "--run", 1, "--out", tmp_path / "m.json", "--home", home, *argv), *words)
     assert not (tmp_path / "m.json").exists()
+
+
+# -- 4. seeding: bounded work, and interruptible ------------------------------------------------------------
+
+def _chain(tmp_path, ops):
+    layers = [{"name": "x", "kind": "input", "output_bytes": 400, "shape": [4, 100]}]
+    layers += [{"name": f"l{i}", "kind": "linear", "inputs": [layers[-1]["name"] if i == 0 else f"l{i - 1}"],
+                "fwd_flops": 8000, "output_bytes": 400, "param_bytes": 4040} for i in range(ops - 1)]
+    path = tmp_path / f"chain{ops}.json"
+    path.write_text(json.dumps({"format": "placement-network/1", "name": f"chain{ops}", "batch_size": 4,
+                                "ops": layers}))
+    return path
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("init, ops, words", [
+    ("random:100000", 2000, ["100,000 initial placements", "at most random:10000", "20,000,000"]),
+    ("heft,random:100000", 2000, ["at most random:9999"]),
+    ("bayes:100000", 3, ["bayes:100000", "at most bayes:1000"]),
+    ("bayes:1001", 3, ["at most bayes:1000"]),
+    ("bayes:300", 176, ["at most bayes:284"]),
+])
+def test_seeding_work_is_bounded_before_it_starts(capsys, tmp_path, init, ops, words):
+    """random:100000 on a large network tried to allocate 37 GiB; bayes:100000 ran past 120 s on 3 ops."""
+    refused(*cli(capsys, "optimize", "--network", _chain(tmp_path, ops), "--devices", "malvik", "--algorithm", "ga",
+                 "--budget", 10, "--init", init, "--home", tmp_path / "h"), "--init", *words)
+    _no_runs(tmp_path / "h")
+
+
+def test_the_limits_leave_the_documented_starts_alone(tmp_path):
+    from placement_core import load_devices, load_network
+    from placement_core.optimize.seeding import check_init, parse_init
+    from placement_core.problem import Problem
+    for net in ("resnet50", "inception_v3"):
+        p = Problem(load_network(net), load_devices("malvik-4gpu-limited-resnet50"))
+        check_init(p, parse_init("heft,heft-nocomm,heft-memory,min-cut,m-etf,m-topo,expert,single,random:10000,"
+                                 "bayes:100"))
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_during_seeding_is_a_clean_stop(capsys, tmp_path):
+    import _thread
+    import threading
+    timer = threading.Timer(0.5, _thread.interrupt_main)
+    timer.start()
+    try:
+        code, out, err = cli(capsys, "optimize", "--network", _chain(tmp_path, 40), "--devices", "malvik",
+                             "--algorithm", "ga", "--budget", 10, "--init", "random:100000", "--home", tmp_path / "h")
+    finally:
+        timer.cancel()
+    assert code == 130 and out == "" and err == "error: interrupted\n"
+    _no_runs(tmp_path / "h")

@@ -77,12 +77,43 @@ def parse_init(text: str) -> list[tuple[str, int]]:
     return out
 
 
+# What seeding may cost, checked before any of it starts (a search that never starts helps no one):
+MAX_SEED_GENES = 20_000_000  # placements x ops held at once (80 MB as int32); random:100000 of 100k ops was 37 GiB
+MAX_BAYES_TRIALS = 1_000  # optuna's TPE looks at every earlier trial for each new one: quadratic in the trials
+MAX_BAYES_WORK = 50_000  # trials x ops: bayes:100 on Inception-V3 (315 ops) is 31,500, about 20 s
+CHUNK = 4096  # random placements drawn and evaluated at a time (Ctrl-C lands between chunks)
+
+
+def check_init(problem: Problem, kinds: list[tuple[str, int]], option: str = "--init") -> None:
+    """Refuse, with the limit, initial mappings whose placements would not fit in memory or whose Bayesian
+    start would run for hours."""
+    n, d = problem.n_ops, problem.n_devices
+    count = 0
+    for name, k in kinds:
+        if name == "bayes":
+            most = max(1, min(MAX_BAYES_TRIALS, MAX_BAYES_WORK // n))
+            if k > most:
+                raise InputError(f"bayes:{k} is {k:,} TPE trials over {n:,} ops; the Bayesian start takes at most "
+                                 f"{MAX_BAYES_TRIALS:,} trials and {MAX_BAYES_WORK:,} trials x ops (optuna's TPE "
+                                 "slows with every trial)", field=option,
+                                 fix=f"Use at most bayes:{most} for this network, or random:N for many more starts")
+        count += k if name in COUNTED else (d if name == "single" else 1)
+    if count * n > MAX_SEED_GENES:
+        most = max(0, MAX_SEED_GENES // n - (count - sum(k for name, k in kinds if name == "random")))
+        raise InputError(f"{count:,} initial placements of {n:,} ops are {count * n:,} genes, more than the "
+                         f"{MAX_SEED_GENES:,} the seeds may hold", field=option,
+                         fix=f"Ask for fewer: at most random:{most} with these kinds on this network"
+                         if most else "Ask for fewer initial mappings on a network this large")
+
+
 def initial_placements(problem: Problem, init: str | list, *, seed: int = 0, keep: int | None = None,
                        objective: Callable[[np.ndarray], np.ndarray] | None = None) -> Seeds:
     """The placements ``init`` names, evaluated, distinct, best first (at most ``keep``).
 
-    ``objective`` scores a batch of placements (default: the simulator); the Bayesian start optimizes it."""
+    ``objective`` scores a batch of placements (default: the simulator); the Bayesian start optimizes it.
+    What they would cost is checked first (:func:`check_init`)."""
     kinds = parse_init(init) if isinstance(init, str) else list(init)
+    check_init(problem, kinds)
     score = objective or problem.evaluate_many
     rng = np.random.default_rng(seed)
     xs: list[np.ndarray] = []
@@ -101,15 +132,25 @@ def initial_placements(problem: Problem, init: str | list, *, seed: int = 0, kee
         if name == "random":
             from .genes import gene_space
             space = gene_space(problem)
-            cand = (rng.integers(0, problem.n_devices, (count, problem.n_ops), dtype=np.int32)
-                    if isinstance(space, int) else space.draw(rng, np.broadcast_to(np.arange(problem.n_ops),
-                                                                                   (count, problem.n_ops))))
+            cand, vals = [], []
+            for start in range(0, count, CHUNK):  # in chunks: a long start stays interruptible
+                k = min(CHUNK, count - start)
+                part = (rng.integers(0, problem.n_devices, (k, problem.n_ops), dtype=np.int32)
+                        if isinstance(space, int) else space.draw(rng, np.broadcast_to(np.arange(problem.n_ops),
+                                                                                       (k, problem.n_ops))))
+                cand.append(np.ascontiguousarray(part, dtype=np.int32))
+                vals.append(np.asarray(score(cand[-1]), dtype=float))
+            cand, vals = np.concatenate(cand), np.concatenate(vals)
             names = [f"random #{i + 1}" for i in range(count)]
-        else:
-            from . import algorithm_class
-            placer = algorithm_class(name)(problem, seed=seed)
-            cand = placer.all_candidates()
-            names = [name if len(cand) == 1 else f"{name} #{i + 1}" for i in range(len(cand))]
+            xs += list(cand)
+            labels += names
+            fs += [float(v) for v in vals]
+            parts[name] = len(cand)
+            continue
+        from . import algorithm_class
+        placer = algorithm_class(name)(problem, seed=seed)
+        cand = placer.all_candidates()
+        names = [name if len(cand) == 1 else f"{name} #{i + 1}" for i in range(len(cand))]
         vals = score(np.ascontiguousarray(cand, dtype=np.int32))
         xs += list(cand)
         labels += names
