@@ -372,3 +372,51 @@ def test_ctrl_c_during_seeding_is_a_clean_stop(capsys, tmp_path):
         timer.cancel()
     assert code == 130 and out == "" and err == "error: interrupted\n"
     _no_runs(tmp_path / "h")
+
+
+# -- 9. a budget that would run for years: said before it starts; Ctrl-C a clean stop that resumes -------------
+
+def _interrupt_after(seconds):
+    import _thread
+    import signal
+    import threading
+    timer = threading.Timer(seconds, _thread.interrupt_main, args=(signal.SIGINT,))
+    timer.start()
+    return timer
+
+
+@pytest.mark.timeout(60)
+def test_a_huge_budget_says_how_long_and_ctrl_c_stops_it_for_a_resume(capsys, tmp_path):
+    from placement_core.store import RunStore
+    home = tmp_path / "h"
+    timer = _interrupt_after(1.0)
+    try:
+        code, out, err = cli(capsys, "optimize", "--network", "alexnet", "--devices", "malvik", "--algorithm", "ga",
+                             "--budget", 1_000_000_000, "--home", home)
+    finally:
+        timer.cancel()
+    assert code == 0, err
+    note, stopping = [line for line in err.splitlines() if line][:2]
+    assert note.startswith("note: 1,000,000,000 evaluations at about ") and "evaluations/s" in note
+    assert any(unit in note for unit in ("hours", "days", "years")) and "--resume" in note
+    assert stopping.startswith("stopping after this batch")
+    assert "stopped after " in out and "`placement optimize --resume 1` continues it" in out
+    with RunStore(home=home) as store:
+        first = store.get(1)
+        assert first.status == "stopped" and first.evaluations > 0
+        assert store.load_checkpoint(1)["evaluations"] == first.evaluations  # it resumes where it stopped
+    timer = _interrupt_after(1.0)
+    try:
+        code, out, err = cli(capsys, "optimize", "--resume", 1, "--home", home)
+    finally:
+        timer.cancel()
+    assert code == 0, err
+    with RunStore(home=home) as store:
+        again = store.get(1)
+    assert again.status == "stopped" and again.evaluations > first.evaluations
+
+
+def test_a_short_budget_says_nothing(capsys, tmp_path):
+    code, out, err = cli(capsys, "optimize", "--network", "alexnet", "--devices", "malvik", "--algorithm", "ga",
+                         "--budget", 200, "--no-store")
+    assert code == 0 and err == ""

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import os
+import signal
 import sys
+import threading
 from typing import Callable, Sequence
 
 from ..base.args import Parser, UsageError  # noqa: F401 - the CLI's parser, re-exported
@@ -215,3 +218,24 @@ def table(rows: list[list[str]], header: list[str], right: Sequence[int] = ()) -
         return "  ".join(str(c).rjust(w) if i in right else str(c).ljust(w)
                          for i, (c, w) in enumerate(zip(row, widths))).rstrip()
     return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
+
+
+@contextlib.contextmanager
+def stop_on_first_interrupt(message: str = "stopping after this update (Ctrl-C again to interrupt at once)"):
+    """Ctrl-C once: the training (or search) stops after its current update and keeps what it learned (the
+    policy is written, the run stored as stopped); twice: interrupted at once."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def first(signum, frame):
+        stop.set()
+        signal.signal(signal.SIGINT, previous)
+        print(f"\n{message}", file=sys.stderr)
+
+    previous = signal.signal(signal.SIGINT, first)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)

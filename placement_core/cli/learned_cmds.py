@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import sys
-import threading
 import time
 
 from ..base.units import fmt_bytes, fmt_seconds
-from .common import Parser, fraction, positive_int, print_json, printable, table
+from .common import Parser, fraction, positive_int, print_json, printable, stop_on_first_interrupt, table
 from .optimize_cmds import note
 from .validate import check_output_dir, check_output_file, seed_int
 
@@ -180,27 +177,6 @@ def cmd_train(args) -> int:
     if run_id is not None:
         print(f"stored as run {run_id} (see `placement runs show {run_id}`)")
     return 0
-
-
-@contextlib.contextmanager
-def stop_on_first_interrupt():
-    """Ctrl-C once: the training stops after its current update and keeps what it learned (the policy is
-    written, the run stored as stopped); twice: interrupted at once."""
-    stop = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield stop
-        return
-
-    def first(signum, frame):
-        stop.set()
-        signal.signal(signal.SIGINT, previous)
-        print("\nstopping after this update (Ctrl-C again to interrupt at once)", file=sys.stderr)
-
-    previous = signal.signal(signal.SIGINT, first)
-    try:
-        yield stop
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 class TrainBar:

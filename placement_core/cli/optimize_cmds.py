@@ -11,7 +11,7 @@ from ..base.jsonio import write_json
 from ..model.placement import placement_to_dict
 from ..base.units import fmt_seconds
 from . import measured_cmds
-from .common import add_problem_options, build_problem, print_json, printable
+from .common import add_problem_options, build_problem, print_json, printable, stop_on_first_interrupt
 from .core_cmds import batch_summary, describe_batches
 from .validate import check_output_file, count_int, positive_seconds, run_id as run_id_arg, seed_int, workers_int
 
@@ -192,8 +192,9 @@ def cmd_optimize(args) -> int:
                 require_learned()
             problem = store.problem(args.resume)
             run_id = args.resume
-            result = resume_run(store, args.resume, workers=args.workers, dask=args.dask, progress=bar,
-                                force=args.force)
+            with stop_on_first_interrupt(STOPPING) as stop:
+                result = resume_run(store, args.resume, workers=args.workers, dask=args.dask, progress=bar,
+                                    force=args.force, stop=stop)
     else:
         missing = [f"--{k}" for k in ("network", "devices", "algorithm") if getattr(args, k) is None]
         if missing:
@@ -229,15 +230,19 @@ def cmd_optimize(args) -> int:
             seeds = initial_placements(problem, args.init, seed=args.seed)
             initial = seeds.placements
             seeded = seeding_record(args.init, seeds)
+        if args.seconds is None and not args.quiet:
+            say_how_long(problem, args.algorithm, evaluations, args.workers, args.no_store)
         if args.no_store:
-            result = run(problem, args.algorithm, evaluations=evaluations, seconds=args.seconds, seed=args.seed,
-                         params=params, workers=args.workers, dask=args.dask, progress=bar, initial=initial)
+            with stop_on_first_interrupt(STOPPING) as stop:
+                result = run(problem, args.algorithm, evaluations=evaluations, seconds=args.seconds, seed=args.seed,
+                             params=params, workers=args.workers, dask=args.dask, progress=bar, initial=initial,
+                             stop=stop)
         else:
-            with RunStore(home=args.home) as store:
+            with RunStore(home=args.home) as store, stop_on_first_interrupt(STOPPING) as stop:
                 run_id, result = start_run(store, problem, args.algorithm, evaluations=evaluations,
                                            seconds=args.seconds, seed=args.seed, params=params, label=args.label,
                                            workers=args.workers, dask=args.dask, progress=bar, initial=initial,
-                                           seeding=seeded)
+                                           seeding=seeded, stop=stop)
     data = result_to_dict(result, problem)
     if run_id is not None:
         data["run_id"] = run_id
@@ -277,7 +282,42 @@ def cmd_optimize(args) -> int:
         print(f"result written to {printable(args.out)}")
     if run_id is not None:
         print(f"stored as run {run_id} (see `placement runs show {run_id}`)")
+        if result.stopped:
+            print(f"stopped after {result.evaluations:,} evaluations; `placement optimize --resume {run_id}` "
+                  "continues it")
     return 0
+
+
+STOPPING = "stopping after this batch and keeping the run (Ctrl-C again to interrupt at once)"
+LONG_S = 600  # a run expected to take longer is announced with its duration before it starts
+
+
+def say_how_long(problem, algorithm: str, evaluations: int, workers: int, no_store: bool) -> None:
+    """One line on stderr before a long search: how long ``evaluations`` take at the simulator's rate, measured
+    here on a few placements, and how to stop and resume it. Fixed placers (HEFT, min-cut, ...) finish early."""
+    from ..optimize import ALGORITHMS
+    from ..parallel.pacing import probe_eval_seconds
+
+    cls = ALGORITHMS.get(algorithm)
+    if cls is None or cls.deterministic or evaluations < 1000:
+        return
+    per_eval = probe_eval_seconds(problem, budget_s=0.02, least=3, most=200)
+    total = evaluations * per_eval / max(1, workers)
+    if total < LONG_S:
+        return
+    rate = 1 / per_eval if per_eval > 0 else float("inf")
+    where = f"{workers} workers" if workers > 1 else "one core"
+    then = ("Ctrl-C stops it" if no_store else
+            "Ctrl-C stops it and keeps the run; `placement optimize --resume ID` continues it")
+    print(f"note: {evaluations:,} evaluations at about {rate:,.0f} evaluations/s (measured here, {where}) take "
+          f"about {_duration(total)}; {then}. --budget or --seconds makes it shorter", file=sys.stderr)
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("years", 365.25 * 86400), ("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:,.0f} {unit}"
+    return f"{seconds:,.0f} seconds"
 
 
 def _measured_run(args) -> bool:

@@ -33,6 +33,8 @@ SHUTDOWN = -2
 
 
 def _serve(payload: bytes, tasks, replies) -> None:  # pragma: no cover - runs in the worker process
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's: it stops the run, then closes the pool
     problem = pickle.loads(payload)
     while True:
         try:
