@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from placement_core import InputError, Problem
+from placement_core.analysis.benchmark_plan import RunPlacements
 from placement_core.model.devices import DeviceGraph
 from placement_core.model.graph import Graph
 
@@ -144,6 +145,18 @@ class Run:
 
     def stop(self) -> None:
         self.stop_event.set()
+
+    def placements(self) -> RunPlacements | None:
+        """What the finished run keeps that can be measured (its best, the best distinct placements it evaluated,
+        its archive's elites), for ``benchmark_plan.top_k`` to rank as it ranks a stored run's; None while it
+        runs."""
+        result = self.result
+        if result is None:
+            return None
+        archive = result.archive
+        return RunPlacements(self.name, best=result.best_placement, kept=[x for _, x in result.kept],
+                             elites=[(None, e.placement) for e in archive.ranked()] if archive is not None else [],
+                             store_id=self.store_id)
 
     # called from the worker thread -------------------------------------------------------------
     def on_progress(self, p) -> None:

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from apptest_util import ROOT, assert_clean, decode, figures, frame, goto, metrics, start, text
 
-import dashboard.benchview as benchview
+import dashboard.benchjob as benchjob
 from placement_core import InputError
 
 
@@ -29,7 +29,7 @@ def bench_page():
 
 def run_jobs(at):
     at.button(key="bench_run").click().run()
-    for j in benchview.jobs(at.session_state["session_key"]):
+    for j in benchjob.jobs(at.session_state["session_key"]):
         j.thread.join(120)
     at.run()
 
@@ -43,6 +43,34 @@ def test_form_is_prefilled_for_a_builtin_network():
     assert at.selectbox(key="bench_map_gpu0").options == ["cpu0", "cpu1"]  # from "cpu:2"
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("section,module,name", [
+    ("what to measure", "benchchoice", "candidates"),
+    ("the device mapping", "benchview", "default_mapping"),
+    ("the measurements", "benchresults", "earlier_points"),
+])
+def test_a_failing_section_leaves_the_others_drawn(monkeypatch, section, module, name):
+    """Each section of the page is guarded on its own: a bug planted in one shows its message there, and the
+    form, the Run button and the calibration below still draw (the whole page used to go blank)."""
+    import importlib
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(importlib.import_module(f"dashboard.{module}"), name, broken)
+    at = start()
+    goto(at, "benchmark")
+    assert not at.exception
+    [err] = at.error
+    assert err.value.startswith(f"Something went wrong while drawing {section}: RuntimeError: planted")
+    assert at.text_input(key="bench_source").value == "torchvision:resnet50"  # the form
+    assert at.button(key="bench_run")  # the run (disabled when what to measure failed)
+    assert at.button(key="bench_run").disabled == (section != "the measurements")
+    assert at.button(key="cal_start")  # the calibration, the last section
+    if section != "what to measure":
+        assert at.multiselect(key="bench_chosen").value == ["current: all on gpu0"]
+
+
 @pytest.mark.workers
 def test_measured_against_simulated_with_a_fake_runner(monkeypatch):
     calls = []
@@ -51,7 +79,7 @@ def test_measured_against_simulated_with_a_fake_runner(monkeypatch):
         calls.append((source, shape, devices, runner, batch_size, len(placements)))
         return [fake_result(t) for t in (0.050, 0.020, 0.080)]
 
-    monkeypatch.setattr(benchview, "run_benchmark", fake)
+    monkeypatch.setattr(benchjob, "run_benchmark", fake)
     at = bench_page()
     options = at.multiselect(key="bench_chosen").options
     at.multiselect(key="bench_chosen").set_value([o for o in options if o.startswith("all on")][:3]).run()
@@ -96,7 +124,7 @@ def test_a_failing_benchmark_shows_its_message(monkeypatch):
         raise InputError("cuda:0 was asked for, but this machine has no usable CUDA GPU", field="--devices",
                          fix="Use cpu:N here")
 
-    monkeypatch.setattr(benchview, "run_benchmark", fake)
+    monkeypatch.setattr(benchjob, "run_benchmark", fake)
     at = bench_page()
     run_jobs(at)
     assert not at.exception
@@ -105,7 +133,7 @@ def test_a_failing_benchmark_shows_its_message(monkeypatch):
 
 
 def test_without_pytorch_the_page_says_so(monkeypatch):
-    monkeypatch.setattr(benchview, "benchmark_backend", lambda: None)
+    monkeypatch.setattr(benchjob, "benchmark_backend", lambda: None)
     at = bench_page()
     assert "Real benchmarking is not available here" in text(at)
 
@@ -158,7 +186,7 @@ def test_the_benchmarked_placements_download_as_csv(monkeypatch):
 
     import streamlit as st
 
-    monkeypatch.setattr(benchview, "run_benchmark",
+    monkeypatch.setattr(benchjob, "run_benchmark",
                         lambda *a, **kw: [fake_result(t) for t in (0.050, 0.020)])
     offered = []
     original = st.download_button
@@ -194,7 +222,7 @@ def test_the_benchmarked_placements_download_as_csv(monkeypatch):
 
 def measured_three(monkeypatch, times=(0.050, 0.020, 0.080)):
     """The page after measuring three single-device placements with a fake runner."""
-    monkeypatch.setattr(benchview, "run_benchmark", lambda *a, **kw: [fake_result(t) for t in times])
+    monkeypatch.setattr(benchjob, "run_benchmark", lambda *a, **kw: [fake_result(t) for t in times])
     at = bench_page()
     options = at.multiselect(key="bench_chosen").options
     at.multiselect(key="bench_chosen").set_value([o for o in options if o.startswith("all on")][:3]).run()
@@ -296,7 +324,7 @@ def test_the_top_k_of_a_stored_run(monkeypatch):
         kept = [store.get(run_id).best_placement] + [r["placement"] for r in store.archive_rows(run_id)]
     objectives = sorted(problem.evaluate(x) for x in {tuple(map(int, x)) for x in kept})  # distinct, best first
     measured = (0.030, 0.010, 0.020)
-    monkeypatch.setattr(benchview, "run_benchmark", lambda *a, **kw: [fake_result(t) for t in measured])
+    monkeypatch.setattr(benchjob, "run_benchmark", lambda *a, **kw: [fake_result(t) for t in measured])
     at = bench_page()
     at.radio(key="bench_mode").set_value("The K best placements of a run").run()
     [label] = at.selectbox(key="bench_top_run").options
@@ -392,7 +420,7 @@ def test_the_top_k_of_a_live_run(monkeypatch):
 
     from dashboard.background_runs import REGISTRY
 
-    monkeypatch.setattr(benchview, "run_benchmark", lambda *a, **kw: [fake_result(t) for t in (0.01, 0.02, 0.03, 0.04)])
+    monkeypatch.setattr(benchjob, "run_benchmark", lambda *a, **kw: [fake_result(t) for t in (0.01, 0.02, 0.03, 0.04)])
     at = start()
     goto(at, "optimize")
     at.number_input(key="opt_evaluations").set_value(300)
@@ -477,7 +505,7 @@ def test_model_code_from_a_file_is_refused_when_code_upload_is_off(monkeypatch, 
     still ran FILE.py:NAME (a worker process imports the file)."""
     monkeypatch.setenv("PLACEMENT_ALLOW_CODE_UPLOAD", allowed)
     started = []
-    monkeypatch.setattr(benchview, "run_benchmark", lambda *a, **k: started.append(a) or [])
+    monkeypatch.setattr(benchjob, "run_benchmark", lambda *a, **k: started.append(a) or [])
     at = bench_page()
     at.text_input(key="bench_source").set_value(str(tmp_path / "model.py") + ":Net").run()
     refused = [e.value for e in at.error if "turned off" in e.value]

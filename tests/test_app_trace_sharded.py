@@ -47,7 +47,7 @@ def test_a_sharded_placement_file_shows_its_shards_and_its_rings():
 def test_the_benchmark_page_runs_a_sharded_current_placement_on_every_device_of_its_splits(monkeypatch):
     """The current placement splits fc over gpu0 and gpu1: the page maps both to local devices, simulates it with
     the session's split table and hands the runner the split entry with local names."""
-    from dashboard import benchview
+    from dashboard import benchjob
     from test_app_benchmark import fake_result, run_jobs
     calls = []
 
@@ -55,7 +55,7 @@ def test_the_benchmark_page_runs_a_sharded_current_placement_on_every_device_of_
         calls.append(placements)
         return [fake_result(0.05) for _ in placements]
 
-    monkeypatch.setattr(benchview, "run_benchmark", fake)
+    monkeypatch.setattr(benchjob, "run_benchmark", fake)
     at = start()
     goto(at, "trace")
     g = load_network("resnet50")

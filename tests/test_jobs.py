@@ -83,6 +83,6 @@ def test_remove_stops_a_running_job_and_stop_all_stops_the_rest():
 
 
 def test_every_kind_of_dashboard_job_uses_the_board():
-    from dashboard import benchview, calibview, background_runs
+    from dashboard import background_runs, benchjob, calibview
     assert isinstance(background_runs.REGISTRY.board, JobBoard)
-    assert isinstance(benchview.BOARD, JobBoard) and isinstance(calibview.BOARD, JobBoard)
+    assert isinstance(benchjob.BOARD, JobBoard) and isinstance(calibview.BOARD, JobBoard)

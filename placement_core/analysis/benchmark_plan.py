@@ -1,13 +1,14 @@
 """What to measure for real, and where: the K best distinct placements of an optimization run, and which local
 device plays each device of the device graph.
 
-Used by ``placement benchmark --run ID --top K`` and by the dashboard's Benchmark page, so both rank, label
-and warn alike. No torch here: choosing what to measure is the simulator's business.
+Used by ``placement benchmark --run ID --top K`` and by the dashboard's Benchmark page (its live runs and its
+stored runs alike, through :class:`RunPlacements` and :func:`top_k`), so both rank, label and warn alike. No
+torch here: choosing what to measure is the simulator's business.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -47,52 +48,110 @@ def distinct_top(problem: Problem, candidates, k: int) -> list[Ranked]:
     return ranked[:int(k)]
 
 
-def run_candidates(store, run_id: int) -> tuple[Problem, list[tuple[str, np.ndarray]], str]:
-    """A stored run's problem, the placements it keeps, and what they are in words.
+@dataclass
+class RunPlacements:
+    """The placements a run keeps that can be measured, each kind best first: what a live run of the dashboard
+    holds in memory and what a stored run holds in the run store, in one form, so both are ranked alike.
 
-    The best placement; the best distinct placements it evaluated (every run keeps its 50 best, stored when
-    it ends, in its checkpoint while it runs); a MAP-Elites run's archive (every elite); a run stopped or
-    interrupted mid-way also its population from the last checkpoint (GA). Runs stored before kept
-    placements existed keep only their best and their archive."""
-    rec = store.get(run_id)
-    problem = store.problem(run_id)
-    cands: list[tuple[str, np.ndarray]] = []
-    kinds = []
-    if rec.best_placement is not None:
-        cands.append((f"best of run {run_id}", rec.best_placement))
-        kinds.append("its best placement")
-    kept = store.kept_of(run_id)
-    cands += [(f"#{i} evaluated by run {run_id}", x) for i, (_, x) in enumerate(kept, start=1)]
-    if kept:
-        kinds.append(f"the {len(kept)} best distinct placement(s) it evaluated")
-    rows = store.archive_rows(run_id)
-    for i, r in enumerate(rows, start=1):
-        niche = ",".join(str(int(v)) for v in r["niche"])
-        cands.append((f"elite #{i} of run {run_id} (niche {niche})", r["placement"]))
-    if rows:
-        kinds.append(f"{len(rows)} archive elite(s)")
-    state = store.load_checkpoint(run_id) if rec.status != "done" else None
-    pop = ((state or {}).get("optimizer") or {}).get("pop")
-    if pop:
-        pop = np.asarray(pop, dtype=np.int32).reshape(-1, problem.n_ops)
-        cands += [(f"population #{i} of run {run_id} (checkpoint)", x) for i, x in enumerate(pop, start=1)]
-        kinds.append(f"{len(pop)} placement(s) of its last checkpoint's population")
+    ``name`` is how labels name the run ("run 7", "GA #1"); ``elites`` are an archive's (niche or None,
+    placement) pairs, best first (a stored run's label names the niche); ``population`` is the last checkpoint's
+    population of a run stopped or interrupted mid-way (GA)."""
+
+    name: str
+    best: np.ndarray | None = None
+    kept: list = field(default_factory=list)  # the best distinct placements it evaluated, best first
+    elites: list = field(default_factory=list)  # [(niche tuple or None, placement)]
+    population: list = field(default_factory=list)
+    store_id: int | None = None  # the run's id in the run store, when it is stored
+
+    def candidates(self) -> list[tuple[str, np.ndarray]]:
+        """(label, placement) of everything the run keeps, its best first (so a repeat keeps the best's label)."""
+        out = [(f"best of {self.name}", self.best)] if self.best is not None else []
+        out += [(f"#{i} evaluated by {self.name}", x) for i, x in enumerate(self.kept, start=1)]
+        out += [(f"elite #{i} of {self.name}" + ("" if niche is None else
+                                                  f" (niche {','.join(str(int(v)) for v in niche)})"), x)
+                for i, (niche, x) in enumerate(self.elites, start=1)]
+        out += [(f"population #{i} of {self.name} (checkpoint)", x) for i, x in enumerate(self.population, start=1)]
+        return out
+
+    def kinds(self) -> str:
+        """What the run keeps, in words."""
+        kinds = ["its best placement"] if self.best is not None else []
+        if self.kept:
+            kinds.append(f"the {len(self.kept)} best distinct placement(s) it evaluated")
+        if self.elites:
+            kinds.append(f"{len(self.elites)} archive elite(s)")
+        if self.population:
+            kinds.append(f"{len(self.population)} placement(s) of its last checkpoint's population")
+        return ", ".join(kinds)
+
+
+def top_k(problem: Problem, run: RunPlacements, k: int) -> tuple[list[Ranked], str]:
+    """The ``k`` best distinct placements a run keeps, ranked by ``problem`` (the run's own), best first, and a
+    note when it keeps fewer than ``k``: the one ranking of a run's top K, for live and stored runs alike."""
+    cands = run.candidates()
     if not cands:
-        raise InputError(f"run {run_id} has no placement yet", field="--run",
+        raise InputError(f"{run.name} has no placement yet", field="--run",
                          fix="Wait for its first checkpoint, or choose a run that has a best placement")
-    return problem, cands, ", ".join(kinds)
-
-
-def top_of_run(store, run_id: int, k: int) -> tuple[Problem, list[Ranked], str]:
-    """The run's problem, its ``k`` best distinct placements, and a note when it keeps fewer than ``k``."""
-    problem, cands, kinds = run_candidates(store, run_id)
     ranked = distinct_top(problem, cands, k)
     note = ""
     if len(ranked) < k:
-        note = (f"run {run_id} keeps {len(ranked)} distinct placement(s) ({kinds}), fewer than the {k} asked "
+        note = (f"{run.name} keeps {len(ranked)} distinct placement(s) ({run.kinds()}), fewer than the {k} asked "
                 "for (a run keeps the 50 best distinct placements it evaluated; a deterministic placer proposes only a "
                 "few, and runs stored by older versions kept only their best)")
-    return problem, ranked, note
+    return ranked, note
+
+
+def stored_run(store, run_id: int) -> tuple[Problem, RunPlacements]:
+    """A stored run's problem and the placements it keeps: the best; the best distinct placements it evaluated
+    (every run keeps its 50 best, stored when it ends, in its checkpoint while it runs); a MAP-Elites run's
+    archive (every elite); a run stopped or interrupted mid-way also its population from the last checkpoint
+    (GA). Runs stored before kept placements existed keep only their best and their archive."""
+    rec = store.get(run_id)
+    problem = store.problem(run_id)
+    state = store.load_checkpoint(run_id) if rec.status != "done" else None
+    pop = ((state or {}).get("optimizer") or {}).get("pop")
+    population = list(np.asarray(pop, dtype=np.int32).reshape(-1, problem.n_ops)) if pop else []
+    return problem, RunPlacements(
+        f"run {run_id}", best=rec.best_placement, kept=[x for _, x in store.kept_of(run_id)],
+        elites=[(r["niche"], r["placement"]) for r in store.archive_rows(run_id)], population=population,
+        store_id=run_id)
+
+
+def run_candidates(store, run_id: int) -> tuple[Problem, list[tuple[str, np.ndarray]], str]:
+    """A stored run's problem, the placements it keeps (:func:`stored_run`) as (label, placement) pairs, and what
+    they are in words."""
+    problem, run = stored_run(store, run_id)
+    cands = run.candidates()
+    if not cands:
+        raise InputError(f"run {run_id} has no placement yet", field="--run",
+                         fix="Wait for its first checkpoint, or choose a run that has a best placement")
+    return problem, cands, run.kinds()
+
+
+def top_of_run(store, run_id: int, k: int) -> tuple[Problem, list[Ranked], str]:
+    """A stored run's problem, its ``k`` best distinct placements, and a note when it keeps fewer than ``k``."""
+    problem, run = stored_run(store, run_id)
+    return (problem, *top_k(problem, run, k))
+
+
+def chosen_candidates(current: tuple[str, np.ndarray], runs: list[RunPlacements], device_names: list[str],
+                      n_ops: int, elites: int = 4) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """What the Benchmark page offers to measure, label -> placement, and the stored run of each label that
+    came from one: the current placement, each run's best and its archive's next ``elites`` elites, every op
+    on one device (one per device)."""
+    out = {current[0]: current[1]}
+    origin: dict[str, int] = {}
+    for run in runs:
+        if run.best is not None:
+            out[f"best of {run.name}"] = run.best
+            if run.store_id is not None:
+                origin[f"best of {run.name}"] = run.store_id
+        for i, (_, x) in enumerate(run.elites[1:1 + elites], start=2):
+            out[f"elite #{i} of {run.name}"] = x
+    for i, name in enumerate(device_names):
+        out[f"all on {name}"] = np.full(n_ops, i, dtype=np.int32)
+    return out, origin
 
 
 # -- which local device plays each device of the device graph ----------------------------------------
