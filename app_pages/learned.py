@@ -71,7 +71,7 @@ with ui.guarded("the training form"):
                  disabled=not families or bool(running)):
         learnview.start(s.session_key, learnview.TrainJob(
             method=method, families=list(families), episodes=int(episodes), seed=int(seed), devices=state.devices(),
-            devices_label=s.devices_label, penalty=s.sim["penalty"]))
+            devices_label=s.devices_label, penalty=s.sim.penalty))
         st.rerun()
     if running:
         st.caption("One training at a time: it uses a whole core.")

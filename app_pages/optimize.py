@@ -37,7 +37,7 @@ s = state.ss()
 g, d = state.graph(), state.devices()
 
 with ui.guarded("the simulator settings"):
-    with st.expander(f"Simulator settings — {ui.sim_summary(s.sim)}, {s.sim['penalty']} penalty", expanded=False,
+    with st.expander(f"Simulator settings — {s.sim.summary()}, {s.sim.penalty} penalty", expanded=False,
                      key="opt_settings"):
         ui.sim_controls("opt")
         st.caption("These settings are shared by every page (the Trace shows the step the optimizer scored).")
@@ -98,7 +98,7 @@ with ui.guarded("the run form"):
         st.error(ui.esc(problem_text), icon=":material/error:")
     if st.button("Start", type="primary", icon=":material/play_arrow:", disabled=not chosen or bool(problems),
                  key="opt_start"):
-        problem_sim = dict(s.sim)
+        problem_sim = s.sim
         for a in chosen:
             spec = RunSpec(algorithm=a, title=ALGORITHMS[a].title or a, params=params[a],
                            evaluations=int(evaluations), seconds=float(seconds) or None, seed=int(seed),
@@ -173,7 +173,7 @@ with ui.guarded("the results"):
                 c1, c2, c3, c4, c5 = st.columns([3, 2, 2, 2, 2])
                 c1.markdown(f"**{ui.esc(r.name)}** · {r.status}  \n<small>{ui.esc(r.spec.network_label)} on "
                             f"{ui.esc(r.spec.devices_label)}"
-                            f" · {ui.sim_summary(r.spec.sim)}</small>", unsafe_allow_html=True)
+                            f" · {r.spec.sim.summary()}</small>", unsafe_allow_html=True)
                 if res is None:
                     c2.error(r.error or "no result", icon=":material/error:")
                     if c5.button("Dismiss", key=f"rm_{r.id}"):

@@ -47,7 +47,7 @@ with ui.guarded("the pipeline settings"):
     if source == "even":
         p_in = c1.number_input("Stages p", 1, top, min(n_gpus, 4, top), key=ui.persist("pipe_stages", bounds=(1, top)),
                                help="Stages on the p fastest GPUs (all devices when there are fewer GPUs).")
-    m_default = int(sim["micro_batches"]) if g.batch_size % int(sim["micro_batches"]) == 0 else 1
+    m_default = sim.micro_batches if g.batch_size % sim.micro_batches == 0 else 1
     m_in = c2.number_input(
         "Micro-batches m", 1, 4096, m_default, key=ui.persist("pipe_micro_batches"),
         help=f"The batch of {g.batch_size} is split into m equal micro-batches (m must divide it). More "
@@ -99,7 +99,7 @@ with ui.guarded("the schedules"):
     else:
         views = pipelineview.schedule_runs(state.graph_key(), state.devices_key(), g, d,
                                            {k: placement_of[k] for k in schedules}, m, v, state.cost_key(),
-                                           state.cost_kw(g, sim), sim["penalty"], ideal)
+                                           state.cost_kw(g, sim), sim.penalty, ideal)
         x_max = max(vw["run"].step_time for vw in views)
         capacity = {n: dv.memory_bytes for n, dv in zip(d.names, d.devices)}
         peak_max = max(max(vw["run"].stage_peak_memory()) for vw in views)
@@ -159,7 +159,7 @@ if views and not ideal:
         st.markdown("##### Where the bubble comes from")
         parts = pipelineview.breakdowns(state.graph_key(), state.devices_key(), g, d,
                                         {vw["run"].schedule: vw["placement"] for vw in views}, m, v, state.cost_key(),
-                                        state.cost_kw(g, sim), sim["penalty"])
+                                        state.cost_kw(g, sim), sim.penalty)
         named = [(SHORT[vw["run"].schedule], pt) for vw, pt in zip(views, parts)]
         st.plotly_chart(pipeline_bars.breakdown_figure(named, big=big), key="pipe_breakdown",
                         config={"displaylogo": False})
@@ -209,7 +209,7 @@ if m is not None and schedules:
         counts = pipelineview.sweep_counts(g.batch_size, m)
         rows = pipelineview.sweep_rows(state.graph_key(), state.devices_key(), g, d,
                                        {k: placement_of[k] for k in schedules}, counts, v, state.cost_key(),
-                                       state.cost_kw(g, sim), sim["penalty"], ideal)
+                                       state.cost_kw(g, sim), sim.penalty, ideal)
         first = stages[0].device
         fig = pipeline_bars.sweep_figure(rows, m, d.devices[d.index[first]].memory_bytes, NAMES)
         st.plotly_chart(fig, key="pipe_sweep", config={"displaylogo": False})

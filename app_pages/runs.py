@@ -4,7 +4,7 @@ import time
 
 import streamlit as st
 
-from dashboard import state, stored, ui
+from dashboard import settings, state, stored, ui
 from dashboard.charts import curves as curve_charts
 from dashboard.background_runs import REGISTRY, RunSpec
 from placement_core import InputError
@@ -193,7 +193,7 @@ with ui.guarded("the comparison of runs"), stored.open_store() as store:
             notes.append(f"{c.name}: no history yet.")
         elif c.best_overflow_bytes:
             notes.append(f"{c.name}: its best placement exceeds memory by {fmt_bytes(c.best_overflow_bytes)}, so "
-                         f"its curve ends at time plus penalty ({state.PENALTIES.get(c.penalty, c.penalty)}).")
+                         f"its curve ends at time plus penalty ({settings.PENALTIES.get(c.penalty, c.penalty)}).")
     if curves:
         st.caption("The objective is the simulated time per batch, plus a memory penalty for a placement that "
                    "exceeds a device's memory, so early points can be penalised. " + " ".join(ui.esc(n) for n in notes))

@@ -5,6 +5,7 @@ import json
 import streamlit as st
 
 from dashboard import state, traceview, ui
+from dashboard.settings import SimChoices
 from dashboard.charts import gantt, memory, trace_overlay
 from dashboard.traceview import placement_picker, trace_view
 from placement_core import placement_to_dict
@@ -22,7 +23,7 @@ s = state.ss()
 with ui.guarded("the settings"):
     sim = ui.local_sim("trace")
     what_if = s.get("trace_what_if") is not None
-    with st.expander(f"Placement: **{ui.esc(s.placement_label)}** · {ui.sim_summary(sim)}"
+    with st.expander(f"Placement: **{ui.esc(s.placement_label)}** · {sim.summary()}"
                      + (" (what-if on this page)" if what_if else "") + " — change", key="trace_settings"):
         st.caption("These settings apply to this page only (a what-if): the other pages and new optimization runs "
                    "keep the shared settings until you apply them everywhere.")
@@ -34,16 +35,16 @@ with ui.guarded("the settings"):
         placement_picker()
     if s.get("trace_what_if") is not None:
         c1, c2, c3 = st.columns([4, 1.2, 1.2])
-        c1.info(f"What-if on this page: {ui.sim_summary(sim)}, {sim['penalty']} penalty. The other pages and new "
-                f"optimization runs use {ui.sim_summary(s.sim)}, {s.sim['penalty']} penalty.",
+        c1.info(f"What-if on this page: {sim.summary()}, {sim.penalty} penalty. The other pages and new "
+                f"optimization runs use {s.sim.summary()}, {s.sim.penalty} penalty.",
                 icon=":material/science:")
 
         def _apply():
-            state.set_sim(dict(s.trace_what_if))
+            state.set_sim(s.trace_what_if)
 
         def _drop():
             s.trace_what_if = None
-            for name in state.DEFAULT_SIM:
+            for name in SimChoices.names():
                 s.pop(f"trace_{name}", None)
 
         c2.button("Apply to every page", key="trace_apply", on_click=_apply, icon=":material/done_all:",
@@ -58,19 +59,19 @@ with ui.guarded("the trace"):
     quick = state.simulate(problem, state.current_placement())  # the fast kernel: how big the trace would be
     events = estimate_trace_events(problem, quick.result)
     if events > DRAWABLE_EVENTS:
-        per_batch = max(events // max(int(sim["batches"]), 1), 1)
+        per_batch = max(events // max(sim.batches, 1), 1)
         st.warning(f"This step would be a trace of about {events:,} events, too many to draw here (at most "
                    f"{DRAWABLE_EVENTS:,}): it takes {fmt_seconds(quick.result.batch_time)} per batch "
-                   f"({fmt_seconds(quick.result.makespan)} for {sim['batches']} batches). Lower the batches to "
+                   f"({fmt_seconds(quick.result.makespan)} for {sim.batches} batches). Lower the batches to "
                    f"at most {max(DRAWABLE_EVENTS // per_batch, 1):,} to see it, or write the trace to a file "
                    "with `placement simulate --trace`.", icon=":material/warning:")
         st.stop()
     view = trace_view(problem, state.current_placement(), sim)
     ev, res = view["evaluation"], view["evaluation"].result
     m = st.columns(5)
-    pipelined = sim["schedule"] != "thesis"
+    pipelined = sim.pipelined
     m[0].metric("Time per batch", fmt_seconds(res.batch_time), help=f"makespan {fmt_seconds(res.makespan)} "
-                f"over {res.batches} batch(es)" + (f" of {sim['micro_batches']} micro-batches" if pipelined else ""))
+                f"over {res.batches} batch(es)" + (f" of {sim.micro_batches} micro-batches" if pipelined else ""))
     m[1].metric("Objective", fmt_seconds(ev.objective), help="time per batch + memory penalty")
     m[2].metric("Transfers", f"{res.transfers:,}", help=f"{fmt_bytes(float(res.channel_bytes.sum()))} moved")
     m[3].metric("Fits in memory", "yes" if ev.feasible else "no",

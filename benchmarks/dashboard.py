@@ -130,12 +130,13 @@ def _plot_point(pg, chart, x: float, y: float) -> tuple[float, float]:
 def optimizer_rates(pg, home: Path, network: str, devices: str, algorithm: str, budget: int) -> dict:
     """The same run in a script and from the Optimize page; the live one is read back from the run store."""
     from dashboard import state
+    from dashboard.settings import SimChoices
     from placement_core import load_devices, load_network, single_device
     from placement_core.optimize import ALGORITHMS, run
     from placement_core.store import RunStore
 
     g, d = load_network(network), load_devices(devices)
-    problem = state.spec_for(g, dict(state.DEFAULT_SIM)).build(g, d)
+    problem = SimChoices().spec(d).build(g, d)
     initial = single_device(g, d, d.names[state.default_device(d)])[None, :]
     t = time.perf_counter()
     result = run(problem, algorithm, evaluations=budget, seed=1, initial=initial)

@@ -27,6 +27,7 @@ from placement_core.model.devices import DeviceGraph
 from placement_core.model.graph import Graph
 
 from .jobs import JobBoard
+from .settings import SimChoices
 
 MAX_CURVE_POINTS = 4000  # improvements kept per run's best-so-far curve; past it the smallest steps merge
 MAX_FINISHED_PER_SESSION = 24
@@ -56,7 +57,7 @@ class RunSpec:
     devices: DeviceGraph
     devices_key: str
     devices_label: str
-    sim: dict
+    sim: SimChoices  # the simulator settings it was started with (adopted with its result)
     initial: Any = None  # placements to seed the search with (k, ops) or None
     init: str | None = None  # initial mappings to compute in the run's thread (seeding.parse_init's syntax)
     resume_id: int | None = None  # continue this stored run (from its last checkpoint) instead of starting one

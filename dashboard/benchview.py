@@ -233,7 +233,7 @@ def _submit(plan, ranking, mapping, form: Form) -> None:
     # measured op times (a calibration of this network) are scaled linearly to the benchmark's batch
     from placement_core.model.sharding import gene_entry
     table = state.problem().splits  # the session's split table: a split op runs on the ranks runner
-    sim_problem = Problem(g.with_batch_size(batch), d, settings=SimSettings(), penalty=s.sim["penalty"],
+    sim_problem = Problem(g.with_batch_size(batch), d, settings=SimSettings(), penalty=s.sim.penalty,
                           splits=table, **state.cost_kw(g, s.sim))
     labels = [label for label, _, _ in plan]
     sims = [float(sim_problem.simulate(p).result.batch_time) for _, p, _ in plan]

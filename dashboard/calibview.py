@@ -146,7 +146,7 @@ def use_calibration() -> str:
     s.pop("dev_tables", None)  # the Devices page shows the new graph
     g = state.graph()
     if PRESET in state.calibrations(g):
-        state.set_sim({**s.sim, "timings": PRESET})
+        state.set_sim(s.sim.with_(timings=PRESET))
         return (f"The device graph is now '{PRESET}' ({', '.join(graph.names)}) and the simulator uses the op times "
                 f"measured for {g.name} at batch {g.batch_size}.")
     return (f"The device graph is now '{PRESET}' ({', '.join(graph.names)}). No op times of {g.name} at batch "

@@ -22,32 +22,10 @@ from placement_core.model.devices import DeviceGraph, devices_to_dict
 from placement_core.model.graph import Graph
 from placement_core.problem import ProblemSpec
 
+from .settings import SimChoices
+
 DEFAULT_NETWORK = "resnet50"
 DEFAULT_DEVICES = "malvik-4gpu"
-_DEFAULT = ProblemSpec()
-# The settings widgets' values (see spec_for): the spec's defaults, 4 micro-batches offered for GPipe and 1F1B.
-DEFAULT_SIM = {"batches": _DEFAULT.batches, "in_flight": _DEFAULT.in_flight, "penalty": _DEFAULT.penalty,
-               "profile": _DEFAULT.profile, "schedule": _DEFAULT.schedule, "micro_batches": 4, "timings": "",
-               "sharding": "", "max_shards": 0, "splits_extra": ()}
-# "sharding": the dimensions searches may split ops along ("", "channel", "batch", "channel,batch"), over windows of
-# up to "max_shards" devices (0: every device of a kind); "splits_extra": splits a loaded placement or an
-# adopted run brought (docs/sharding.md). The problem's split table is the search's, then these.
-SHARDING = {"": "no (every op on one device)", "batch": "by batch", "channel": "by output channel",
-            "channel,batch": "by batch or output channel"}
-# "timings": the name of a saved calibration (placement calibrate) whose measured op times replace the
-# cost formulas, when one exists for the current network at its batch size; "" = the formulas.
-# Batches and in flight apply to the thesis scheme; micro-batches to GPipe and 1F1B (one batch, then a flush).
-SCHEDULES = {"thesis": "thesis (whole batches)", "gpipe": "GPipe (micro-batches)", "1f1b": "1F1B (micro-batches)",
-             "interleaved-1f1b": "interleaved 1F1B (each device's runs of ops as chunks)",
-             "zb-h1": "ZB-H1 (backward split into B and W)"}
-SCHEDULE_NAMES = {"thesis": "thesis scheme", "gpipe": "GPipe", "1f1b": "1F1B", "interleaved-1f1b": "interleaved 1F1B",
-                  "zb-h1": "ZB-H1"}
-PROFILES = {"default": "Roofline (default)", "exprimo-2020": "Thesis' Exprimo (exprimo-2020)"}
-PENALTIES = {
-    "thesis": "thesis: +1 ms per MB over capacity",
-    "placeto": "placeto: +2 s per GB over capacity",
-    "infeasible": "infeasible: overflowing placements lose to every fitting one",
-}
 NETWORK_TITLES = {"alexnet": "AlexNet", "vgg16": "VGG-16", "resnet50": "ResNet-50", "inception_v3": "Inception-V3"}
 
 # Widget keys whose values outlive their page (dashboard.ui.persist registers them; process-wide, keys only).
@@ -76,21 +54,9 @@ def _network_at_batch(key: str, batch_size: int, _graph: Graph) -> Graph:
 
 
 @st.cache_resource(max_entries=16, show_spinner="Compiling the problem…")
-def _problem(graph_key: str, devices_key: str, sim: tuple, timings_key: str, _graph: Graph,
+def _problem(graph_key: str, devices_key: str, sim_key: tuple, timings_key: str, _sim: SimChoices, _graph: Graph,
              _devices: DeviceGraph) -> Problem:
-    return spec_for(_graph, dict(sim), _devices).build(_graph, _devices)
-
-
-def split_table(sim: dict, devices: DeviceGraph) -> tuple:
-    """The split table the settings stand for: the search's windows (``sharding``), then ``splits_extra``."""
-    from placement_core.model.sharding import merge_splits, search_splits
-    dims = [d for d in (sim.get("sharding") or "").split(",") if d]
-    table = ()
-    if dims:
-        k = int(sim.get("max_shards") or 0) or max(sum(1 for d in devices.devices if d.kind == kind)
-                                                   for kind in {d.kind for d in devices.devices})
-        table = search_splits(devices, dims, max(2, min(k, 64)))
-    return merge_splits(table, tuple(sim.get("splits_extra") or ()))[0]
+    return spec_for(_graph, _sim, _devices).build(_graph, _devices)
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
@@ -105,17 +71,16 @@ def calibrations(graph: Graph) -> dict:
     return saved_calibrations(graph)
 
 
-def _calibration_file(graph: Graph, sim: dict):
+def _calibration_file(graph: Graph, sim: SimChoices):
     """The file of the calibration the settings name, if it was measured for ``graph``; no disk access when
     the settings name none (the usual case, on every rerun)."""
-    name = sim.get("timings") or ""
-    return calibrations(graph).get(name) if name else None
+    return calibrations(graph).get(sim.timings) if sim.timings else None
 
 
-def cost_kw(graph: Graph, sim: dict) -> dict:
+def cost_kw(graph: Graph, sim: SimChoices) -> dict:
     """The cost part of a Problem's arguments: the profile, and the measured op times when the settings name
     a calibration that exists for ``graph`` (otherwise the formulas: ``timings_note`` says why)."""
-    kw = {"profile": sim.get("profile", "default")}
+    kw = {"profile": sim.profile}
     path = _calibration_file(graph, sim)
     if path is not None:
         ops_key = digest("\n".join(op.name for op in graph.ops).encode())
@@ -125,42 +90,20 @@ def cost_kw(graph: Graph, sim: dict) -> dict:
     return kw
 
 
-def timings_note(graph: Graph, sim: dict) -> str | None:
+def timings_note(graph: Graph, sim: SimChoices) -> str | None:
     """Why the named calibration is not used (it was measured for another network or batch), or None."""
-    name = sim.get("timings") or ""
+    name = sim.timings
     if name and name not in calibrations(graph):
         return (f"The calibration '{name}' was not measured for {graph.name} at batch {graph.batch_size}: "
                 "the cost formulas apply. Calibrate this model at this batch (placement calibrate).")
     return None
 
 
-def spec_for(graph: Graph, sim: dict, devices: DeviceGraph | None = None) -> ProblemSpec:
-    """The problem recipe the dashboard's simulator settings stand for: the one place ``sim`` becomes a spec.
-
-    GPipe and 1F1B simulate one batch split into ``micro_batches`` (the step ends with a flush, so batches do
-    not overlap): ``batches`` and ``in_flight`` apply to the thesis scheme only. Measured op times (a saved
-    calibration) are scaled to the micro-batch."""
-    sim = {**DEFAULT_SIM, **sim}
+def spec_for(graph: Graph, sim: SimChoices, devices: DeviceGraph | None = None) -> ProblemSpec:
+    """:meth:`SimChoices.spec` with the measured op times its calibration names, when it was measured for
+    ``graph`` (loaded through this module's cache; scaled to the micro-batch under GPipe and 1F1B)."""
     kw = cost_kw(graph, sim)
-    pipelined = sim["schedule"] != "thesis"
-    return ProblemSpec(schedule=sim["schedule"], micro_batches=int(sim["micro_batches"]) if pipelined else 1,
-                       batches=1 if pipelined else int(sim["batches"]),
-                       in_flight=1 if pipelined else int(sim["in_flight"]), profile=kw["profile"],
-                       timings=kw.get("timings"), timings_batch=kw.get("timings_batch", 0), penalty=sim["penalty"],
-                       splits=split_table(sim, devices) if devices is not None else ())
-
-
-def sim_from_spec(spec: ProblemSpec, base: dict | None = None) -> dict:
-    """The dashboard's settings closest to a spec (``base`` supplies what a spec does not say, such as the
-    calibration's name); what they cannot express is listed by ``stored.setting_differences``."""
-    sim = {**DEFAULT_SIM, **(base or {})}
-    sim.update(penalty=spec.penalty, profile=spec.profile if spec.profile in PROFILES else "default")
-    sim.update(sharding="", max_shards=0, splits_extra=tuple(spec.splits))  # the run's table, as it was
-    if spec.schedule == "thesis":
-        sim.update(schedule="thesis", batches=int(spec.batches), in_flight=int(spec.in_flight))
-    else:
-        sim.update(schedule=spec.schedule, micro_batches=int(spec.micro_batches), batches=1, in_flight=1)
-    return sim
+    return sim.spec(devices, timings=kw.get("timings"), timings_batch=kw.get("timings_batch", 0))
 
 
 def digest(data: bytes) -> str:
@@ -179,10 +122,8 @@ def init() -> None:
                     NETWORK_TITLES.get(DEFAULT_NETWORK, DEFAULT_NETWORK))
     if "devices" not in s:
         set_devices(builtin_device_graph(DEFAULT_DEVICES), f"preset:{DEFAULT_DEVICES}", DEFAULT_DEVICES)
-    if "sim" not in s:
-        s.sim = dict(DEFAULT_SIM)
-    elif DEFAULT_SIM.keys() - s.sim.keys():  # settings saved before a setting existed
-        s.sim = {**DEFAULT_SIM, **s.sim}
+    if not isinstance(s.get("sim"), SimChoices):  # a new session, or one that kept its settings as a dict
+        s.sim = SimChoices.from_dict(s.get("sim") or {})
     if "placement" not in s or not placement_fits():
         set_default_placement()
 
@@ -221,7 +162,7 @@ def devices_key() -> str:
 
 
 def sim_tuple() -> tuple:
-    return tuple(sorted(ss().sim.items()))
+    return ss().sim.key()
 
 
 def problem() -> Problem:
@@ -229,18 +170,17 @@ def problem() -> Problem:
     return problem_for(ss().sim)
 
 
-def problem_for(sim: dict) -> Problem:
+def problem_for(sim: SimChoices) -> Problem:
     """The current network and devices under other simulator settings (the Trace page's what-if), cached."""
-    sim = {**DEFAULT_SIM, **sim}
-    return _problem(graph_key(), devices_key(), tuple(sorted(sim.items())), _timings_key(sim), graph(), devices())
+    return _problem(graph_key(), devices_key(), sim.key(), _timings_key(sim), sim, graph(), devices())
 
 
 def cost_key() -> str:
     """Names the current cost settings (profile and calibration file) for caches."""
-    return f"{ss().sim['profile']}|{_timings_key()}"
+    return f"{ss().sim.profile}|{_timings_key()}"
 
 
-def _timings_key(sim: dict | None = None) -> str:
+def _timings_key(sim: SimChoices | None = None) -> str:
     """Which calibration file (and version of it) the current problem uses: a re-calibration recompiles."""
     path = _calibration_file(graph(), ss().sim if sim is None else sim)
     return f"{path}@{path.stat().st_mtime}" if path is not None else ""
@@ -268,8 +208,8 @@ def set_devices(g: DeviceGraph, key: str, label: str) -> None:
     s = ss()
     old_names = list(s.devices.names) if "devices" in s else None
     s.devices, s.devices_key, s.devices_label = g, key, label
-    if "sim" in s and s.sim.get("splits_extra") and old_names != list(g.names):
-        s.sim = {**s.sim, "splits_extra": ()}  # splits name devices by index: they belong to the old graph
+    if isinstance(s.get("sim"), SimChoices) and s.sim.splits_extra and old_names != list(g.names):
+        s.sim = s.sim.with_(splits_extra=())  # splits name devices by index: they belong to the old graph
     if "placement" in s and (old_names != list(g.names) or not placement_fits()):
         set_default_placement(note="the devices changed")
 
@@ -306,7 +246,8 @@ def placement_fits() -> bool:
         return False
     if len(p) == 0 or int(p.max()) < len(s.devices):
         return True
-    return int(p.max()) < len(s.devices) + len(split_table(s.get("sim") or DEFAULT_SIM, s.devices))
+    sim = s.get("sim") if isinstance(s.get("sim"), SimChoices) else SimChoices()
+    return int(p.max()) < len(s.devices) + len(sim.split_table(s.devices))
 
 
 def current_placement() -> np.ndarray:
@@ -372,20 +313,20 @@ def adopt_run(run, placement, label: str) -> None:
     if spec.devices_key != devices_key():
         set_devices(spec.devices, spec.devices_key, spec.devices_label)
         s.pop("dev_tables", None)
-    set_sim(dict(spec.sim))
+    set_sim(spec.sim)
     set_placement(placement, label)
 
 
 SIM_WIDGET_PREFIXES = ("opt", "trace")
 
 
-def set_sim(new: dict, keep: str | None = None) -> None:
+def set_sim(new: SimChoices, keep: str | None = None) -> None:
     """Change the simulator settings; the settings widgets of other pages re-read them."""
     s = ss()
-    s.sim = {**DEFAULT_SIM, **new}
+    s.sim = new
     s.pop("trace_what_if", None)  # new shared settings (applied, adopted with a run, chosen): the Trace shows them
     for prefix in SIM_WIDGET_PREFIXES:
         if prefix == keep:
             continue
-        for name in DEFAULT_SIM:
+        for name in SimChoices.names():
             s.pop(f"{prefix}_{name}", None)

@@ -21,7 +21,8 @@ from placement_core.formats.network import network_hash
 from placement_core.problem import ProblemSpec
 from placement_core.store import RunRecord, RunStore, problem_hashes
 
-from . import state
+from . import settings, state
+from .settings import SimChoices
 
 RESUMABLE = ("stopped", "interrupted")
 ALGORITHM_TITLES: dict[str, str] = {}
@@ -89,11 +90,11 @@ def same_setup(store: RunStore, rec: RunRecord) -> bool:
     return store.input_hashes(rec.id) == current_hashes()
 
 
-def sim_of(spec: dict | ProblemSpec) -> dict:
+def sim_of(spec: dict | ProblemSpec) -> SimChoices:
     """The dashboard's simulator settings closest to a stored problem's (its JSON form or the spec)."""
     if not isinstance(spec, ProblemSpec):
         spec = ProblemSpec.from_dict(spec)
-    return state.sim_from_spec(spec, base=state.ss().sim)
+    return state.ss().sim.adopt(spec)
 
 
 def setting_differences(problem) -> list[str]:
@@ -101,7 +102,7 @@ def setting_differences(problem) -> list[str]:
 
     Compares recipes as values: nothing is compiled."""
     theirs = problem.spec
-    mine = state.spec_for(problem.graph, state.sim_from_spec(theirs, base=state.ss().sim), problem.devices).to_dict()
+    mine = state.spec_for(problem.graph, state.ss().sim.adopt(theirs), problem.devices).to_dict()
     theirs = theirs.to_dict()
     measured = ("timings", "timings_batch")
     return [f"{k} = {theirs[k]!r}" for k in theirs if theirs[k] != mine.get(k) and k not in measured] + \
@@ -194,7 +195,7 @@ def run_settings(rec: RunRecord, network_hash: str | None = None, devices_hash: 
     def field(key, fmt=_num):
         return fmt(spec[key]) if key in spec else MISSING
 
-    out["schedule"] = field("schedule", lambda s: state.SCHEDULE_NAMES.get(s, str(s)))
+    out["schedule"] = field("schedule", lambda s: settings.SCHEDULE_NAMES.get(s, str(s)))
     out["batches"] = field("batches")
     out["in flight"] = field("in_flight")
     out["micro-batches"] = field("micro_batches")
@@ -205,7 +206,7 @@ def run_settings(rec: RunRecord, network_hash: str | None = None, devices_hash: 
     out["measured op times"] = field("timings", _timings_text)
     if spec.get("timings"):
         out["measured at batch"] = field("timings_batch")
-    out["memory penalty"] = field("penalty", lambda p: state.PENALTIES.get(p, str(p)))
+    out["memory penalty"] = field("penalty", lambda p: settings.PENALTIES.get(p, str(p)))
     if spec.get("splits"):  # docs/sharding.md: only runs that could split ops have a table
         out["split table"] = f"{len(spec['splits'])} split(s) ({content_hash(spec['splits'])[:12]})"
     return out

@@ -11,6 +11,7 @@ from placement_core.analysis import (channel_stats, critical_path, device_stats,
 from placement_core.base.jsonio import parse_json
 
 from . import state, ui
+from .settings import SimChoices
 
 
 @st.cache_resource(max_entries=6, show_spinner="Simulating with a full trace…")
@@ -33,10 +34,10 @@ def _sensitivity(problem_key: tuple, placement_key: bytes, _problem, _placement)
     return bandwidth_sensitivity(_problem, _placement)
 
 
-def sensitivity(problem, placement, sim: dict | None = None) -> list[dict]:
+def sensitivity(problem, placement, sim: SimChoices | None = None) -> list[dict]:
     """Per channel, ∂makespan/∂bandwidth and the time saved were it twice as wide (cached like the trace)."""
     return _sensitivity((state.graph_key(), state.devices_key(),
-                         state.sim_tuple() if sim is None else tuple(sorted({**state.DEFAULT_SIM, **sim}.items()))),
+                         state.sim_tuple() if sim is None else sim.key()),
                         np.asarray(placement).tobytes(), problem, placement)
 
 
@@ -74,11 +75,11 @@ def critical_rows(result, path: list[int]) -> list[dict]:
     return rows
 
 
-def trace_view(problem, placement, sim: dict | None = None) -> dict:
+def trace_view(problem, placement, sim: SimChoices | None = None) -> dict:
     """The traced simulation of ``placement`` and what the page draws from it; ``sim`` names the settings
     ``problem`` was built with when they are not the shared ones (the Trace page's what-if)."""
     key = (state.graph_key(), state.devices_key(),
-           state.sim_tuple() if sim is None else tuple(sorted({**state.DEFAULT_SIM, **sim}.items())))
+           state.sim_tuple() if sim is None else sim.key())
     return _view(key, np.asarray(placement, dtype=np.int32).tobytes(), problem, placement)
 
 
@@ -113,7 +114,7 @@ def placement_picker() -> None:
     if up is not None and s.get("trace_upload_id") != up.file_id:
         s.trace_upload_id = up.file_id
         ignored: list[str] = []
-        table = list(state.split_table(s.sim, d))
+        table = list(s.sim.split_table(d))
         try:
             p = placement_from_dict(parse_json(up.getvalue(), up.name), g, d, source=up.name, ignored=ignored,
                                     splits=table)
@@ -121,9 +122,9 @@ def placement_picker() -> None:
             s.trace_upload_error = str(e)
         else:
             s.pop("trace_upload_error", None)
-            extra = tuple(table[len(state.split_table(s.sim, d)):])
+            extra = tuple(table[len(s.sim.split_table(d)):])
             if extra:  # the file splits ops over device sets the table lacks: they join it
-                state.set_sim({**s.sim, "splits_extra": tuple(s.sim.get("splits_extra", ())) + extra})
+                state.set_sim(s.sim.with_(splits_extra=s.sim.splits_extra + extra))
             state.set_placement(p, up.name)
             if ignored:
                 from placement_core.model.placement import describe_ignored

@@ -12,7 +12,8 @@ import streamlit as st
 from placement_core import InputError
 from placement_core.analysis import fmt_seconds
 
-from . import state
+from . import settings, state
+from .settings import SimChoices
 
 log = logging.getLogger("placement.dashboard")
 
@@ -96,9 +97,9 @@ def sidebar() -> None:
         if s.get("placement_note"):  # why the placement is what it is (a reset, what an upload left out)
             st.caption(s.placement_note)
         sim = s.sim
-        costs = (f"measured op times ('{sim['timings']}')" if "timings" in state.cost_kw(g, sim)
-                 else f"{sim['profile']} costs")
-        st.markdown(f"<small>Simulator: {sim_summary(sim)}, {costs}, {sim['penalty']} penalty"
+        costs = (f"measured op times ('{sim.timings}')" if "timings" in state.cost_kw(g, sim)
+                 else f"{sim.profile} costs")
+        st.markdown(f"<small>Simulator: {sim.summary()}, {costs}, {sim.penalty} penalty"
                     "</small>", unsafe_allow_html=True)
         from .background_runs import REGISTRY
         active = [r for r in REGISTRY.runs(s.session_key) if r.active]
@@ -125,29 +126,18 @@ def _runs_in_progress(session_key: str, poll: bool) -> None:
     indicator()
 
 
-def sim_summary(sim: dict) -> str:
-    """The schedule part of the simulator settings in words: "thesis scheme, 4 batch(es), 2 in flight"."""
-    schedule = sim.get("schedule", "thesis")
-    split = f", ops split {state.SHARDING[sim['sharding']]}" if sim.get("sharding") in state.SHARDING and \
-        sim.get("sharding") else ""
-    if schedule == "thesis":
-        return f"thesis scheme, {sim['batches']} batch(es), {sim['in_flight']} in flight{split}"
-    return (f"{state.SCHEDULE_NAMES.get(schedule, schedule)} schedule, {sim['micro_batches']} micro-batches per "
-            f"batch{split}")
-
-
-def local_sim(prefix: str) -> dict:
+def local_sim(prefix: str) -> SimChoices:
     """The settings a page with local what-if controls simulates with: its own, else the shared ones."""
     s = state.ss()
     return s.get(f"{prefix}_what_if") or s.sim
 
 
-def _store_sim(prefix: str, local: bool, new: dict) -> None:
+def _store_sim(prefix: str, local: bool, new: SimChoices) -> None:
     s = state.ss()
     if not local:
         state.set_sim(new, keep=prefix)
     else:  # equal to the shared settings: follow them again
-        s[f"{prefix}_what_if"] = None if new == s.sim else {**state.DEFAULT_SIM, **new}
+        s[f"{prefix}_what_if"] = None if new == s.sim else new
 
 
 def sim_controls(prefix: str, compact: bool = False, local: bool = False) -> None:
@@ -158,8 +148,8 @@ def sim_controls(prefix: str, compact: bool = False, local: bool = False) -> Non
     batch_size = state.graph().batch_size
     cols = st.columns(4)
     schedule = cols[0].selectbox(
-        "Schedule", list(state.SCHEDULES), index=list(state.SCHEDULES).index(sim["schedule"]),
-        format_func=lambda k: state.SCHEDULES[k], key=f"{prefix}_schedule", on_change=_sim_changed,
+        "Schedule", list(settings.SCHEDULES), index=list(settings.SCHEDULES).index(sim.schedule),
+        format_func=lambda k: settings.SCHEDULES[k], key=f"{prefix}_schedule", on_change=_sim_changed,
         args=(prefix, local),
         help="How training steps are run. thesis: whole batches, a new one admitted when the input devices are "
              "idle, up to *in flight* at once. GPipe: the batch is split into micro-batches; every device runs "
@@ -171,12 +161,12 @@ def sim_controls(prefix: str, compact: bool = False, local: bool = False) -> Non
              "bubble. The Pipeline page compares them side by side.")
     pipelined = schedule != "thesis"
     m_in = cols[1].number_input(
-        "Micro-batches", 1, 4096, int(sim["micro_batches"]), key=f"{prefix}_micro_batches", disabled=not pipelined,
+        "Micro-batches", 1, 4096, sim.micro_batches, key=f"{prefix}_micro_batches", disabled=not pipelined,
         on_change=_sim_changed, args=(prefix, local),
         help=f"GPipe and 1F1B: the batch of {batch_size} is split into this many equal micro-batches "
              "(a divisor of the batch size). The time per batch is the whole step, flush included. Not used "
              "by the thesis scheme.")
-    micro_batches = int(sim["micro_batches"])
+    micro_batches = sim.micro_batches
     if batch_size % int(m_in) == 0:
         micro_batches = int(m_in)
     elif pipelined:  # keep the last valid count; say which ones work
@@ -188,27 +178,27 @@ def sim_controls(prefix: str, compact: bool = False, local: bool = False) -> Non
     flush = ("GPipe and 1F1B end every step with a flush, so batches do not overlap: they simulate one batch "
              "(its micro-batches); batches and in flight apply to the thesis scheme only.")
     batches = cols[2].number_input(
-        "Batches", 1, 1000, int(sim["batches"]), key=f"{prefix}_batches", disabled=pipelined,
+        "Batches", 1, 1000, sim.batches, key=f"{prefix}_batches", disabled=pipelined,
         on_change=_sim_changed, args=(prefix, local),
         help=flush if pipelined else
         "Batches in the simulated run. With more than one, the reported time is the makespan divided by "
         "the number of batches: set batches 10 and 4 in flight to see pipelining (thesis E3).")
     in_flight = cols[3].number_input(
-        "In flight", 1, 1000, int(sim["in_flight"]), key=f"{prefix}_in_flight", disabled=pipelined,
+        "In flight", 1, 1000, sim.in_flight, key=f"{prefix}_in_flight", disabled=pipelined,
         on_change=_sim_changed, args=(prefix, local),
         help=flush if pipelined else
         "At most this many batches are processed at once; a new one starts when every device holding an "
         "input op is idle (the thesis' scheme).")
-    timings = sim.get("timings", "")
-    sharding, max_shards = sim.get("sharding", ""), int(sim.get("max_shards", 0))
+    timings = sim.timings
+    sharding, max_shards = sim.sharding, sim.max_shards
     if compact:
-        penalty, profile = sim["penalty"], sim["profile"]
+        penalty, profile = sim.penalty, sim.profile
     else:
         cols = st.columns(2)
         sharding = cols[0].selectbox(
-            "Split ops", list(state.SHARDING), index=list(state.SHARDING).index(sharding if sharding in
-                                                                                   state.SHARDING else ""),
-            format_func=lambda k: state.SHARDING[k], key=f"{prefix}_sharding", on_change=_sim_changed,
+            "Split ops", list(settings.SHARDING), index=list(settings.SHARDING).index(sharding if sharding in
+                                                                                   settings.SHARDING else ""),
+            format_func=lambda k: settings.SHARDING[k], key=f"{prefix}_sharding", on_change=_sim_changed,
             args=(prefix, local),
             help="Let the optimizers split an op over several devices (docs/sharding.md): by batch (each device "
                  "a slice of the samples, weights replicated and their gradients all-reduced) or by output "
@@ -220,13 +210,13 @@ def sim_controls(prefix: str, compact: bool = False, local: bool = False) -> Non
             help="The largest window of devices one op is split over; 0: every device of its kind."))
         cols = st.columns(3)
         penalty = cols[0].selectbox(
-            "Memory penalty", list(state.PENALTIES), index=list(state.PENALTIES).index(sim["penalty"]),
-            format_func=lambda k: state.PENALTIES[k], key=f"{prefix}_penalty", on_change=_sim_changed,
+            "Memory penalty", list(settings.PENALTIES), index=list(settings.PENALTIES).index(sim.penalty),
+            format_func=lambda k: settings.PENALTIES[k], key=f"{prefix}_penalty", on_change=_sim_changed,
             args=(prefix, local),
             help="How a placement that needs more memory than a device has is scored.")
         profile = cols[1].selectbox(
-            "Cost profile", list(state.PROFILES), index=list(state.PROFILES).index(sim["profile"]),
-            format_func=lambda k: state.PROFILES[k], key=f"{prefix}_profile", on_change=_sim_changed,
+            "Cost profile", list(settings.PROFILES), index=list(settings.PROFILES).index(sim.profile),
+            format_func=lambda k: settings.PROFILES[k], key=f"{prefix}_profile", on_change=_sim_changed,
             args=(prefix, local),
             help="Roofline: max(compute, memory traffic) per op, transfers at 25 % of the link's bandwidth. "
                  "exprimo-2020 reproduces the thesis' published simulator exactly.")
@@ -240,18 +230,18 @@ def sim_controls(prefix: str, compact: bool = False, local: bool = False) -> Non
                  "that were calibrated (use them with the calibrated device preset, e.g. 'local'). Offered when "
                  "a calibration of this network at this batch size exists; under GPipe and 1F1B they are "
                  "scaled to the micro-batch.")
-        note = state.timings_note(state.graph(), {**sim, "timings": timings})
+        note = state.timings_note(state.graph(), sim.with_(timings=timings))
         if note:
             st.warning(note, icon=":material/warning:")
     if pipelined:
-        st.caption(f"{state.SCHEDULE_NAMES[schedule]}: one batch of {batch_size} as {micro_batches} micro-batches "
+        st.caption(f"{settings.SCHEDULE_NAMES[schedule]}: one batch of {batch_size} as {micro_batches} micro-batches "
                    f"of {batch_size // micro_batches if batch_size % micro_batches == 0 else '?'}; "
                    "batches and in flight apply to the thesis scheme only.")
     elif in_flight > batches:
         st.caption(f"{in_flight} in flight with {batches} batch(es) behaves like {batches} in flight.")
-    new = {"batches": int(batches), "in_flight": int(in_flight), "penalty": penalty, "profile": profile,
-           "schedule": schedule, "micro_batches": micro_batches, "timings": timings, "sharding": sharding,
-           "max_shards": int(max_shards), "splits_extra": sim.get("splits_extra", ())}
+    new = sim.with_(batches=int(batches), in_flight=int(in_flight), penalty=penalty, profile=profile,
+                    schedule=schedule, micro_batches=micro_batches, timings=timings, sharding=sharding,
+                    max_shards=int(max_shards))
     if new != sim:
         _store_sim(prefix, local, new)
 
@@ -262,11 +252,9 @@ def _sim_changed(prefix: str, local: bool = False) -> None:
     the batch is not stored (sim_controls says why)."""
     s = state.ss()
     sim = local_sim(prefix) if local else s.sim
-    new = {name: s.get(f"{prefix}_{name}", sim[name]) for name in state.DEFAULT_SIM}
-    for name in ("batches", "in_flight", "micro_batches", "max_shards"):
-        new[name] = int(new[name])
-    if state.graph().batch_size % new["micro_batches"]:
-        new["micro_batches"] = sim["micro_batches"]
+    new = SimChoices(**{name: s.get(f"{prefix}_{name}", getattr(sim, name)) for name in SimChoices.names()})
+    if state.graph().batch_size % new.micro_batches:
+        new = new.with_(micro_batches=sim.micro_batches)
     if new != sim:
         _store_sim(prefix, local, new)
 

@@ -393,7 +393,7 @@ def test_calibrate_from_the_page_then_use_it():
     at.button(key="cal_use").click().run()
     assert_clean(at)
     assert at.session_state["devices"].names == ["cpu0", "cpu1"]
-    assert at.session_state["sim"]["timings"] == "local"
+    assert at.session_state["sim"].timings == "local"
     assert "measured op times ('local')" in "\n".join(str(m.value) for m in at.sidebar.markdown)
     assert "the simulator uses the op times measured for build at batch 32" in text(at)
 

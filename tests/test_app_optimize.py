@@ -108,7 +108,7 @@ def test_simulator_settings_are_shared_with_the_trace_page():
     at = optimize_page()
     at.number_input(key="opt_batches").set_value(4)
     at.number_input(key="opt_in_flight").set_value(2).run()
-    assert at.session_state["sim"]["batches"] == 4 and at.session_state["sim"]["in_flight"] == 2
+    assert at.session_state["sim"].batches == 4 and at.session_state["sim"].in_flight == 2
     goto(at, "trace")
     assert_clean(at)
     assert at.number_input(key="trace_batches").value == 4

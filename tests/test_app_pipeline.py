@@ -255,12 +255,12 @@ def test_gpipe_in_the_shared_settings_reaches_the_sidebar_and_the_trace():
     at.number_input(key="trace_micro_batches").set_value(8).run()
     assert_clean(at)
     # on the Trace page it is a what-if: the shared settings move only when the user applies it
-    assert at.session_state["trace_what_if"]["schedule"] == "gpipe"
-    assert at.session_state["sim"]["schedule"] == "thesis"
+    assert at.session_state["trace_what_if"].schedule == "gpipe"
+    assert at.session_state["sim"].schedule == "thesis"
     assert "Simulator: thesis scheme" in sidebar_text(at)
     at.button(key="trace_apply").click().run()
     assert_clean(at)
-    assert at.session_state["sim"]["schedule"] == "gpipe" and at.session_state["sim"]["micro_batches"] == 8
+    assert at.session_state["sim"].schedule == "gpipe" and at.session_state["sim"].micro_batches == 8
     assert at.number_input(key="trace_batches").disabled and at.number_input(key="trace_in_flight").disabled
     assert "Simulator: GPipe schedule, 8 micro-batches per batch" in sidebar_text(at)
     # the settings' expander says so in the same run (its label is drawn above the controls)
@@ -281,7 +281,7 @@ def test_gpipe_in_the_shared_settings_reaches_the_sidebar_and_the_trace():
     assert not at.exception
     [err] = at.error
     assert "3 micro-batches do not split the batch of 128 evenly; still simulating with 8" in err.value
-    assert ui_sim(at)["micro_batches"] == 8
+    assert ui_sim(at).micro_batches == 8
     # the Optimize page shows the same settings
     goto(at, "optimize")
     assert_clean(at)
@@ -307,7 +307,7 @@ def test_optimize_searches_under_the_schedule():
     assert_clean(at)
     from dashboard.background_runs import REGISTRY
     [r] = REGISTRY.runs(at.session_state["session_key"])
-    assert r.spec.sim["schedule"] == "1f1b" and r.problem.settings.schedule == "1f1b"
+    assert r.spec.sim.schedule == "1f1b" and r.problem.settings.schedule == "1f1b"
     expect = ProblemSpec(schedule="1f1b", micro_batches=4, profile="default", penalty="thesis").build(RESNET, MALVIK)
     assert r.result.best_objective == pytest.approx(expect.evaluate(r.result.best_placement), rel=1e-12)
     assert "1F1B schedule, 4 micro-batches per batch" in text(at)
@@ -315,11 +315,15 @@ def test_optimize_searches_under_the_schedule():
 
 @pytest.mark.slow
 def test_settings_from_before_schedules_still_load():
+    """Settings a session kept as a dict (before schedules existed, and before they were a SimChoices) load, with
+    the defaults for what they do not say."""
+    from dashboard.settings import SimChoices
     at = start()
     at.session_state["sim"] = {"batches": 2, "in_flight": 2, "penalty": "thesis", "profile": "default"}
     goto(at, "trace")
     assert_clean(at)
-    assert at.session_state["sim"]["schedule"] == "thesis" and at.session_state["sim"]["micro_batches"] == 4
+    assert at.session_state["sim"] == SimChoices(batches=2, in_flight=2)
+    assert at.session_state["sim"].schedule == "thesis" and at.session_state["sim"].micro_batches == 4
     assert "thesis scheme, 2 batch(es), 2 in flight" in sidebar_text(at)
 
 

@@ -7,6 +7,7 @@ import pytest
 from apptest_util import APP, assert_clean, decode, figures, frame, goto, metrics, start, text
 from streamlit.testing.v1 import AppTest
 
+from dashboard.settings import SimChoices
 from placement_core import load_devices, load_network, placement_to_dict, random_placement
 
 
@@ -138,7 +139,7 @@ def test_ten_batch_inception_trace_renders_within_the_default_timeout():
     at.run()
     at.selectbox(key="net_builtin").set_value("inception_v3").run()
     g, d = load_network("inception_v3"), load_devices("malvik-4gpu")
-    at.session_state["sim"] = {"batches": 10, "in_flight": 4, "penalty": "thesis", "profile": "default"}
+    at.session_state["sim"] = SimChoices(batches=10, in_flight=4)
     at.session_state["placement"] = random_placement(g, d, 1)
     at.session_state["placement_label"] = "random (seed 1)"
     at.switch_page("app_pages/trace.py").run()

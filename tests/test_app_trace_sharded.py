@@ -29,7 +29,7 @@ def test_a_sharded_placement_file_shows_its_shards_and_its_rings():
     at.file_uploader(key="trace_upload").upload("dp.json", json.dumps(data).encode(), "application/json").run()
     assert_clean(at)
     assert at.session_state["placement_label"] == "dp.json"
-    assert tuple(at.session_state["sim"]["splits_extra"])  # the file's split joined the session's table
+    assert at.session_state["sim"].splits_extra  # the file's split joined the session's table
     labels = hovers(gantt(at))
     fc = [h for h in labels if h.startswith("<b>fc</b>") and "fwd" in h]
     assert len(fc) == 2 and {"shard 1/2" in h for h in fc} == {True, False}

@@ -8,13 +8,14 @@ import math
 import numpy as np
 
 from dashboard.background_runs import BestCurve, Run, RunSpec
+from dashboard.settings import SimChoices
 from placement_core.optimize import Progress
 
 
 def _run(budget: int) -> Run:
     spec = RunSpec(algorithm="map-elites", title="MAP-Elites", params={}, evaluations=budget, seconds=None, seed=0,
                    workers=1, graph=None, graph_key="", network_label="", devices=None, devices_key="",
-                   devices_label="", sim={})
+                   devices_label="", sim=SimChoices())
     return Run(spec, problem=None)
 
 
@@ -107,7 +108,7 @@ def test_optimize_makes_the_initial_mappings_in_the_runs_thread_and_records_them
     current = single_device(g, d, "gpu1")
     spec = RunSpec(algorithm="ga", title="GA", params={}, evaluations=200, seconds=None, seed=3, workers=1, graph=g,
                    graph_key="", network_label="AlexNet", devices=d, devices_key="", devices_label="malvik-4gpu",
-                   sim={}, initial=current[None, :], init="heft,random:3")
+                   sim=SimChoices(), initial=current[None, :], init="heft,random:3")
     run = Run(spec, problem)
     stages = []
     real = seeding.initial_placements
@@ -136,7 +137,7 @@ def test_a_run_without_initial_mappings_keeps_the_pages_seed_only():
     current = single_device(g, d, "gpu0")[None, :]
     spec = RunSpec(algorithm="random", title="Random", params={}, evaluations=50, seconds=None, seed=0, workers=1,
                    graph=g, graph_key="", network_label="AlexNet", devices=d, devices_key="",
-                   devices_label="malvik-4gpu", sim={}, initial=current)
+                   devices_label="malvik-4gpu", sim=SimChoices(), initial=current)
     run = Run(spec, Problem(g, d))
     assert background_runs._seed(run) is current and run.seeded is None and run.stage is None
 
@@ -149,7 +150,7 @@ def test_stop_while_making_the_initial_mappings_ends_the_run_before_its_search()
     g, d = load_network("alexnet"), load_devices("malvik-4gpu")
     spec = RunSpec(algorithm="ga", title="GA", params={}, evaluations=10_000, seconds=None, seed=0, workers=1,
                    graph=g, graph_key="", network_label="AlexNet", devices=d, devices_key="",
-                   devices_label="malvik-4gpu", sim={}, init="bayes:100000")
+                   devices_label="malvik-4gpu", sim=SimChoices(), init="bayes:100000")
     run = Run(spec, Problem(g, d))
     run.stop()  # pressed before the first of the 100,000 trials
     background_runs._work(run)

@@ -22,10 +22,10 @@ TITLE = "Random hill climbing"
 def expected_curve() -> list[tuple[float, float]]:
     """(evaluations, best ms) where the best fell, then the last report: the same run the page starts
     (unseeded: from all on gpu0, the best single device, hill climbing finds nothing better)."""
-    from dashboard import state
+    from dashboard.settings import SimChoices
 
     g, d = load_network("resnet50"), load_devices("malvik-4gpu")
-    problem = state.spec_for(g, dict(state.DEFAULT_SIM)).build(g, d)
+    problem = SimChoices().spec(d).build(g, d)
     reports = []
     run(problem, "hill-climbing", evaluations=BUDGET, seed=1,
         progress=lambda p: reports.append((float(p.evaluations), p.best * 1e3)))

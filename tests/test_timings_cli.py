@@ -140,14 +140,14 @@ def test_the_dashboard_offers_a_saved_calibration_and_simulates_with_it(tmp_path
     box.set_value("local").run()
     assert_clean(at)
     # a what-if on the Trace page first; applied, it is what every page and the sidebar use
-    assert at.session_state["trace_what_if"]["timings"] == "local" and at.session_state["sim"]["timings"] == ""
+    assert at.session_state["trace_what_if"].timings == "local" and at.session_state["sim"].timings == ""
     assert metrics(at)["Time per batch"] == f"{expected_ms:.0f} ms" != before
     at.button(key="trace_apply").click().run()
-    assert at.session_state["sim"]["timings"] == "local"
+    assert at.session_state["sim"].timings == "local"
     assert metrics(at)["Time per batch"] == f"{expected_ms:.0f} ms"
     assert "measured op times ('local')" in sidebar_text(at)
     # a batch the calibration was not measured at: the formulas apply again, and the page says so
-    at.session_state["sim"]["timings"] = "local"
+    at.session_state["sim"] = at.session_state["sim"].with_(timings="local")
     goto(at, "network")
     at.number_input(key="net_batch").set_value(64).run()
     goto(at, "trace")
