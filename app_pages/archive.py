@@ -10,7 +10,7 @@ from placement_core.analysis import (archive_heatmap, compare_placements, elite_
 
 SCALES = {"clipped": "clipped to the elites that fit", "log": "log", "linear": "linear"}
 
-s = state.ss()
+s = state.session()
 
 
 def map_section(run, pick_key) -> None:

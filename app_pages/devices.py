@@ -16,7 +16,7 @@ from placement_core.model.devices import devices_to_dict
 ui.header("Devices", "The machines a placement can use: each device's compute, memory and memory bandwidth, "
           "and the channels (links) tensors cross between them. A transfer from A to B queues on the channel "
           "that carries the route A→B; routes on one channel contend, as on a shared PCIe switch.")
-s = state.ss()
+s = state.session()
 _, presets = state.builtin_choices()
 
 

@@ -10,7 +10,7 @@ from placement_core.families import FAMILIES
 ui.header("Learned policies", "A trained policy places a network it has never seen in well under a second, "
           "without a search (Placeto, GDP). Apply a shipped or trained policy to the current network, or "
           "train one on a family of graphs in the background; trainings are kept with the runs.")
-s = state.ss()
+s = state.session()
 
 with ui.guarded("the policies"):
     if not learnview.torch_available():

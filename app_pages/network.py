@@ -11,7 +11,7 @@ from placement_core.analysis.graphview import COLLAPSE_ABOVE
 ui.header("Network", "The computation graph of one training step: its ops, what they cost and how tensors "
           "flow between them. Choose a built-in network, upload a file, or import a PyTorch model; the "
           "other pages work on the network chosen here.")
-s = state.ss()
+s = state.session()
 networks, _ = state.builtin_choices()
 if s.pop("net_widgets_stale", False):  # the network changed (here or elsewhere): the widgets follow it
     s.net_builtin = s.base_graph_key.split(":", 1)[1] if s.base_graph_key.startswith("builtin:") else None

@@ -33,7 +33,7 @@ def _init_problems(init: str | None) -> list[str]:
 
 ui.header("Optimize", "Search for placements with the simulator as the judge: thousands of placements per "
           "second, no GPU needed. Runs continue in the background while you look at other pages.")
-s = state.ss()
+s = state.session()
 g, d = state.graph(), state.devices()
 
 with ui.guarded("the simulator settings"):

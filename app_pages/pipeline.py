@@ -17,7 +17,7 @@ ui.header("Pipeline", "Pipeline parallelism, schedule by schedule: the network i
           "backward; 1F1B alternates them to hold fewer activations; interleaved 1F1B gives every device V "
           "chunks to shrink the bubble V-fold; ZB-H1 splits each backward into B and W and lets W fill the "
           "bubble. Gaps in a row are the bubble.")
-s = state.ss()
+s = state.session()
 g, d = state.graph(), state.devices()
 sim = s.sim
 big = False

@@ -15,7 +15,7 @@ from placement_core.optimize.seeding import seeding_text
 ui.header("Runs", "Every optimization run on this machine, from this dashboard, other sessions and the "
           "`placement` command line, kept in the run store with its history, archive and checkpoints. Reopen "
           "one, resume one that was stopped or interrupted, export or delete it.")
-s = state.ss()
+s = state.session()
 
 EXPORT_TITLES = {"placement": "placement (placement/1 JSON)", "torch": "PyTorch device map (JSON)",
                  "snippet": "PyTorch snippet (.py)", "history": "history (CSV)", "archive": "archive",
@@ -125,7 +125,7 @@ with ui.guarded("the run"), stored.open_store() as store:
             net_hash, dev_hash = store.input_hashes(rec.id)
             same = stored.same_setup(store, rec)
             g, d = problem.graph, problem.devices
-            base = state.ss().base_graph_key if same else f"stored:{net_hash[:12]}"
+            base = state.session().base_graph_key if same else f"stored:{net_hash[:12]}"
             run_spec = RunSpec(
                 algorithm=rec.algorithm, title=stored.title(rec.algorithm), params=rec.params,
                 evaluations=rec.budget_evaluations, seconds=rec.budget_seconds, seed=rec.seed, workers=1,

@@ -18,7 +18,7 @@ ui.header("Trace", "What the simulator did with the current placement: every op 
           "tensor on its link, over time. Forward passes are drawn in a batch's colour, backward passes lighter; "
           "thin grey bars on a device row are its time on messages it sends or receives (the devices' message "
           "overhead, if set); gaps are idle time (pipeline bubbles).")
-s = state.ss()
+s = state.session()
 
 with ui.guarded("the settings"):
     sim = ui.local_sim("trace")

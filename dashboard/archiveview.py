@@ -32,7 +32,7 @@ class ArchiveSource:
 
 
 def _live_sources() -> list[ArchiveSource]:
-    s = state.ss()
+    s = state.session()
     runs = REGISTRY.runs(s.session_key)
     out = []
     for r in runs:
@@ -67,7 +67,7 @@ def _stored_sources(skip: set[int]) -> list[ArchiveSource]:
                 with stored.open_store() as st_:
                     note = stored.adopt(st_, rec, p, label).note
                 if note:
-                    state.ss().placement_note = note
+                    state.session().placement_note = note
 
             out.append(ArchiveSource(
                 key=f"stored:{rec.id}", name=name,
@@ -82,7 +82,7 @@ def _stored_sources(skip: set[int]) -> list[ArchiveSource]:
 def archive_sources() -> list[ArchiveSource]:
     """This session's archives first (newest first), then the stored ones (newest first)."""
     live = _live_sources()
-    skip = {r.store_id for r in REGISTRY.runs(state.ss().session_key) if r.store_id is not None}
+    skip = {r.store_id for r in REGISTRY.runs(state.session().session_key) if r.store_id is not None}
     return list(reversed(live)) + _stored_sources(skip)
 
 

@@ -24,7 +24,7 @@ def local_devices(spec: str) -> list:
 
 def _live_runs() -> list:
     """This session's finished runs of the current network and devices."""
-    s = state.ss()
+    s = state.session()
     return [r for r in REGISTRY.runs(s.session_key) if r.result is not None and r.spec.graph_key == state.graph_key()
             and r.spec.devices_key == state.devices_key()]
 
@@ -41,7 +41,7 @@ def _stored_runs(exclude: set) -> list:
 
 def candidates() -> tuple[dict[str, np.ndarray], dict[str, int]]:
     """Placements that can be benchmarked on the current network and devices, and the stored run of each."""
-    s = state.ss()
+    s = state.session()
     live = _live_runs()
     runs = [r.placements() for r in live]
     runs += [RunPlacements(f"{stored.run_name(rec)} (stored)", best=rec.best_placement, store_id=rec.id)
@@ -67,7 +67,7 @@ def top_k(source: tuple, k: int) -> tuple[list, str, int | None]:
     version and K."""
     kind, run = source
     key = (kind, run.id, getattr(run, "updated", None), int(k))
-    cache = state.ss().setdefault("bench_top_cache", {})
+    cache = state.session().setdefault("bench_top_cache", {})
     if key not in cache:
         if kind == "live":
             ranked, note = benchmark_plan.top_k(run.problem, run.placements(), int(k))

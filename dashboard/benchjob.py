@@ -122,7 +122,7 @@ def submit(session: str, job: BenchJob) -> None:
 
 def collect(session: str) -> None:
     """Move finished jobs' measurements into the session's list of benchmarked placements."""
-    s = state.ss()
+    s = state.session()
     points = s.setdefault("bench_points", [])
     for job in jobs(session):
         if job.status == "running" or job.collected:

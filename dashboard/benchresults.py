@@ -66,7 +66,7 @@ def points_csv(points: list[dict]) -> bytes:
 
 
 def draw_results(points: list[dict]) -> None:
-    s = state.ss()
+    s = state.session()
     st.markdown("##### Measured against simulated")
     st.dataframe([{"placement": p["placement"], "status": p["status"],
                    "simulated (ms)": None if p["simulated_s"] is None else p["simulated_s"] * 1e3,

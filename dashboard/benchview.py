@@ -45,7 +45,7 @@ class Form:
 
 def _follow_network() -> None:
     """The model source, sample shape and batch follow the network: typed for one, they do not carry over."""
-    s = state.ss()
+    s = state.session()
     if s.get("bench_for") != s.base_graph_key:
         for key in ("bench_source", "bench_shape", "bench_batch"):
             s.pop(key, None)
@@ -82,7 +82,7 @@ def render() -> None:
 
 
 def _model_form() -> Form:
-    s = state.ss()
+    s = state.session()
     g = state.graph()
     base = s.base_graph_key
     known = s.get("network_source") or (BUILTIN_SOURCES.get(base.split(":", 1)[1]) if base.startswith("builtin:")
@@ -154,7 +154,7 @@ def _device_mapping(plan: list, form: Form) -> dict[int, str]:
     kept, else the default; a warning names devices that share a local device."""
     from placement_core.model.sharding import used_devices
 
-    s = state.ss()
+    s = state.session()
     d = state.devices()
     local = [x.name for x in form.local]
     used = used_devices([p for _, p, _ in plan], len(d), state.problem().splits) if plan else []
@@ -179,7 +179,7 @@ def _device_mapping(plan: list, form: Form) -> dict[int, str]:
 def _run(plan, ranking, mapping, form: Form | None) -> None:
     """The Run button (disabled until the sections above gave a model, a plan and a mapping, and while a
     benchmark runs) and the progress of the running one."""
-    s = state.ss()
+    s = state.session()
     running = [j for j in benchjob.jobs(s.session_key) if j.status == "running"]
     ready = form is not None and bool(form.source) and bool(plan) and mapping is not None
     if st.button("Run the benchmark", type="primary", icon=":material/play_arrow:", key="bench_run",
@@ -202,7 +202,7 @@ def _run(plan, ranking, mapping, form: Form | None) -> None:
 
 def _measurements() -> None:
     """Finished jobs' measurements, the rankings of measured top-K runs, and the table, statistics and chart."""
-    s = state.ss()
+    s = state.session()
     benchjob.collect(s.session_key)
     if s.get("bench_error"):
         st.error(ui.esc(s.bench_error), icon=":material/error:")
@@ -226,7 +226,7 @@ def _submit(plan, ranking, mapping, form: Form) -> None:
 
     from .torch_import import parse_sample_shape
 
-    s = state.ss()
+    s = state.session()
     g, d = state.graph(), state.devices()
     batch, spec, runner = form.batch, form.spec, form.runner
     sample = parse_sample_shape(form.shape)

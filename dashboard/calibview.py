@@ -139,7 +139,7 @@ def use_calibration() -> str:
     from placement_core import load_devices
     from placement_core.formats.catalog import user_dir
 
-    s = state.ss()
+    s = state.session()
     path = user_dir() / "devices" / f"{PRESET}.json"
     graph = load_devices(str(path))
     state.set_devices(graph, f"calibrated:{PRESET}:{state.digest(path.read_bytes())}", f"{PRESET} (calibrated)")
@@ -155,7 +155,7 @@ def use_calibration() -> str:
 
 def render(source: str, sample_text: str, devices: str, runner: str) -> None:
     """The page's calibration section: options, Start / Stop, progress, and the result to use."""
-    s = state.ss()
+    s = state.session()
     g = state.graph()
     st.markdown("##### Calibrate the simulator on this machine")
     st.caption(f"Runs `placement calibrate` for {ui.esc(g.name)} at its batch size ({g.batch_size}) on the local "

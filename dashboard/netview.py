@@ -22,7 +22,7 @@ def torch_import_form() -> None:
     from .torch_import import ALLOW_ENV, code_upload_allowed, import_model, review_upload, torch_available, \
         torchvision_source
 
-    s = state.ss()
+    s = state.session()
     if not torch_available():
         st.info('PyTorch is not installed here. Install it with `.venv/bin/pip install -e ".[torch]"` to import '
                 'models.', icon=":material/info:")
@@ -84,7 +84,7 @@ def _confirmation(review) -> None:
     """Say what will run and as whom; run it only when the user ticks the box and presses Run."""
     from .torch_import import import_reviewed, remove_upload, runs_as
 
-    s = state.ss()
+    s = state.session()
     who = runs_as()
     shown, hidden = review.shown()
     with st.container(border=True, key="torch_review_box"):
@@ -133,7 +133,7 @@ def _confirmation(review) -> None:
 
 
 def _imported(g, src: str, shape: str, path) -> None:
-    s = state.ss()
+    s = state.session()
     if path is None:
         from .torch_import import remove_upload
         remove_upload(s.pop("torch_upload", None))

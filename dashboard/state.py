@@ -32,7 +32,8 @@ NETWORK_TITLES = {"alexnet": "AlexNet", "vgg16": "VGG-16", "resnet50": "ResNet-5
 PERSISTENT: set[str] = set()
 
 
-def ss():
+def session():
+    """This browser session's state (``st.session_state``): the keys this module documents."""
     return st.session_state
 
 
@@ -114,7 +115,7 @@ def digest(data: bytes) -> str:
 
 def init() -> None:
     """Defaults for a new session: ResNet-50 on the 4-GPU Malvik server, all ops on gpu0."""
-    s = ss()
+    s = session()
     if "session_key" not in s:
         s.session_key = uuid.uuid4().hex
     if "base_graph" not in s:
@@ -135,7 +136,7 @@ def keep_widget_values() -> None:
     not always: with a fragment rerunning on a timer (a live optimization), Streamlit may still drop it. So the
     latest value of every registered key is also copied into a plain dict (``_kept_values``, which no widget
     owns and Streamlit never cleans up) and restored from there when Streamlit has forgotten it."""
-    s = ss()
+    s = session()
     kept = s.setdefault("_kept_values", {})
     for key in list(PERSISTENT):
         if key in s:
@@ -146,28 +147,28 @@ def keep_widget_values() -> None:
 
 
 def graph() -> Graph:
-    return ss().graph
+    return session().graph
 
 
 def devices() -> DeviceGraph:
-    return ss().devices
+    return session().devices
 
 
 def graph_key() -> str:
-    return f"{ss().base_graph_key}@{ss().graph.batch_size}"
+    return f"{session().base_graph_key}@{session().graph.batch_size}"
 
 
 def devices_key() -> str:
-    return ss().devices_key
+    return session().devices_key
 
 
 def sim_tuple() -> tuple:
-    return ss().sim.key()
+    return session().sim.key()
 
 
 def problem() -> Problem:
     """The current problem (network + devices + simulator settings), cached."""
-    return problem_for(ss().sim)
+    return problem_for(session().sim)
 
 
 def problem_for(sim: SimChoices) -> Problem:
@@ -177,18 +178,18 @@ def problem_for(sim: SimChoices) -> Problem:
 
 def cost_key() -> str:
     """Names the current cost settings (profile and calibration file) for caches."""
-    return f"{ss().sim.profile}|{_timings_key()}"
+    return f"{session().sim.profile}|{_timings_key()}"
 
 
 def _timings_key(sim: SimChoices | None = None) -> str:
     """Which calibration file (and version of it) the current problem uses: a re-calibration recompiles."""
-    path = _calibration_file(graph(), ss().sim if sim is None else sim)
+    path = _calibration_file(graph(), session().sim if sim is None else sim)
     return f"{path}@{path.stat().st_mtime}" if path is not None else ""
 
 
 def set_network(base: Graph, key: str, label: str, batch_size: int | None = None) -> None:
     """Make ``base`` the current network (optionally at another batch size)."""
-    s = ss()
+    s = session()
     s.base_graph, s.base_graph_key, s.network_label = base, key, label
     s.graph = base if batch_size in (None, base.batch_size) else _network_at_batch(key, int(batch_size), base)
     s.pop("network_error", None)
@@ -199,13 +200,13 @@ def set_network(base: Graph, key: str, label: str, batch_size: int | None = None
 
 
 def set_batch_size(batch_size: int) -> None:
-    s = ss()
+    s = session()
     base = s.base_graph
     s.graph = base if batch_size == base.batch_size else _network_at_batch(s.base_graph_key, int(batch_size), base)
 
 
 def set_devices(g: DeviceGraph, key: str, label: str) -> None:
-    s = ss()
+    s = session()
     old_names = list(s.devices.names) if "devices" in s else None
     s.devices, s.devices_key, s.devices_label = g, key, label
     if isinstance(s.get("sim"), SimChoices) and s.sim.splits_extra and old_names != list(g.names):
@@ -228,11 +229,11 @@ def set_default_placement(note: str | None = None) -> None:
     d = default_device(devices())
     set_placement(single_device(graph(), devices(), d), f"all on {devices().names[d]}")
     if note:
-        ss().placement_note = f"The current placement was reset to “all on {devices().names[d]}” because {note}."
+        session().placement_note = f"The current placement was reset to “all on {devices().names[d]}” because {note}."
 
 
 def set_placement(placement, label: str) -> None:
-    s = ss()
+    s = session()
     s.placement = np.asarray(placement, dtype=np.int32).copy()
     s.placement_label = label
     s.placement_for = (graph_key(), len(devices()))
@@ -240,7 +241,7 @@ def set_placement(placement, label: str) -> None:
 
 
 def placement_fits() -> bool:
-    s = ss()
+    s = session()
     p = s.get("placement")
     if p is None or len(p) != len(s.graph):
         return False
@@ -251,7 +252,7 @@ def placement_fits() -> bool:
 
 
 def current_placement() -> np.ndarray:
-    return ss().placement
+    return session().placement
 
 
 def simulate(problem_: Problem, placement, trace: bool = False):
@@ -299,13 +300,13 @@ def _layout(key: str, _graph: Graph):
 
 def layout():
     """The current network's layered drawing positions (depend on the structure only, not the batch)."""
-    return _layout(ss().base_graph_key, graph())
+    return _layout(session().base_graph_key, graph())
 
 
 def adopt_run(run, placement, label: str) -> None:
     """Make a run's placement current, with the network, devices and settings it was optimized for."""
     spec = run.spec
-    s = ss()
+    s = session()
     if spec.graph_key != graph_key():
         base_key = spec.graph_key.rsplit("@", 1)[0]
         set_network(spec.graph, base_key, spec.network_label)
@@ -322,7 +323,7 @@ SIM_WIDGET_PREFIXES = ("opt", "trace")
 
 def set_sim(new: SimChoices, keep: str | None = None) -> None:
     """Change the simulator settings; the settings widgets of other pages re-read them."""
-    s = ss()
+    s = session()
     s.sim = new
     s.pop("trace_what_if", None)  # new shared settings (applied, adopted with a run, chosen): the Trace shows them
     for prefix in SIM_WIDGET_PREFIXES:

@@ -94,7 +94,7 @@ def sim_of(spec: dict | ProblemSpec) -> SimChoices:
     """The dashboard's simulator settings closest to a stored problem's (its JSON form or the spec)."""
     if not isinstance(spec, ProblemSpec):
         spec = ProblemSpec.from_dict(spec)
-    return state.ss().sim.adopt(spec)
+    return state.session().sim.adopt(spec)
 
 
 def setting_differences(problem) -> list[str]:
@@ -102,7 +102,7 @@ def setting_differences(problem) -> list[str]:
 
     Compares recipes as values: nothing is compiled."""
     theirs = problem.spec
-    mine = state.spec_for(problem.graph, state.ss().sim.adopt(theirs), problem.devices).to_dict()
+    mine = state.spec_for(problem.graph, state.session().sim.adopt(theirs), problem.devices).to_dict()
     theirs = theirs.to_dict()
     measured = ("timings", "timings_batch")
     return [f"{k} = {theirs[k]!r}" for k in theirs if theirs[k] != mine.get(k) and k not in measured] + \
@@ -129,14 +129,14 @@ def adopt(store: RunStore, rec: RunRecord, placement: np.ndarray, label: str) ->
             state.set_network(state.builtin_network(key), f"builtin:{key}", title_, batch_size=g.batch_size)
         else:
             state.set_network(g, f"stored:{net_hash[:12]}", f"{g.name} (from run {rec.id})")
-        state.ss().pop("net_batch", None)
+        state.session().pop("net_batch", None)
     if dev_hash != cur_dev:
         name = d.name if d.name in builtin_devices() and devices_hash(load_devices(d.name)) == dev_hash else None
         if name is not None:
             state.set_devices(state.builtin_device_graph(name), f"preset:{name}", name)
         else:
             state.set_devices(d, f"stored:{dev_hash[:12]}", f"{d.name} (from run {rec.id})")
-        state.ss().pop("dev_tables", None)
+        state.session().pop("dev_tables", None)
     state.set_sim(sim_of(problem.spec))
     state.set_placement(placement, label)
     diffs = setting_differences(problem)

@@ -85,7 +85,7 @@ def trace_view(problem, placement, sim: SimChoices | None = None) -> dict:
 
 def placement_picker() -> None:
     """Quick ways to try another placement: one device, random, or a placement file."""
-    s = state.ss()
+    s = state.session()
     g, d = state.graph(), state.devices()
     c0, c1, c2, c3 = st.columns(4)
     n_gpus = sum(1 for dv in d.devices if dv.kind == "gpu") or len(d)
@@ -165,7 +165,7 @@ FOLLOW, FIND, WINDOW, CHART, TABLE = "trace_follow", "trace_find", "trace_window
 
 
 def _selection(key: str) -> dict:
-    value = state.ss().get(key)
+    value = state.session().get(key)
     try:
         return dict(value.get("selection") or {}) if value is not None else {}
     except AttributeError:
@@ -178,7 +178,7 @@ def apply_chart_choice(trace, makespan: float) -> None:
     run after it, and keeps it until the next one)."""
     from .charts.trace_overlay import box_window, clicked_event
 
-    s = state.ss()
+    s = state.session()
     sel = _selection(CHART)
     seen = repr((sel.get("points"), sel.get("box")))
     if s.get("_trace_chart_seen") == seen:
@@ -224,7 +224,7 @@ def flow_rows(trace, flows: list[dict]) -> list[dict]:
 
 def window_ms(makespan: float) -> tuple[float, float]:
     """The time window (ms) the slider shows: the one chosen for this step (same makespan), else all of it."""
-    s, top = state.ss(), round(makespan * 1e3, 6)
+    s, top = state.session(), round(makespan * 1e3, 6)
     kept = s.get(WINDOW)
     ok = (isinstance(kept, (tuple, list)) and len(kept) == 2 and all(isinstance(v, (int, float)) for v in kept)
           and 0 <= kept[0] < kept[1] <= top)

@@ -54,7 +54,7 @@ def persist(key: str, options=None, bounds: tuple | None = None) -> str:
     default instead of failing; likewise a number outside ``bounds`` (lo, hi) of a number input whose limits
     moved. Returns ``key``."""
     state.PERSISTENT.add(key)
-    s = state.ss()
+    s = state.session()
     kept_values = s.get("_kept_values", {})
     if options is not None and key in s:
         offered, value = list(options), s[key]
@@ -78,7 +78,7 @@ def header(title: str, intro: str) -> None:
 
 def sidebar() -> None:
     """Current network, device graph, placement and runs: visible on every page."""
-    s = state.ss()
+    s = state.session()
     g, d = state.graph(), state.devices()
     with st.sidebar:
         st.markdown("#### Current setup")
@@ -128,12 +128,12 @@ def _runs_in_progress(session_key: str, poll: bool) -> None:
 
 def local_sim(prefix: str) -> SimChoices:
     """The settings a page with local what-if controls simulates with: its own, else the shared ones."""
-    s = state.ss()
+    s = state.session()
     return s.get(f"{prefix}_what_if") or s.sim
 
 
 def _store_sim(prefix: str, local: bool, new: SimChoices) -> None:
-    s = state.ss()
+    s = state.session()
     if not local:
         state.set_sim(new, keep=prefix)
     else:  # equal to the shared settings: follow them again
@@ -144,7 +144,7 @@ def sim_controls(prefix: str, compact: bool = False, local: bool = False) -> Non
     """Simulator settings, stored in ``session_state.sim`` (the same on every page), or with ``local`` in
     ``session_state[prefix + "_what_if"]``: a what-if for one page that leaves the other pages and the
     optimizer alone until the user applies it everywhere."""
-    sim = local_sim(prefix) if local else state.ss().sim
+    sim = local_sim(prefix) if local else state.session().sim
     batch_size = state.graph().batch_size
     cols = st.columns(4)
     schedule = cols[0].selectbox(
@@ -250,7 +250,7 @@ def _sim_changed(prefix: str, local: bool = False) -> None:
     """on_change of the settings widgets: store the new settings before the script reruns, so what is drawn
     above the controls (an expander's label) already shows them. A micro-batch count that does not divide
     the batch is not stored (sim_controls says why)."""
-    s = state.ss()
+    s = state.session()
     sim = local_sim(prefix) if local else s.sim
     new = SimChoices(**{name: s.get(f"{prefix}_{name}", getattr(sim, name)) for name in SimChoices.names()})
     if state.graph().batch_size % new.micro_batches:
