@@ -284,8 +284,49 @@ class Problem:
     def evaluate_many(self, placements) -> np.ndarray:
         return np.array([self.objective(r) for r in self.simulator.run_many(self.checked(placements))])
 
+    @property
+    def tied(self) -> list[list[int]]:
+        """The calls of each module with weights called more than once (``model.coarsen.tied_calls``): a real run
+        needs them on one device, so :meth:`simulate` refuses a placement that splits them."""
+        if getattr(self, "_tied", None) is None:
+            from .model.coarsen import tied_calls
+            self._tied = tied_calls(self.graph)
+        return self._tied
+
+    def tie(self, placements) -> np.ndarray:
+        """Placements (k, n_ops) with every tied call on its module's first call's device (a copy; the
+        placements themselves when nothing is tied). A split gene is left as it is."""
+        arr = np.asarray(placements, dtype=np.int32)
+        if not self.tied or not arr.size:
+            return arr
+        arr = arr.copy()
+        flat = arr.reshape(-1, self.n_ops)
+        for calls in self.tied:
+            first = flat[:, calls[0]:calls[0] + 1]
+            whole = first < self.n_devices
+            flat[:, calls[1:]] = np.where(whole, first, flat[:, calls[1:]])
+        return arr
+
+    def check_tied(self, placement: np.ndarray) -> None:
+        """Refuses a placement (of whole ops) that puts two calls of a shared module with weights on different
+        devices, as ``placement benchmark`` would."""
+        if not self.tied or (placement >= self.n_devices).any():
+            return
+        for calls in self.tied:
+            devs = placement[calls]
+            if (devs != devs[0]).any():
+                names = [self.graph.ops[i].name for i in calls]
+                other = int(np.flatnonzero(devs != devs[0])[0])
+                dn = self.devices.names
+                raise InputError(
+                    f"module {self.graph.ops[calls[0]].module!r} has weights and is called by ops {names[0]!r} "
+                    f"(on {dn[devs[0]]}) and {names[other]!r} (on {dn[devs[other]]}): a real run keeps one copy of "
+                    f"its weights, on one device", field="placement",
+                    fix=f"Place every call of {self.graph.ops[calls[0]].module} ({', '.join(names)}) on one device")
+
     def simulate(self, placement, trace: bool = False) -> Evaluation:
         placement = self.check(placement)
+        self.check_tied(placement)
         result = self.simulator.run(placement, trace=trace)
         overflow = np.maximum(result.peak_memory - self.capacity, 0.0)
         return Evaluation(self.objective(result), result, overflow)

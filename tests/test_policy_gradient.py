@@ -9,6 +9,7 @@ import pytest
 
 from placement_core.optimize import make_optimizer, run
 from placement_core.optimize.policy_gradient import (kl_per_op, ppo_gradient, reinforce_gradient, softmax)
+from placement_core.optimize.search_space import POSTS_OWN
 from tests.helpers import devices, op, problem
 
 # Two ops on two devices. Op 0 prefers device 1 (p = 1/4, 3/4), op 1 device 0 (p = 2/3, 1/3).
@@ -98,8 +99,9 @@ def test_ppo_adapts_its_penalty_to_the_kl_target():
 
 def test_post_replaces_every_fifth_ppo_step_by_the_cross_entropy_update():
     # 4 samples per batch, a cross-entropy update every 8 samples: batch 1 is PPO, batch 2 is cross-entropy.
+    # in Post's own space (a uniform start): the cross-entropy update mixes with ε/|D|
     opt = make_optimizer(two_ops(), "post", seed=0, params={"samples": 4, "ce_every": 8, "elite_fraction": 0.25,
-                                                              "epsilon": 0.2, "steps": 16})
+                                                              "epsilon": 0.2, "steps": 16, **POSTS_OWN})
     x1 = np.array([[0, 0], [1, 1], [0, 1], [1, 0]], dtype=np.int32)
     opt.tell(x1, np.array([5.0, 6.0, 7.0, 8.0]))
     assert opt.ce_updates == 0 and not np.allclose(opt.logits, 0.0)

@@ -98,8 +98,11 @@ def _summed_times(ops: list[Op]) -> dict:
     return out
 
 
-def coarsen(graph: Graph, max_groups: int) -> tuple[Graph, dict[str, list[str]]]:
-    """At most ``max_groups`` groups by merging cheapest groups into neighbours; (network, group -> ops)."""
+def coarsen(graph: Graph, max_groups: int, *, strict: bool = True) -> tuple[Graph, dict[str, list[str]]]:
+    """At most ``max_groups`` groups by merging cheapest groups into neighbours; (network, group -> ops).
+
+    When every further merge would close a cycle before ``max_groups`` is reached, ``strict`` refuses with the
+    number that can be reached; otherwise the groups reached are returned."""
     if isinstance(max_groups, bool) or not isinstance(max_groups, int) or max_groups < 1:
         raise InputError(f"the number of groups must be a positive integer, got {max_groups!r}", field="--groups",
                          fix="Use e.g. --groups 40")
@@ -171,7 +174,7 @@ def coarsen(graph: Graph, max_groups: int) -> tuple[Graph, dict[str, list[str]]]
             if find(s) == s:
                 heapq.heappush(heap, (cost[s], s, s))
         stuck.clear()
-    if alive > max_groups:
+    if alive > max_groups and strict:
         raise InputError(f"{graph.name} cannot be coarsened below {alive} groups without a cycle", field="--groups",
                          fix=f"Use --groups {alive} or more")
     roots = sorted(members, key=lambda r: min(members[r]))
@@ -201,6 +204,17 @@ def shared_module_hulls(graph: Graph) -> list[list[int]]:
                 above.add(i)
         hulls.append(sorted(below & above))
     return hulls
+
+
+def tied_calls(graph: Graph) -> list[list[int]]:
+    """The calls of each module with weights that is called more than once (ops ``m``, ``m#2``, ...), by index:
+    they read one copy of the weights, so a real run needs them on one device (``torch/apply.py`` refuses a
+    placement that splits them; a module without weights, a shared ReLU, may run anywhere)."""
+    calls: dict[str, list[int]] = {}
+    for i, op in enumerate(graph.ops):
+        if op.module and (op.name == op.module or op.name.startswith(op.module + "#")):
+            calls.setdefault(op.module, []).append(i)
+    return [idx for idx in calls.values() if len(idx) > 1 and any(graph.ops[i].param_bytes > 0 for i in idx)]
 
 
 def group_names(groups: list[list[str]]) -> list[str]:

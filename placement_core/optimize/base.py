@@ -124,6 +124,9 @@ class Optimizer:
     # Parameters renamed since runs were stored, {old name: new name}: a stored run's parameters and
     # checkpoints load under the new name (stored_params); a caller who passes the old name is told the new one.
     RENAMED: ClassVar[dict[str, str]] = {}
+    # Parameters added since runs were stored, with the values that reproduce those runs: a stored run that lacks
+    # one resumes with this value, not today's default (stored_params).
+    STORED_DEFAULTS: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, problem: Problem, *, seed: int = 0, initial: np.ndarray | None = None, **params):
         self.problem = problem
@@ -208,12 +211,16 @@ class Optimizer:
 
 def stored_params(algorithm: str, params: dict) -> dict:
     """A stored run's parameters under today's names: runs stored before a parameter was renamed (``in_flight``,
-    now ``pending``) still resume. Unknown algorithms (measured searches) keep theirs as they are."""
+    now ``pending``) or added (pg's ``groups``: :attr:`Optimizer.STORED_DEFAULTS`) still resume as they ran.
+    Unknown algorithms (measured searches) keep theirs as they are."""
     cls = ALGORITHMS.get(algorithm) or LEARNED.get(algorithm)
     renamed = cls.RENAMED if cls is not None else {}
-    if not renamed or not isinstance(params, dict):
+    if not isinstance(params, dict):
         return params
-    return {renamed.get(k, k): v for k, v in params.items() if not (k in renamed and renamed[k] in params)}
+    if renamed:
+        params = {renamed.get(k, k): v for k, v in params.items() if not (k in renamed and renamed[k] in params)}
+    added = cls.STORED_DEFAULTS if cls is not None else {}
+    return {**{k: v for k, v in added.items() if k not in params}, **params} if added else params
 
 
 @dataclass

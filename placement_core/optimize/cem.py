@@ -39,6 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import Optimizer, Param, register
+from .search_space import POSTS_OWN, sample_categorical, setup, space_params
 
 
 @register
@@ -52,13 +53,24 @@ class CrossEntropy(Optimizer):
         "steps": Param(20000, "evaluations over which epsilon decays to 0 (the budget, usually)", int, low=1),
         "smoothing": Param(1.0, "weight of the new frequencies against the old distribution (1 = Post's "
                                 "closed-form update)", float, low=0.01, high=1),
+        # the space pg, ppo and post search (search_space.py); by default Post's own: a uniform softmax per op
+        **space_params(**POSTS_OWN),
     }
 
     def __init__(self, problem, **kw):
         super().__init__(problem, **kw)
-        # the uniform distribution over devices, or over the gene space's draw when ops may be split
-        self.base = 1.0 / self.d if not self.sharded else self.space.base_probabilities()
-        self.probs = np.full((self.n, self.d), 1.0 / self.d) if not self.sharded else self.base.copy()
+        # the uniform distribution over devices, or over the gene space's draw when ops may be split, or the units'
+        # start distribution (search_space.py)
+        self.search = self.guard = None
+        if self.sharded:
+            self.base = self.space.base_probabilities()
+            self.probs = self.base.copy()
+        elif self.params == {**self.params, **POSTS_OWN}:  # Post's own space: exactly what cem always did
+            self.base = 1.0 / self.d
+            self.probs = np.full((self.n, self.d), 1.0 / self.d)
+        else:
+            self.search, self.base, self.guard = setup(self)
+            self.probs = self.base.copy()
         self.used = 0
         self.updates = 0
 
@@ -67,12 +79,15 @@ class CrossEntropy(Optimizer):
         return p["epsilon"] * max(0.0, 1.0 - self.used / p["steps"])
 
     def ask(self, limit: int) -> np.ndarray:
-        return draw_batch(self, limit)
+        from .search_space import draw
+        return draw_batch(self, limit) if self.search is None else draw(self, self.probs, limit)
 
     def tell(self, placements: np.ndarray, objectives: np.ndarray) -> None:
         self.used += len(placements)
         if not len(placements):
             return
+        if self.search is not None:
+            placements = self.search.contract(placements)
         self.current = float(objectives.min())
         self.cross_entropy_update(placements, objectives)
 
@@ -96,14 +111,6 @@ class CrossEntropy(Optimizer):
         super().load_state_dict(state)
         self.probs = np.array(state["probs"], dtype=float)
         self.used, self.updates = state["used"], state["updates"]
-
-
-def sample_categorical(probs: np.ndarray, rng: np.random.Generator, k: int) -> np.ndarray:
-    """k placements, op i on device j with probability probs[i, j] (one uniform draw per op)."""
-    cum = np.cumsum(probs, axis=1)
-    cum[:, -1] = 1.0
-    u = rng.random((k, probs.shape[0], 1))
-    return (u > cum[None, :, :]).sum(axis=2).astype(np.int32)
 
 
 def draw_batch(opt, limit: int) -> np.ndarray:

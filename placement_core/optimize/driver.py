@@ -163,17 +163,22 @@ def _sender(optimizer: Optimizer, evaluator):
     and waited for (a backend may split them over its workers). Several: each batch is one task, submitted at
     once; on a parallel backend that supports it the worker also makes the children (``vary_on_workers``)."""
     space = optimizer.space
+    # the calls of a shared module with weights go where its first call goes (a real run refuses to split them;
+    # Problem.tie): every search keeps that constraint, and nothing changes for a network without such modules
+    tie = optimizer.problem.tie if optimizer.problem.tied else None
     if optimizer.pending <= 1:
-        return lambda recipe: _made(recipe, lambda kids: Done(evaluator.evaluate(kids)), space)
+        return lambda recipe: _made(recipe, lambda kids: Done(evaluator.evaluate(kids)), space, tie)
     if (optimizer.params.get("vary_on_workers") and getattr(evaluator, "workers", 1) > 1
-            and hasattr(evaluator, "submit_recipe")):
+            and hasattr(evaluator, "submit_recipe") and tie is None):
         return evaluator.submit_recipe
     submit = getattr(evaluator, "submit", None) or (lambda kids: Done(evaluator.evaluate(kids)))
-    return lambda recipe: _made(recipe, submit, space)
+    return lambda recipe: _made(recipe, submit, space, tie)
 
 
-def _made(recipe: Recipe, dispatch, space=None) -> _Made:
+def _made(recipe: Recipe, dispatch, space=None, tie=None) -> _Made:
     kids, rates = variation.apply(recipe, space)
+    if tie is not None:
+        kids = tie(kids)
     return _Made(kids, rates, dispatch(kids))
 
 

@@ -233,8 +233,10 @@ class HeftPlan:
                 for t in order]
 
 
-def heft_schedule(problem: Problem, *, comm: bool = True, memory: bool = False, progress=None) -> HeftPlan:
-    """HEFT's placement and planned schedule of one training step (see the module docstring).
+def heft_schedule(problem: Problem, *, comm: bool = True, memory: bool = False, progress=None,
+                  devices=None) -> HeftPlan:
+    """HEFT's placement and planned schedule of one training step (see the module docstring); ``devices``
+    (indices) restricts the devices it may choose (default: all).
 
     ``progress(planned, tasks)``, when given, is called about every ``PROGRESS_EVERY`` tasks
     (a 50,000-op network has 125,000 tasks: some seconds of planning).
@@ -279,7 +281,7 @@ def heft_schedule(problem: Problem, *, comm: bool = True, memory: bool = False, 
         op = int(tasks.op[t])
         if tasks.phase[t] == FWD:
             best = None
-            for dev in range(d):
+            for dev in (range(d) if devices is None else devices):
                 s, e, block, at = finish_on(t, dev)
                 key = (mem.overflow(op, dev, placement) if mem else 0.0, e + pending[op, dev], preference[dev])
                 if best is None or key < best[0]:

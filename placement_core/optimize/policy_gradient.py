@@ -27,6 +27,16 @@ rate fits problems of any time scale).
 Post's settings (§4): learning rate 1 (PPO and Post), 10 PPO steps, 12 samples per update,
 60 per cross-entropy update with 6 elites, β = 1 adapted to a KL target of 0.03.
 
+The search space (:mod:`.search_space`): the distributions are over *units*, Merge-and-Colocate groups of ops
+(``groups``, Placeto's 128 by default), on the devices ``devices`` allows (``auto``: the GPUs when they hold the
+network, as in Post's experiments), and start concentrated on memory-aware HEFT's placement (``start``): each unit
+on its start device with probability 1 − ε, plus ε/|D|, the distribution Post's cross-entropy update gives when
+its elites all are that placement (ε = Post's 0.1). ``groups=0 devices=all start=uniform feasible=false`` is
+Post's own space, one uniform softmax per op over every device (what these optimizers searched before, and what
+runs stored then resume with). With ``feasible`` (the default) a sample that overflows memory falls back to the
+start move by move (:class:`.feasible.MemoryGuard`), so no placement they propose or return overflows when the
+start fits.
+
 When ops may be split (``--sharding``), each op's distribution is over its genes (the devices, then the
 splits it can take; docs/sharding.md) and starts at the searches' own draw (half the mass on keeping the
 op whole, as :class:`.genes.Genes` draws), not uniform; a split an op cannot take has logit ``MASKED``,
@@ -39,6 +49,7 @@ import numpy as np
 
 from .base import Optimizer, Param, register
 from .cem import draw_batch, elite_frequencies
+from .search_space import POSTS_OWN, draw, setup, space_params
 
 LOG_FLOOR = 1e-12  # log of a probability the cross-entropy update set to 0 (ε reached 0)
 MASKED = -1e30  # the logit of a gene its op cannot take: exp underflows to exactly 0 (and JSON keeps it)
@@ -91,17 +102,23 @@ class SoftmaxPolicy(Optimizer):
         "lr": Param(1.0, "learning rate of gradient ascent on the logits (Post: 1)", float, low=1e-6, high=1e3),
         "baseline_decay": Param(0.9, "weight of the old value in the moving-average baseline b, per batch",
                                 float, low=0, high=0.999),
+        **space_params(),
     }
+    # runs stored before the search space had these parameters searched Post's own space
+    STORED_DEFAULTS = POSTS_OWN
 
     def __init__(self, problem, **kw):
         super().__init__(problem, **kw)
+        self.search = self.guard = None
         if self.sharded:  # the gene space's own draw: log of its probabilities, MASKED where an op cannot
             self.base = self.space.base_probabilities()
             self.allowed = self.base > 0
             self.logits = np.where(self.allowed, np.log(np.where(self.allowed, self.base, 1.0)), MASKED)
-        else:
-            self.base, self.allowed = None, None
-            self.logits = np.zeros((self.n, self.d))
+        else:  # the units' start distribution (uniform: every logit 0, Post's u(0) = 0)
+            self.search, self.base, self.guard = setup(self)
+            self.allowed = None
+            logp = np.log(np.maximum(self.base, LOG_FLOOR))
+            self.logits = logp - logp.max(axis=1, keepdims=True)
         self.width = self.logits.shape[1]
         self.baseline: float | None = None
         self.used = 0
@@ -112,12 +129,14 @@ class SoftmaxPolicy(Optimizer):
         return softmax(self.logits)
 
     def ask(self, limit: int) -> np.ndarray:
-        return draw_batch(self, limit)
+        return draw_batch(self, limit) if self.search is None else draw(self, self.probs, limit)
 
     def tell(self, placements: np.ndarray, objectives: np.ndarray) -> None:
         self.used += len(placements)
         if not len(placements):
             return
+        if self.search is not None:  # each unit's device, as an index into the allowed devices
+            placements = self.search.contract(placements)
         objectives = np.asarray(objectives, dtype=float)
         self.current = float(objectives.min())
         mean = float(objectives.mean())
@@ -132,8 +151,10 @@ class SoftmaxPolicy(Optimizer):
 
     def snapshot(self) -> dict:
         p = self.probs
-        return {"updates": self.updates,
-                "entropy": float(-(p * np.log(np.maximum(p, LOG_FLOOR))).sum(axis=1).mean())}
+        snap = {"updates": self.updates, "entropy": float(-(p * np.log(np.maximum(p, LOG_FLOOR))).sum(axis=1).mean())}
+        if self.search is not None:
+            snap["units"] = self.search.units
+        return {**snap, **(self.guard.report() if self.guard is not None else {})}
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "logits": self.logits.tolist(), "baseline": self.baseline, "used": self.used,
@@ -141,7 +162,7 @@ class SoftmaxPolicy(Optimizer):
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self.logits = np.array(state["logits"], dtype=float).reshape(self.n, self.width)
+        self.logits = np.array(state["logits"], dtype=float).reshape(self.logits.shape)
         self.baseline, self.used, self.updates = state["baseline"], state["used"], state["updates"]
 
 
@@ -210,8 +231,8 @@ class Post(ProximalPolicy):
                           int, low=2, high=1_000_000),
         "elite_fraction": Param(0.1, "share of those samples kept as elites (Post: 0.1, 6 of 60)", float,
                                 low=0.001, high=1),
-        "epsilon": Param(0.1, "initial weight of the uniform distribution mixed in after each cross-entropy "
-                              "update (Post: 0.1, decaying linearly to 0)", float, low=0, high=1),
+        "epsilon": Param(0.1, "initial weight of the start distribution (uniform in Post) mixed in after each "
+                              "cross-entropy update (Post: 0.1, decaying linearly to 0)", float, low=0, high=1),
         "steps": Param(20000, "evaluations over which epsilon decays to 0 (the budget, usually)", int, low=1),
     }
 
@@ -234,7 +255,10 @@ class Post(ProximalPolicy):
         self.pool_x, self.pool_f = [], []
         freq = elite_frequencies(xs, fs, self.params["elite_fraction"], self.width)
         eps = self.epsilon()
-        probs = (1 - eps) * freq + (eps * self.base if self.sharded else eps / self.d)
+        # mixed with the distribution the search started from: uniform in Post (ε/|D|), the gene space's draw
+        # with splits, the start distribution with a start placement
+        uniform = not self.sharded and self.search.start is None
+        probs = (1 - eps) * freq + (eps / self.width if uniform else eps * self.base)
         self.logits = np.log(np.maximum(probs, LOG_FLOOR))
         if self.allowed is not None:
             self.logits = np.where(self.allowed, self.logits, MASKED)
@@ -250,5 +274,5 @@ class Post(ProximalPolicy):
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.ce_updates = state["ce_updates"]
-        self.pool_x = [np.array(x, dtype=np.int32).reshape(-1, self.n) for x in state["pool_x"]]
+        self.pool_x = [np.array(x, dtype=np.int32).reshape(-1, self.logits.shape[0]) for x in state["pool_x"]]
         self.pool_f = [np.array(f, dtype=float) for f in state["pool_f"]]
