@@ -15,6 +15,8 @@ from placement_core.families.nmt import nmt_graph
 from placement_core.base.jsonio import write_json
 from placement_core.formats.network import network_to_dict
 
+POLICIES = Path(__file__).resolve().parent.parent / "assets" / "policies"
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -161,13 +163,19 @@ def test_gdp_trains_and_places_in_one_shot(nets, tmp_path, capsys):
                          "malvik-4gpu", "--episodes", "32", "--rollouts", "8", "--out", policy, "--no-store",
                          "--json")
     assert code == 0, err
-    assert json.loads(policy.read_text())["config"]["devices"] == 5
+    config = json.loads(policy.read_text())["config"]
+    assert "devices" not in config and config["head"] == 64  # it scores devices: no device count of its own
     code, out, err = run(capsys, "optimize", "--algorithm", "gdp", "--policy", policy, "--network", nets[2],
                          "--devices", "malvik-4gpu", "--budget", "0", "--json", "--no-store")
     assert code == 0, err and json.loads(out)["evaluations"] == 1
-    # one output per device: a GDP policy refuses a device graph of another size, saying why
-    code, out, err = run(capsys, "optimize", "--algorithm", "gdp", "--policy", policy, "--network", nets[2],
-                         "--devices", "malvik", "--budget", "0", "--no-store")
+    # trained on five devices, it places on three (and nine) too
+    for devices in ("malvik", "nvlink-8gpu"):
+        code, out, err = run(capsys, "optimize", "--algorithm", "gdp", "--policy", policy, "--network", nets[2],
+                             "--devices", devices, "--budget", "0", "--json", "--no-store")
+        assert code == 0, err
+    # a policy of the first version (one output per device) refuses a device graph of another size, saying why
+    code, out, err = run(capsys, "optimize", "--algorithm", "gdp", "--policy", POLICIES / "gdp-mix-malvik-4gpu.json",
+                         "--network", nets[2], "--devices", "malvik", "--budget", "0", "--no-store")
     assert code == 2 and "places on 5 devices, the device graph has 3" in err
 
 

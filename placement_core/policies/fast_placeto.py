@@ -80,8 +80,10 @@ class FastPlaceto:
                 a = np.maximum(a, 0.0)
         return a[:, 0] + self.keep * context[:, _CURRENT]
 
-    def greedy(self, info: GraphInfo, order=None) -> np.ndarray:
-        """One greedy pass from the policy's start placement: the zero-shot placement."""
+    def greedy(self, info: GraphInfo, order=None, fits=None) -> np.ndarray:
+        """One greedy pass from the policy's start placement: the zero-shot placement. ``fits(placement)``, when
+        given, masks a move after which the placement would overflow memory: the next most likely device is taken
+        (keeping the node where it is always passes: the placement before the move fitted)."""
         src = np.array([int(u) for ps in info.parents for u in ps], dtype=np.int64)
         dst = np.array([v for v, ps in enumerate(info.parents) for _ in ps], dtype=np.int64)
         down, up = NeighbourSum(src, dst), NeighbourSum(dst, src)
@@ -92,6 +94,14 @@ class FastPlaceto:
             v = int(v)
             x = node_features(info, placement, visited, v)[0]
             ctx = device_context(info, placement, v, visited)[0]
-            placement[0, v] = int(np.argmax(self.logits(x, down, up, groups[v], v, ctx)))
+            logits = self.logits(x, down, up, groups[v], v, ctx)
+            choice = int(np.argmax(logits))
+            if fits is not None and choice != placement[0, v]:
+                for choice in np.argsort(-logits, kind="stable").tolist():  # most likely first
+                    trial = placement[0].copy()
+                    trial[v] = choice
+                    if choice == placement[0, v] or fits(trial):
+                        break
+            placement[0, v] = choice
             visited[0, v] = 1.0
         return placement[0].copy()

@@ -39,6 +39,9 @@ NODE_FEATURES = ("time_here", "time_fastest", "output_transfer", "memory_share",
                  "current")
 DEVICE_FEATURES = ("work", "work_now", "memory", "memory_with_node", "memory_now", "memory_left", "slowdown",
                    "input_transfer", "output_transfer", "parallel_work", "is_current")
+# GDP's static features when it scores devices (any number of them): per node, and per (node, device) pair
+GDP_NODE_FEATURES = ("time_fastest", "time_spread", "memory_share", "output_transfer", "depth")
+GDP_DEVICE_FEATURES = ("time", "slowdown", "memory_share", "capacity_share", "device_speed", "position")
 
 
 class GraphInfo:
@@ -178,3 +181,45 @@ def device_context(info: GraphInfo, placement: np.ndarray, v: int, visited: np.n
     ctx[:, :, 9] = par_work
     ctx[:, :, 10] = (placement[:, v:v + 1] == np.arange(d)[None, :])
     return ctx
+
+
+def depth_share(info: GraphInfo) -> np.ndarray:
+    """[n] each node's depth (longest path from a source) as a share of the deepest node's."""
+    depth = np.zeros(info.n)
+    for v, ps in enumerate(info.parents):
+        if len(ps):
+            depth[v] = depth[ps].max() + 1
+    return depth / max(depth.max(), 1.0)
+
+
+def gdp_node_features(info: GraphInfo) -> np.ndarray:
+    """[n, len(GDP_NODE_FEATURES)], the same for any number of devices: time on the fastest device (in τ), how much
+    slower the mean device is, memory as a share of the mean device's capacity (times n, so a fair share is 1),
+    output transfer, depth."""
+    mean_time = info.time.mean(axis=1)
+    return np.stack([
+        info.static[:, 0],
+        np.log(mean_time / np.maximum(info.fastest, 1e-30) + 1e-12),
+        info.memory * info.n / max(float(info.capacity.sum()), 1e-30),
+        info.static[:, 1],
+        depth_share(info),
+    ], axis=1).astype(np.float32)
+
+
+def gdp_device_features(info: GraphInfo) -> np.ndarray:
+    """[n, d, len(GDP_DEVICE_FEATURES)]: what node v on device d costs (time in τ, slowdown against its fastest
+    device, memory share of d times n/d), what device d is (its share of the memory, its speed over the whole
+    graph against the fastest device's) and its position i/(d − 1) in the device graph, which lets a policy
+    tell identical devices apart (one output unit per device did the same)."""
+    n, d = info.n, info.d
+    total = info.time.sum(axis=0)
+    speed = np.log(total.min() / np.maximum(total, 1e-30))
+    cap = info.capacity * d / max(float(info.capacity.sum()), 1e-30)
+    out = np.empty((n, d, len(GDP_DEVICE_FEATURES)), dtype=np.float32)
+    out[:, :, 0] = np.log1p(info.time / info.tau)
+    out[:, :, 1] = np.log(info.time / np.maximum(info.fastest[:, None], 1e-30) + 1e-12)
+    out[:, :, 2] = info.memory[:, None] / info.capacity[None, :] * (n / d)
+    out[:, :, 3] = cap[None, :]
+    out[:, :, 4] = speed[None, :]
+    out[:, :, 5] = (np.arange(d) / max(d - 1, 1))[None, :]
+    return out

@@ -20,7 +20,7 @@ import numpy as np
 from ..base.errors import InputError, require_mapping, require_name, require_number
 from ..base.jsonio import read_json, write_json
 from ..model.sharding import MAX_GENES
-from .features import DEVICE_FEATURES, NODE_FEATURES, STARTS
+from .features import DEVICE_FEATURES, GDP_DEVICE_FEATURES, GDP_NODE_FEATURES, NODE_FEATURES, STARTS
 
 FORMAT = "placement-policy/1"
 METHODS = ("placeto", "gdp")
@@ -65,6 +65,11 @@ def policy_from_dict(data: Any, source: str | None = None) -> dict:
     devices = _check_devices(data.get("devices", {}), source)
     training = _check_training(data.get("training", {}), source)
     raw = require_mapping(data.get("tensors"), source=source, field="tensors", what="name -> tensor")
+    if method == "gdp" and "devices" not in config and "out.weight" in raw:
+        raise InputError("the policy has one output unit per device (tensor out.weight) but its config names no "
+                         "device count", source=source, field="config.devices",
+                         fix="Add the device count it was trained for, or use a file written by `placement "
+                             "train-policy`")
     expected = tensor_shapes(method, config)
     if len(raw) > MAX_TENSORS:
         raise InputError(f"{len(raw)} tensors is more than any policy has", source=source, field="tensors",
@@ -118,16 +123,18 @@ def policy_from_dict(data: Any, source: str | None = None) -> dict:
 # -- the config: every size bounded, checked before anything is built ---------------------------------------
 
 # name -> (low, high, default): the network's sizes (``rounds`` costs time, not memory: bounded as the
-# training command bounds it); a GDP policy has no default device count
+# training command bounds it). A GDP policy scores devices with a ``head`` network (any device count); one whose
+# config names ``devices`` instead is of the first version, with one output unit per device (no default count).
 PLACETO_CONFIG = {"hidden": (1, 1024, 32), "rounds": (1, 64, 4), "head": (1, 4096, 64)}
-GDP_CONFIG = {"devices": (1, MAX_GENES, None), "hidden": (1, 1024, 32), "layers": (1, 64, 3), "heads": (1, 64, 2),
-              "attention_layers": (1, 16, 2)}
+GDP_CONFIG = {"hidden": (1, 1024, 32), "layers": (1, 64, 3), "heads": (1, 64, 2), "attention_layers": (1, 16, 2),
+              "head": (1, 4096, 64)}
+GDP_FIRST_CONFIG = {"devices": (1, MAX_GENES, None), **{k: v for k, v in GDP_CONFIG.items() if k != "head"}}
 
 
 def check_config(method: str, raw: Any, source: str | None = None) -> dict:
     """The network's configuration, every field present (defaults filled in) and within its bounds."""
     raw = require_mapping(raw, source=source, field="config", what="the network's sizes")
-    bounds = PLACETO_CONFIG if method == "placeto" else GDP_CONFIG
+    bounds = PLACETO_CONFIG if method == "placeto" else GDP_FIRST_CONFIG if "devices" in raw else GDP_CONFIG
     allowed = set(bounds) | ({"start"} if method == "placeto" else set())
     for key in raw:
         if key not in allowed:
@@ -173,13 +180,14 @@ def tensor_shapes(method: str, config: dict) -> dict[str, tuple[int, ...]]:
         shapes.update(linear("head.2", head, head))
         shapes.update(linear("head.4", 1, head))
         return shapes
-    d = config["devices"]
-    shapes.update(linear("embed", h, 2 * d + 2))
+    d = config.get("devices")  # the first version's one output unit per device, and per-device features
+    features = 2 * d + 2 if d is not None else len(GDP_NODE_FEATURES)
+    shapes.update(linear("embed", h, features))
     for i in range(config["layers"]):
         shapes.update(linear(f"neigh.{i}", h, h))
     for i in range(config["layers"]):
         shapes.update(linear(f"combine.{i}", h, 2 * h))
-    shapes.update(linear("condition", h, 2 * d + 2))
+    shapes.update(linear("condition", h, features))
     for j in range(config["attention_layers"]):
         at = f"attention.layers.{j}"
         shapes[f"{at}.self_attn.in_proj_weight"] = (3 * h, h)
@@ -190,7 +198,11 @@ def tensor_shapes(method: str, config: dict) -> dict[str, tuple[int, ...]]:
         for norm in ("norm1", "norm2"):
             shapes[f"{at}.{norm}.weight"] = (h,)
             shapes[f"{at}.{norm}.bias"] = (h,)
-    shapes.update(linear("out", d, h))
+    if d is not None:
+        shapes.update(linear("out", d, h))
+    else:
+        shapes.update(linear("head.0", config["head"], h + len(GDP_DEVICE_FEATURES)))
+        shapes.update(linear("head.2", 1, config["head"]))
     return shapes
 
 

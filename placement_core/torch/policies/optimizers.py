@@ -8,6 +8,13 @@ update; the last batch the budget allows adds the greedy placement of the
 fine-tuned policy. Placeto fine-tunes with the terminal reward: intermediate
 rewards cost one evaluation per step, so 2,000 evaluations would buy fewer than
 two updates of 8 episodes on a 160-node graph.
+
+Memory is a constraint (:mod:`...optimize.feasible`): no placement they propose or return overflows when the
+policy's start placement fits. Placeto's greedy pass masks a move after which the placement would overflow (the
+next most likely device is taken); a sampled episode's final placement, and GDP's one-shot placements, fall back
+toward the start move by move (Placeto's start is the policy's own; GDP, which has none, falls back toward
+memory-aware HEFT's placement). The calls of a shared module with weights go where its first call goes
+(``Problem.tie``), as a real run needs.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import torch
 from ...base.errors import InputError
 from ...policies.features import GraphInfo
 from ...optimize.base import Optimizer, Param, register
+from ...optimize.feasible import MemoryGuard, fits, overflowing
 from .policy_io import LoadedPolicy, load_policy
 from .updates import apply_gradient, one_thread
 
@@ -66,25 +74,42 @@ class LearnedOptimizer(Optimizer):
         torch.manual_seed(self.seed)
         self.opt = torch.optim.Adam(self.net.parameters(), lr=self.params["lr"])
         self.info = GraphInfo(problem, start=self.net.config.get("start", "fastest"))
-        self.pending = None
+        self.sampled = None  # the batch asked for and not yet told (not Optimizer.pending, the driver's count)
         self.greedy_done = False
         # rewards while fine-tuning are relative to the zero-shot placement's objective (the first one told), so
         # no evaluation outside the budget is needed for a scale
         self.reference: float | None = None
+        self._guard: MemoryGuard | None = None
+
+    # -- memory and shared modules: what is proposed fits when the start does ---------------------------------
+    def fallback_start(self) -> np.ndarray:
+        """The placement an overflowing one falls back toward (the policy's start)."""
+        return self.info.start
+
+    @property
+    def guard(self) -> MemoryGuard:
+        if self._guard is None:
+            self._guard = MemoryGuard(self.problem, self.problem.tie(self.fallback_start()))
+        return self._guard
+
+    def finish(self, placements: np.ndarray, order=None) -> np.ndarray:
+        """Placements with the tied calls joined, each one that overflows fallen back move by move."""
+        tied = self.problem.tie(np.atleast_2d(placements))
+        return tied if not overflowing(self.problem, tied).any() else self.guard(tied, order)
 
     def ask(self, limit: int) -> np.ndarray:
         with one_thread():
             if not self.greedy_done:
                 self.greedy_done = True
-                self.pending = None
+                self.sampled = None
                 return self.greedy()[None, :]
             rollouts = self.params["rollouts"]
             last = limit <= rollouts + 2  # no room for another update after this one: add the greedy placement
             k = min(rollouts, limit - 1) if last else rollouts
             if k < 2:
-                self.pending = None
+                self.sampled = None
                 return self.greedy()[None, :][:limit]
-            self.pending = self.sample(k)
+            self.sampled = self.sample(k)
             if not last:
                 return self.pending_placements()
             return np.concatenate([self.pending_placements(), self.greedy()[None, :]])
@@ -94,7 +119,7 @@ class LearnedOptimizer(Optimizer):
             self.current = float(np.min(objectives))
             if self.reference is None:
                 self.reference = max(float(objectives[0]), 1e-12)
-        pending, self.pending = self.pending, None
+        pending, self.sampled = self.sampled, None
         k = 0 if pending is None else len(self.pending_placements(pending))
         if pending is None or len(objectives) < k:
             return
@@ -143,14 +168,20 @@ class PlacetoOptimizer(LearnedOptimizer):
         self.graph = GraphTensors(self.info)
 
     def greedy(self) -> np.ndarray:
-        return fast_greedy(self.net, self.info)
+        check = (lambda x: fits(self.problem, x)) if self.guard.active else None
+        return self.finish(fast_greedy(self.net, self.info, fits=check))[0]
 
     def sample(self, k: int):
         from .placeto import rollout
-        return rollout(self.net, self.graph, k, self.rng)
+        ep = rollout(self.net, self.graph, k, self.rng)
+        final = self.finish(ep.final, ep.order)
+        if not np.array_equal(final, ep.final):  # the moves that fell back (or were tied) are the actions taken
+            ep.placements[-1] = final
+            ep.actions = final[:, ep.order].T.astype(ep.actions.dtype)
+        return ep
 
     def pending_placements(self, pending=None) -> np.ndarray:
-        return (pending or self.pending).final
+        return (pending or self.sampled).final
 
     def update(self, episode, objectives: np.ndarray) -> None:
         from .placeto import subsampled_loss
@@ -172,19 +203,22 @@ class GdpOptimizer(LearnedOptimizer):
         super().__init__(problem, **kw)
         self.graph = GdpGraph(self.info)
 
+    def fallback_start(self) -> np.ndarray:
+        return memory_aware_heft(self.problem)
+
     def greedy(self) -> np.ndarray:
         with torch.no_grad():
-            return self.net(self.graph.x, self.graph.edges).argmax(dim=1).numpy().astype(np.int32)
+            return self.finish(self.net.logits(self.graph).argmax(dim=1).numpy().astype(np.int32))[0]
 
     def sample(self, k: int):
         from .gdp import log_likelihood, sample
         with torch.no_grad():
-            logits = self.net(self.graph.x, self.graph.edges)
-            placements = sample(logits, k, self.rng)
+            logits = self.net.logits(self.graph)
+            placements = self.finish(sample(logits, k, self.rng))
             return placements, log_likelihood(logits, placements)
 
     def pending_placements(self, pending=None) -> np.ndarray:
-        return (pending or self.pending)[0]
+        return (pending or self.sampled)[0]
 
     def update(self, pending, objectives: np.ndarray) -> None:
         from .gdp import EPOCHS, log_likelihood, ppo_clip_loss
@@ -192,7 +226,7 @@ class GdpOptimizer(LearnedOptimizer):
         rewards = -objectives / self.reference
         adv = torch.from_numpy(((rewards - rewards.mean()) / (rewards.std() + 1e-8)).astype(np.float32))
         for _ in range(EPOCHS):
-            logits = self.net(self.graph.x, self.graph.edges)
+            logits = self.net.logits(self.graph)
             lp = torch.log_softmax(logits, dim=1)
             entropy = -(lp.exp() * lp).sum(dim=1).mean()
             apply_gradient(self.net, self.opt, ppo_clip_loss(log_likelihood(logits, placements), old, adv, entropy,
@@ -220,22 +254,38 @@ def _tensors(obj):
     return obj
 
 
-def fast_greedy(net, info: GraphInfo, order=None) -> np.ndarray:
-    """A Placeto network's greedy pass, run in numpy (``learned.fast_placeto``: the same numbers, faster)."""
+def fast_greedy(net, info: GraphInfo, order=None, fits=None) -> np.ndarray:
+    """A Placeto network's greedy pass, run in numpy (``learned.fast_placeto``: the same numbers, faster);
+    ``fits(placement)`` masks the moves after which it would not."""
     from ...policies.fast_placeto import FastPlaceto
     weights = {k: v.detach().numpy() for k, v in net.state_dict().items()}
-    return FastPlaceto(weights, net.config).greedy(info, order)
+    return FastPlaceto(weights, net.config).greedy(info, order, fits)
+
+
+def memory_aware_heft(problem) -> np.ndarray:
+    from ...optimize.heft import heft_schedule
+    return np.asarray(heft_schedule(problem, comm=True, memory=True).placement, dtype=np.int32)
 
 
 def place(policy: LoadedPolicy, problem, order=None) -> np.ndarray:
     """The policy's zero-shot placement of ``problem`` (greedy, no training); Placeto visits the nodes in
-    ``order`` (default: topological)."""
+    ``order`` (default: topological). Like the optimizers', it never overflows memory when the policy's start
+    (GDP: memory-aware HEFT's placement) fits, and keeps a shared module's calls on one device."""
+    from ...optimize.feasible import guarded
     from .gdp import GdpGraph
     policy.check_devices(problem.n_devices)
     info = GraphInfo(problem, start=policy.net.config.get("start", "fastest"))
     if policy.method == "placeto":
-        return fast_greedy(policy.net, info, order)
-    with one_thread():
-        g = GdpGraph(info)
-        with torch.no_grad():
-            return policy.net(g.x, g.edges).argmax(dim=1).numpy().astype(np.int32)
+        check = (lambda x: fits(problem, x)) if fits(problem, problem.tie(info.start)) else None
+        x = fast_greedy(policy.net, info, order, check)
+        start = info.start
+    else:
+        with one_thread():
+            g = GdpGraph(info)
+            with torch.no_grad():
+                x = policy.net.logits(g).argmax(dim=1).numpy().astype(np.int32)
+        start = None
+    tied = problem.tie(x[None, :])
+    if not overflowing(problem, tied)[0]:
+        return tied[0]
+    return guarded(problem, tied, memory_aware_heft(problem) if start is None else start, order)[0]

@@ -21,13 +21,14 @@ class LoadedPolicy:
     source: str | None = None
 
     def check_devices(self, n_devices: int) -> None:
-        """A GDP policy has one output per device; Placeto's scores any number."""
+        """Placeto and GDP score devices, so they place on any number; a GDP policy of the first version (its
+        config names ``devices``) has one output per device."""
         want = self.config.get("devices")
-        if self.method == "gdp" and want != n_devices:
+        if self.method == "gdp" and want is not None and want != n_devices:
             raise InputError(f"this GDP policy places on {want} devices, the device graph has {n_devices}",
                              source=self.source, field="devices",
-                             fix="Use a device graph with that many devices, a Placeto policy, or train one for "
-                                 "these devices with `placement train-policy`")
+                             fix="Use a device graph with that many devices, or train a GDP policy again with "
+                                 "`placement train-policy --method gdp` (today's scores devices, any number)")
 
 
 def build_net(method: str, config: dict) -> torch.nn.Module:
