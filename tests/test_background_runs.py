@@ -150,9 +150,9 @@ def test_stop_while_making_the_initial_mappings_ends_the_run_before_its_search()
     g, d = load_network("alexnet"), load_devices("malvik-4gpu")
     spec = RunSpec(algorithm="ga", title="GA", params={}, evaluations=10_000, seconds=None, seed=0, workers=1,
                    graph=g, graph_key="", network_label="AlexNet", devices=d, devices_key="",
-                   devices_label="malvik-4gpu", sim=SimChoices(), init="bayes:100000")
+                   devices_label="malvik-4gpu", sim=SimChoices(), init="bayes:1000")
     run = Run(spec, Problem(g, d))
-    run.stop()  # pressed before the first of the 100,000 trials
+    run.stop()  # pressed before the first of the 1,000 trials (the most --init allows)
     background_runs._work(run)
     assert (run.status, run.result, run.seeded, run.stage) == ("stopped", None, None, None)
     assert run.error == "stopped while making the initial mappings: nothing was run"
