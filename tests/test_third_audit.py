@@ -420,3 +420,116 @@ def test_a_short_budget_says_nothing(capsys, tmp_path):
     code, out, err = cli(capsys, "optimize", "--network", "alexnet", "--devices", "malvik", "--algorithm", "ga",
                          "--budget", 200, "--no-store")
     assert code == 0 and err == ""
+
+
+# -- 6. Dask: a bad address, something else on the port, a scheduler lost mid-run ------------------------------
+
+@pytest.mark.parametrize("address", ["not a url", "tcp://", "tcp://127.0.0.1", "tcp://127.0.0.1:99999", ":8786",
+                                     "tcp://[::1", "\x1b[31m:1"])
+def test_a_bad_dask_address_is_one_line(capsys, tmp_path, address):
+    pytest.importorskip("distributed")
+    err = refused(*cli(capsys, "optimize", "--network", "alexnet", "--devices", "malvik", "--algorithm", "ga",
+                       "--budget", 100, "--dask", address, "--home", tmp_path / "h"), "dask")
+    assert "\x1b" not in err
+    _no_runs(tmp_path / "h")
+
+
+@pytest.mark.timeout(60)
+def test_a_server_that_is_not_dask_is_one_line(capsys, tmp_path):
+    """It answered with bytes Dask read as a frame length: MemoryError, Unable to allocate 3.07 EiB."""
+    pytest.importorskip("distributed")
+    import socket
+    import threading
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def answer():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello" * 20)
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        err = refused(*cli(capsys, "optimize", "--network", "alexnet", "--devices", "malvik", "--algorithm", "ga",
+                           "--budget", 100, "--dask", f"tcp://127.0.0.1:{server.getsockname()[1]}",
+                           "--home", tmp_path / "h"), "dask")
+    finally:
+        server.close()
+    assert "MemoryError" not in err or "not a Dask scheduler" in err
+    _no_runs(tmp_path / "h")
+
+
+@pytest.fixture
+def dask_scheduler(tmp_path):
+    """A real scheduler and two workers (one would leave every batch here), each its own process."""
+    pytest.importorskip("distributed")
+    import subprocess
+    import sys
+    import time
+    file = tmp_path / "scheduler.json"
+    bin_dir = __import__("pathlib").Path(sys.executable).parent
+    scheduler = subprocess.Popen([str(bin_dir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
+                                  "--no-dashboard", "--scheduler-file", str(file)],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = None
+    try:
+        for _ in range(300):
+            if file.exists() and file.stat().st_size:
+                break
+            time.sleep(0.05)
+        address = json.loads(file.read_text())["address"]
+        worker = subprocess.Popen([str(bin_dir / "dask"), "worker", address, "--nworkers", "2", "--nthreads", "1",
+                                   "--no-dashboard"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        from distributed import Client
+        with Client(address, timeout="20s") as client:
+            client.wait_for_workers(2, timeout=60)  # counted when the run connects: fewer, and it stays here
+        yield address, scheduler
+    finally:
+        for p in (scheduler, worker):
+            if p is not None:
+                p.kill()
+                p.wait()
+
+
+@pytest.mark.dask
+@pytest.mark.timeout(120)
+def test_a_lost_scheduler_interrupts_the_run_and_it_resumes(capsys, tmp_path, dask_scheduler):
+    import threading
+    import time
+
+    from placement_core.store import RunStore
+    address, scheduler = dask_scheduler
+    home = tmp_path / "h"
+
+    def kill_after_a_checkpoint():
+        for _ in range(600):
+            if (home / "runs.sqlite").exists():
+                with RunStore(home=home) as store:
+                    if store.runs() and store.load_checkpoint(1) is not None:
+                        break
+            time.sleep(0.05)
+        scheduler.kill()
+    killer = threading.Thread(target=kill_after_a_checkpoint, daemon=True)
+    killer.start()
+    # batches of 20,000 placements: worth shipping to the workers, so work is out when the scheduler dies
+    err = refused(*cli(capsys, "optimize", "--network", "alexnet", "--devices", "malvik", "--algorithm", "ga",
+                       "--param", "population=20000", "--budget", 10**7, "--dask", address, "--home", home, "--quiet"),
+                  "lost the Dask scheduler", "run 1 is interrupted", "placement optimize --resume 1")
+    killer.join()
+    with RunStore(home=home) as store:
+        lost = store.get(1)
+        assert lost.status == lost.display_status == "interrupted" and lost.evaluations > 0
+    timer = _interrupt_after(1.0)
+    try:
+        code, out, err = cli(capsys, "optimize", "--resume", 1, "--home", home, "--quiet")
+    finally:
+        timer.cancel()
+    assert code == 0, err
+    with RunStore(home=home) as store:
+        again = store.get(1)
+    assert again.status == "stopped" and again.evaluations > lost.evaluations

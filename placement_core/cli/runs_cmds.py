@@ -26,7 +26,7 @@ def register(sub) -> None:
     rsub.required = True
     p = rsub.add_parser("list", help="all runs, newest first")
     add_home(p)
-    p.add_argument("--status", choices=["running", "done", "stopped", "failed"])
+    p.add_argument("--status", choices=["running", "done", "stopped", "failed", "interrupted"])
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_list)
     p = rsub.add_parser("show", help="one run: problem, parameters, result, history")

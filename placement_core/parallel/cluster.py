@@ -18,7 +18,7 @@ import uuid
 
 import numpy as np
 
-from ..base.errors import InputError
+from ..base.errors import InputError, shown
 from . import wire
 from .heap import restore_malloc_thresholds
 
@@ -60,8 +60,37 @@ def vary_on_worker(plugin_name: str, recipe) -> tuple:
     return wire.compact(kids, problem.n_genes), out, rates
 
 
+START_IT = "Start one with `dask scheduler` and workers with `dask worker ADDRESS`"
+
+
+class ClusterLost(InputError):
+    """The scheduler went away while work was out (killed, its host gone): what was out is lost, a stored
+    run can be resumed from its last checkpoint."""
+
+
+def check_address(address: str) -> str:
+    """A scheduler address Dask can parse (``tcp://HOST:PORT``, ``HOST:PORT``, ``tls://...``), or an InputError."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+    try:
+        protocol, location = parse_address(address)
+        if protocol in ("tcp", "tls"):
+            host, port = parse_host_port(location)
+            if not host or not 0 < int(port) < 65536:
+                raise ValueError("a host and a port from 1 to 65535")
+            if not all(c.isascii() and (c.isalnum() or c in ".-_:[]%") for c in host):
+                raise ValueError("the host is not a host name or an IP address")
+    except (ValueError, TypeError) as e:
+        raise InputError(f"{shown(address, 200)!r} is not a Dask scheduler address ({e})", field="dask",
+                         fix="Give tcp://HOST:PORT, e.g. tcp://127.0.0.1:8786 (`dask scheduler` prints it)") from None
+    return address
+
+
 def connect(address):
-    """(client, owned): a ``distributed.Client`` for an address, or the caller's own client as it is."""
+    """(client, owned): a ``distributed.Client`` for an address, or the caller's own client as it is.
+
+    Whatever stands at the address, the answer is a client or an InputError: a server that is not a Dask
+    scheduler (a web server, say) sends bytes Dask reads as a frame length (3 EiB); that is reported as
+    what it is, not as a MemoryError."""
     try:
         from distributed import Client
     except ImportError:
@@ -72,11 +101,34 @@ def connect(address):
     if not isinstance(address, str) or not address.strip():
         raise InputError(f"expected a Dask scheduler address (tcp://HOST:8786) or a Client, got {address!r}",
                          field="dask")
+    check_address(address)
+    quiet_dask_logs()
     try:
         return Client(address, timeout="10s"), True
     except (OSError, TimeoutError) as e:
-        raise InputError(f"cannot reach the Dask scheduler at {address!r}: {e}", field="dask",
-                         fix="Start one with `dask scheduler` and workers with `dask worker ADDRESS`") from None
+        raise InputError(f"cannot reach the Dask scheduler at {shown(address, 200)!r}: {shown(e, 300)}", field="dask",
+                         fix=START_IT) from None
+    except Exception as e:  # noqa: BLE001 - garbage from a server that does not speak Dask's protocol
+        raise InputError(f"something answers at {shown(address, 200)!r}, but not a Dask scheduler ("
+                         f"{type(e).__name__}: {shown(e, 200)})", field="dask",
+                         fix="Check the address and port; " + START_IT) from None
+
+
+def quiet_dask_logs() -> None:
+    """Dask logs a lost scheduler as tracebacks on stderr; this process reports it in one line instead."""
+    import logging
+    for name in ("distributed.client", "distributed.comm", "distributed.core", "distributed.batched"):
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
+def _lost_types() -> tuple:
+    from distributed.comm.core import CommClosedError
+    try:
+        from distributed.client import FutureCancelledError
+    except ImportError:  # pragma: no cover - older distributed: a plain CancelledError
+        from concurrent.futures import CancelledError as FutureCancelledError
+    from concurrent.futures import CancelledError
+    return CommClosedError, FutureCancelledError, CancelledError
 
 
 class ClusterSession:
@@ -84,14 +136,19 @@ class ClusterSession:
 
     def __init__(self, problem, address):
         self.client, self._owned = connect(address)
+        self.address = address if isinstance(address, str) else getattr(self.client.scheduler, "address", "?")
         self.n_devices = problem.n_genes  # gene values: devices, then splits (one byte each while <= 256)
         self.plugin_name = f"placement-problem-{uuid.uuid4().hex}"
         try:
             self.client.register_plugin(ProblemPlugin(self.plugin_name, problem), name=self.plugin_name)
+            self.workers = max(1, len(self.client.scheduler_info().get("workers", {})))
+        except (*_lost_types(), OSError):
+            self.close()
+            raise ClusterLost(f"lost the Dask scheduler at {shown(self.address, 200)!r} while installing the "
+                              "problem on its workers", field="dask", fix=START_IT) from None
         except Exception:
             self.close()
             raise
-        self.workers = max(1, len(self.client.scheduler_info().get("workers", {})))
 
     def submit(self, placements: np.ndarray):
         packed = wire.compact(placements, self.n_devices)
@@ -103,16 +160,31 @@ class ClusterSession:
                         b=None if recipe.b is None else wire.compact(recipe.b, self.n_devices))
         return self.client.submit(vary_on_worker, self.plugin_name, small, pure=False)
 
+    def _wait(self, future):
+        """The future's result; a lost scheduler (futures cancelled, or a client that gave up reconnecting
+        while a future was out) is a :class:`ClusterLost`, never a hang or a traceback."""
+        lost = _lost_types()
+        while True:
+            try:
+                return future.result(timeout=1.0)
+            except TimeoutError:
+                if self.client.status in ("closing", "closed", "failed"):
+                    break
+            except lost:
+                break
+        raise ClusterLost(f"lost the Dask scheduler at {shown(self.address, 200)!r} while evaluations were out",
+                          field="dask", fix=START_IT)
+
     def result(self, future) -> np.ndarray:
-        return np.asarray(future.result(), dtype=np.float64)
+        return np.asarray(self._wait(future), dtype=np.float64)
 
     def made(self, future) -> tuple:
-        kids, out, rates = future.result()
+        kids, out, rates = self._wait(future)
         return wire.expand(kids), np.asarray(out, dtype=np.float64), rates
 
     def ping(self) -> None:
-        self.client.submit(evaluate_on_worker, self.plugin_name, np.zeros((0, 1), dtype=np.uint8),
-                           pure=False).result()
+        self._wait(self.client.submit(evaluate_on_worker, self.plugin_name, np.zeros((0, 1), dtype=np.uint8),
+                                      pure=False))
 
     def close(self) -> None:
         try:

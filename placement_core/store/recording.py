@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..optimize import make_optimizer
 from ..optimize.driver import check_budget, drive
 from ..parallel import make_evaluator
+from ..parallel.cluster import ClusterLost
 from ..problem import Problem
 from . import STOP_IT_FIRST, RunStore, StoreError
 
@@ -94,6 +95,14 @@ def _drive(store, run_id, optimizer, evaluations, seconds, state, evaluator, own
                 evaluator.close()
     except StoreError as e:  # the store was replaced or the run taken over: nothing more can be recorded
         raise _lost(run_id, e) from None
+    except ClusterLost as e:  # the work out on the cluster is lost, the run is not: it resumes from its checkpoint
+        try:
+            store.interrupt(run_id, e.problem)
+        except StoreError:
+            pass
+        raise ClusterLost(f"{e.problem}; run {run_id} is interrupted", field=e.field,
+                          fix=f"`placement optimize --resume {run_id}` continues it from its last checkpoint (add "
+                              "--dask ADDRESS once a scheduler runs again, or leave it out to evaluate here)") from None
     except BaseException as e:
         from ..base.errors import InputError
         try:

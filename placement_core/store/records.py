@@ -19,7 +19,7 @@ from ..model.graph import Graph
 from ..formats.network import network_hash
 
 SCHEMA_VERSION = 1
-STATUSES = ("running", "done", "stopped", "failed")
+STATUSES = ("running", "done", "stopped", "failed", "interrupted")  # interrupted: its Dask scheduler was lost
 JSON_COLUMNS = ("problem", "params", "best_placement", "extras", "seeding")  # the runs columns that hold JSON text
 DOCTOR = ("Run `placement runs doctor` to check the store and copy every run that can still be read into a new "
           "store file (the damaged file is kept as it is)")

@@ -169,6 +169,14 @@ class RunStore(StoreFile):
             c.execute("UPDATE runs SET status='stopped', updated=? WHERE id=? AND status='running' AND pid IS ? "
                       "AND host IS ?", (time.time(), run_id, os.getpid(), socket.gethostname()))
 
+    @_guarded("write to")
+    def interrupt(self, run_id: int, message: str) -> None:
+        """Mark the run interrupted (its evaluations were lost with their cluster), if this process still
+        drives it; it resumes from its last checkpoint like a stopped run."""
+        with self._tx() as c:
+            c.execute("UPDATE runs SET status='interrupted', error=?, updated=? WHERE id=? AND status='running' "
+                      "AND pid IS ? AND host IS ?", (message, time.time(), run_id, os.getpid(), socket.gethostname()))
+
     @_guarded("delete from")
     def delete(self, run_id: int, force: bool = False) -> None:
         """Delete a run and everything stored with it (a damaged one too).
