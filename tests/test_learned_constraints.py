@@ -281,3 +281,21 @@ def test_every_learned_placer_returns_a_placement_the_benchmark_accepts(tmp_path
             names = {o.name: p.devices.names[int(d)] for o, d in zip(traced.graph.ops, r.best_placement)}
             shared_module_conflicts(traced.gm, node_devices(traced.gm, traced.node_op, names))
             p.simulate(r.best_placement)
+
+
+def test_every_shipped_policy_loads_and_places():
+    pytest.importorskip("torch")
+    from pathlib import Path
+    from placement_core.formats.catalog import load_devices, load_network
+    from placement_core.problem import ProblemSpec
+    from placement_core.torch.policies import load_policy, place
+    graph = load_network("alexnet")
+    shipped = sorted((Path(__file__).resolve().parent.parent / "assets" / "policies").glob("*.json"))
+    assert len(shipped) >= 5
+    for path in shipped:
+        policy = load_policy(path)
+        presets = ["malvik-4gpu"] if "devices" in policy.config else ["malvik", "malvik-4gpu", "nvlink-8gpu"]
+        for preset in presets:
+            p = ProblemSpec().build(graph, load_devices(preset))
+            x = place(policy, p)
+            assert x.shape == (p.n_ops,) and x.max() < p.n_devices and p.simulate(x).feasible, (path.name, preset)

@@ -139,3 +139,15 @@ def test_post_comparison_on_two_workers_gives_the_same_rows_in_job_order(tmp_pat
     def strip(rows):
         return [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]
     assert strip(read(tmp_path / "two" / "post.csv")) == strip(read(tmp_path / "one" / "post.csv"))
+
+
+@pytest.mark.slow
+def test_generalization_measures_only_the_schemes_asked_for(tmp_path):
+    argv = ["experiment", "generalization", "--families", "ptb", "--count", "2", "--budget", "60",
+            "--graph-seed", "1", "--schemes", "map-elites,single,heft", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    rows = read(tmp_path / "generalization.csv")
+    assert [(r["graph"], r["scheme"]) for r in rows] == [("ptb-s1-001", s) for s in ("map-elites", "single", "heft")]
+    # every ratio divides by MAP-Elites'
+    assert main(["experiment", "generalization", "--families", "ptb", "--schemes", "single", "--out",
+                 str(tmp_path)]) == 2

@@ -183,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int_in(0), default=0)
     ap.add_argument("--penalty", default="thesis", choices=["thesis", "placeto", "infeasible"])
     ap.add_argument("--limit", type=int_in(0, 10_000), default=0, help="test only the first N test graphs of each family")
+    ap.add_argument("--schemes", default=",".join(SCHEMES),
+                    help="the schemes to measure, comma-separated (default all: " + ",".join(SCHEMES) + ")")
     ap.add_argument("--workers", type=int_in(1, 1024), default=1, help="graphs in parallel (default 1)")
     ap.add_argument("--keep", action="store_true",
                     help="keep the rows already in OUT/generalization.csv and measure only the graphs and schemes "
@@ -194,6 +196,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:
         ap.error(f"unknown family: {', '.join(unknown)}")
+    schemes = tuple(dict.fromkeys(x for x in args.schemes.split(",") if x))
+    if not schemes or any(x not in SCHEMES for x in schemes):
+        ap.error("schemes: choose among " + ", ".join(SCHEMES))
+    if "map-elites" not in schemes and not args.keep:
+        ap.error("schemes: include map-elites, the reference every ratio divides by (or --keep its rows)")
     policies = dict(p.split("=", 1) for p in args.policy if "=" in p)
     jobs = []
     for fam in families:
@@ -201,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         tests = [fg.index for fg in family_graphs(fam, count=args.count, seed=args.graph_seed, split="test")]
         for index in tests[:args.limit or None]:
             jobs.append(Job(fam, index, args.graph_seed, args.devices, policy, args.method, args.budget,
-                            args.finetune, args.seed, args.penalty))
+                            args.finetune, args.seed, args.penalty, schemes))
     out = check_output_dir(args.out, "--out")
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -214,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         kept_jobs = []
         for j in jobs:
             schemes = have.get((j.family, graph_name(j.family, j.graph_seed, j.index)), {})
-            missing = tuple(s for s in SCHEMES if s not in schemes)
+            missing = tuple(s for s in j.schemes if s not in schemes)
             if missing:  # a scheme added since that graph was measured is measured alone
                 ref = float(schemes["map-elites"]["objective_s"]) if "map-elites" in schemes else None
                 kept_jobs.append(replace(j, schemes=missing, reference=ref))

@@ -102,7 +102,8 @@ class CrossEntropy(Optimizer):
 
     def snapshot(self) -> dict:
         return {"updates": self.updates, "epsilon": self.epsilon(),
-                "entropy": float(-(self.probs * np.log(np.clip(self.probs, 1e-12, 1))).sum(axis=1).mean())}
+                "entropy": float(-(self.probs * np.log(np.clip(self.probs, 1e-12, 1))).sum(axis=1).mean()),
+                **(self.guard.report() if self.guard is not None else {})}
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "probs": self.probs.tolist(), "used": self.used, "updates": self.updates}
