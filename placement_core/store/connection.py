@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 from ..base.jsonio import compact as _dumps
 from ..base.jsonio import content_hash
-from .records import DOCTOR, SCHEMA_VERSION, StoreError, home_dir, store_error
+from .records import DOCTOR, SCHEMA_VERSION, StoreError, home_dir, store_error, strict_text
 from .schema import _SCHEMA
 
 class StoreFile:
@@ -60,10 +60,14 @@ class StoreFile:
         except sqlite3.Error as e:
             self._conn.close()
             raise store_error(e, self.path, "open") from None
+        except UnicodeDecodeError:  # SQLite's message quoted garbage from a damaged schema page
+            self._conn.close()
+            raise store_error(sqlite3.DatabaseError("database disk image is malformed"), self.path, "open") from None
         except BaseException:
             self._conn.close()
             raise
         self._conn.row_factory = sqlite3.Row
+        self._conn.text_factory = strict_text  # garbage text on a damaged page: a damaged run, not a crash
 
     def _create(self) -> None:
         folder = self.path.parent

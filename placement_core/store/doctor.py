@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import tempfile
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -19,6 +20,9 @@ from urllib.parse import quote
 
 from ..base.errors import InputError
 from . import JSON_COLUMNS, RunStore, StoreError, run_ids
+from .records import DAMAGE, strict_text
+from .salvage_plan import (check_archive_row as _check_archive_row, check_checkpoint_row as _check_checkpoint_row,
+                           check_kept_row as _check_kept_row, json_of as _json)
 
 MAX_PROBLEMS = 20  # integrity_check lines kept in the report
 
@@ -61,7 +65,11 @@ class Report:
 
 def examine(path: str | Path, out: str | Path | None = None, salvage: bool = True) -> Report:
     """Check the store at ``path``; when it is damaged (and ``salvage``), copy what reads into ``out``
-    (default: ``runs-salvaged-YYYYmmdd-HHMMSS.sqlite`` next to it; never an existing file)."""
+    (default: ``runs-salvaged-YYYYmmdd-HHMMSS.sqlite`` next to it; never an existing file).
+
+    Damage inside rows (a cell of garbage) is read around through SQLite; damaged pages, a truncated file
+    or a broken header send the doctor to a repaired copy and to the pages themselves (:mod:`.salvage`),
+    so every run whose pages survive is saved."""
     path = Path(path)
     report = Report(path)
     if not path.exists():
@@ -70,39 +78,69 @@ def examine(path: str | Path, out: str | Path | None = None, salvage: bool = Tru
     if path.stat().st_size == 0:
         report.problems.append("the file is empty (0 bytes): it holds no runs; restore it from a backup or delete it")
         return report
+    target = (lambda: _target(path, out))
     try:
         src = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True)
-        src.row_factory = sqlite3.Row
-        report.problems += _integrity(src)
-    except sqlite3.DatabaseError as e:
-        report.problems.append(f"SQLite cannot read it at all ({e}): nothing can be salvaged")
-        return report
+    except DAMAGE as e:
+        report.problems.append(f"SQLite cannot open it ({e})")
+        return _from_pages(path, report, salvage, target)
     try:
+        src.row_factory = sqlite3.Row
+        src.text_factory = strict_text
+        report.problems += _integrity(src)
+        if report.problems:  # damaged pages: read them from a repaired copy, and page by page
+            src.close()
+            return _from_pages(path, report, salvage, target)
         plans = _check_runs(src, report)
         bench = _check_benchmarks(src, report)
         if salvage and not report.healthy and (plans or bench):
-            report.salvaged = _copy(src, plans, bench, _target(path, out))
+            report.salvaged = _copy(src, plans, bench, target())
     finally:
         src.close()
+    return report
+
+
+def _from_pages(path: Path, report: Report, salvage: bool, target) -> Report:
+    """What SQLite reads of the repaired copy, and then every run the pages hold that it could not read."""
+    from .pagefile import read_image, write_copy
+    from .salvage import scan
+    from .salvage_plan import merge_pages, tables
+    try:
+        image = read_image(path)
+    except OSError as e:
+        report.problems.append(f"the file cannot be read ({e.strerror}): nothing can be salvaged")
+        return report
+    report.problems += image.notes
+    seen = Report(path)  # what SQLite makes of the copy: the starting point
+    plans: dict[int, dict] = {}
+    bench: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="placement-doctor-") as tmp:
+        copy = write_copy(image, Path(tmp) / "copy.sqlite")
+        try:
+            conn = sqlite3.connect(copy)
+            conn.row_factory = sqlite3.Row
+            conn.text_factory = strict_text
+            try:
+                plans = _check_runs(conn, seen)
+                bench = _check_benchmarks(conn, seen)
+            finally:
+                conn.close()
+        except DAMAGE as e:
+            seen.problems.append(f"SQLite cannot read even a repaired copy ({e})")
+    merge_pages(scan(image, *tables()), plans, bench, seen, report)
+    if salvage and not report.healthy and (plans or bench):
+        report.salvaged = _copy(None, plans, bench, target())
+    if not plans and not bench:
+        report.problems.append("nothing readable was found in it: nothing can be salvaged")
     return report
 
 
 def _integrity(src: sqlite3.Connection) -> list[str]:
     try:
         rows = [r[0] for r in src.execute(f"PRAGMA integrity_check({MAX_PROBLEMS})")]
-    except sqlite3.DatabaseError as e:
+    except DAMAGE as e:
         return [f"integrity check: {e}"]
     return [] if rows == ["ok"] else [f"integrity check: {r}" for r in rows]
-
-
-def _json(text, what: str, want=None):
-    try:
-        value = json.loads(text)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"its {what} is not valid JSON ({e})") from None
-    if want is not None and not isinstance(value, want):
-        raise ValueError(f"its {what} is not a JSON {want.__name__}")
-    return value
 
 
 def _blob(src, h, what: str) -> tuple:
@@ -133,7 +171,7 @@ def _check_runs(src, report: Report) -> dict[int, dict]:
     for run_id in ids:
         try:
             row = src.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
-        except sqlite3.DatabaseError as e:
+        except DAMAGE as e:
             report.damaged[run_id] = f"its row cannot be read ({e})"
             continue
         if row is None:
@@ -148,7 +186,7 @@ def _check_runs(src, report: Report) -> dict[int, dict]:
             blobs = [_blob(src, row["network_hash"], "network"), _blob(src, row["devices_hash"], "device graph")]
             if "initial_hash" in row.keys() and row["initial_hash"] is not None:
                 blobs.append(_blob(src, row["initial_hash"], "initial placements"))
-        except (ValueError, sqlite3.DatabaseError) as e:
+        except (ValueError, *DAMAGE) as e:
             report.damaged[run_id] = str(e)
             continue
         plan, left = {"run": dict(row), "blobs": blobs}, []
@@ -162,7 +200,7 @@ def _check_runs(src, report: Report) -> dict[int, dict]:
                 for r in rows if check else ():
                     check(r)
                 plan[table] = rows
-            except (ValueError, zlib.error, sqlite3.DatabaseError) as e:
+            except (ValueError, zlib.error, *DAMAGE) as e:
                 plan[table] = []
                 left.append(f"its {table} cannot be read ({e}) and is left behind")
         if left:
@@ -172,27 +210,14 @@ def _check_runs(src, report: Report) -> dict[int, dict]:
     return plans
 
 
-def _check_archive_row(r: tuple) -> None:
-    for value, what in ((r[1], "archive niche"), (r[3], "archive descriptors"), (r[4], "archive placement")):
-        _json(value, what, list)
-
-
-def _check_kept_row(r: tuple) -> None:
-    _json(r[3], "kept placement", list)
-
-
-def _check_checkpoint_row(r: tuple) -> None:
-    _json(zlib.decompress(r[3]), "checkpoint", dict)
-
-
 def _check_benchmarks(src, report: Report) -> list[dict]:
     try:
         ids = [r[0] for r in src.execute("SELECT id FROM benchmarks")]
-    except sqlite3.DatabaseError:  # a damaged page: try every id the counter has handed out
+    except DAMAGE:  # a damaged page: try every id the counter has handed out
         try:
             row = src.execute("SELECT seq FROM sqlite_sequence WHERE name='benchmarks'").fetchone()
             ids = range(1, min(int(row[0]), 1_000_000) + 1) if row else []
-        except (sqlite3.DatabaseError, TypeError, ValueError):
+        except (*DAMAGE, TypeError, ValueError):
             ids = []
         report.problems.append("the benchmarks table has a damaged page")
     keep = []
@@ -203,7 +228,7 @@ def _check_benchmarks(src, report: Report) -> list[dict]:
                 continue
             for column in ("placement", "machine", "result"):
                 _json(row[column], column, dict)
-        except (ValueError, sqlite3.DatabaseError):
+        except (ValueError, *DAMAGE):
             report.benchmarks += 1
             report.benchmarks_damaged.append(i)
             continue

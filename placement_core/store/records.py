@@ -194,6 +194,20 @@ def _json_cell(row: sqlite3.Row, column: str, path: str) -> Any:
     return value
 
 
+# What damage raises while SQLite reads a file: its own errors, and (from Python's sqlite3, which decodes
+# SQLite's error messages strictly) a UnicodeDecodeError when a message quotes garbage from a damaged page.
+DAMAGE = (sqlite3.DatabaseError, UnicodeDecodeError)
+
+
+def strict_text(raw: bytes) -> str:
+    """SQLite text as Python reads it, for a connection's ``text_factory``: bytes that are not UTF-8 (a damaged
+    page) are a DatabaseError like any other damage, not a UnicodeDecodeError that nothing expects."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise sqlite3.DataError(f"a text value is not UTF-8 (byte {e.start})") from None
+
+
 def run_ids(conn: sqlite3.Connection) -> set[int]:
     """Every run id that can be found, even when pages of the runs table are damaged.
 
@@ -208,7 +222,7 @@ def run_ids(conn: sqlite3.Connection) -> set[int]:
                 "SELECT DISTINCT run_id FROM archive"):
         try:
             found = [i for (i,) in conn.execute(sql) if isinstance(i, int)]
-        except sqlite3.DatabaseError:
+        except DAMAGE:
             continue
         ids.update(found)
         listed = listed or sql.startswith("SELECT id FROM runs")
@@ -216,7 +230,7 @@ def run_ids(conn: sqlite3.Connection) -> set[int]:
         try:
             row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name='runs'").fetchone()
             ids.update(range(1, min(int(row[0]), 1_000_000) + 1) if row else ())
-        except (sqlite3.DatabaseError, TypeError, ValueError):
+        except (*DAMAGE, TypeError, ValueError):
             pass
     return ids
 
