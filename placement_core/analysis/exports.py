@@ -180,12 +180,10 @@ def benchmark_rows(benchmarks: list[dict]) -> list[dict]:
     ``simulated_s`` is empty for measurements from ``placement benchmark`` (it simulates nothing);
     ``run`` is the stored run the placement came from, if any.
     """
-    import time
-
     rows = []
     for b in benchmarks:
         result = b.get("result") or {}
-        rows.append({"benchmark": b["id"], "created": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(b["created"])),
+        rows.append({"benchmark": b["id"], "created": _when(b["created"]),
                      "network": b["network_name"], "batch_size": b.get("batch_size"), "run": b.get("run_id"),
                      "placement": b.get("label"), "runner": b["runner"], "devices": b["devices_spec"],
                      "status": result.get("status"), "simulated_s": b["simulated_s"],
@@ -206,3 +204,12 @@ def export_benchmarks(store, network: str | None = None) -> Export:
                          fix=fix)
     name = f"benchmarks-{re.sub(r'[^A-Za-z0-9_.-]+', '_', network)}.csv" if network else "benchmarks.csv"
     return Export(rows_to_csv(rows).encode(), name, _MIME["csv"])
+
+
+def _when(timestamp) -> str:
+    """A stored time as local date and second; '?' for one no calendar holds (a damaged cell)."""
+    import time
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
+    except (OverflowError, OSError, ValueError, TypeError):
+        return "?"

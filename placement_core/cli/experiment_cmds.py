@@ -303,6 +303,10 @@ def cmd_sharding(args) -> int:
     for n in networks:
         load_network(n)  # an unknown name fails here, before any search
     load_devices(args.devices)
+    from ..optimize import LEARNED_NAMES
+    if args.algorithm in LEARNED_NAMES:
+        raise InputError(f"{args.algorithm} applies a trained policy, and the experiment's searches take none",
+                         field="--algorithm", fix="Use a search such as ga or map-elites (see `placement algorithms`)")
     algorithm_class(args.algorithm)
     out = check_output_dir(args.out, "--out")
     if args.markdown is None:

@@ -292,25 +292,31 @@ STOPPING = "stopping after this batch and keeping the run (Ctrl-C again to inter
 LONG_S = 600  # a run expected to take longer is announced with its duration before it starts
 
 
-def say_how_long(problem, algorithm: str, evaluations: int, workers: int, no_store: bool) -> None:
-    """One line on stderr before a long search: how long ``evaluations`` take at the simulator's rate, measured
-    here on a few placements, and how to stop and resume it. Fixed placers (HEFT, min-cut, ...) finish early."""
+def say_how_long(problem, algorithm: str | list[str], evaluations: int, workers: int, no_store: bool,
+                 runs: int = 1) -> None:
+    """One line on stderr before a long search (or ``runs`` of them, a sweep): how long ``evaluations`` take at
+    the simulator's rate, measured here on a few placements, and how to stop and resume it. Fixed placers (HEFT,
+    min-cut, ...) finish early and are not counted."""
     from ..optimize import ALGORITHMS
     from ..parallel.pacing import probe_eval_seconds
 
-    cls = ALGORITHMS.get(algorithm)
-    if cls is None or cls.deterministic or evaluations < 1000:
+    names = [algorithm] if isinstance(algorithm, str) else list(algorithm)
+    searching = [a for a in names if a in ALGORITHMS and not ALGORITHMS[a].deterministic]
+    if not searching or evaluations < 1000:
         return
+    runs = max(1, round(runs * len(searching) / len(names)))
     per_eval = probe_eval_seconds(problem, budget_s=0.02, least=3, most=200)
-    total = evaluations * per_eval / max(1, workers)
+    total = runs * evaluations * per_eval / max(1, workers)
     if total < LONG_S:
         return
     rate = 1 / per_eval if per_eval > 0 else float("inf")
     where = f"{workers} workers" if workers > 1 else "one core"
-    then = ("Ctrl-C stops it" if no_store else
-            "Ctrl-C stops it and keeps the run; `placement optimize --resume ID` continues it")
-    print(f"note: {evaluations:,} evaluations at about {rate:,.0f} evaluations/s (measured here, {where}) take "
-          f"about {_duration(total)}; {then}. --budget or --seconds makes it shorter", file=sys.stderr)
+    what = f"{evaluations:,} evaluations" if runs == 1 else f"{runs:,} runs of {evaluations:,} evaluations"
+    then = (("Ctrl-C stops it" if runs == 1 else "Ctrl-C stops them") if no_store else
+            "Ctrl-C stops it and keeps the run; `placement optimize --resume ID` continues it" if runs == 1 else
+            "Ctrl-C stops them and keeps the runs; `placement optimize --resume ID` continues one")
+    print(f"note: {what} at about {rate:,.0f} evaluations/s (measured here, {where}) take about "
+          f"{_duration(total)}; {then}. --budget or --seconds makes it shorter", file=sys.stderr)
 
 
 def _duration(seconds: float) -> str:

@@ -81,8 +81,7 @@ def cmd_list(args) -> int:
         runs, damaged = store.runs_checked(status=args.status)
         rows = [{"id": r.id, "status": r.display_status, "algorithm": r.algorithm, "network": r.network_name,
                  "devices": r.devices_name, "evaluations": r.evaluations, "budget": r.budget_evaluations,
-                 "best_objective_s": r.best_objective, "created": time.strftime("%Y-%m-%d %H:%M",
-                                                                                time.localtime(r.created)),
+                 "best_objective_s": r.best_objective, "created": when(r.created),
                  "label": r.label, "seeded": r.seeding["init"] if r.seeding else None} for r in runs]
     for d in damaged:  # the rest is listed; each damaged run is named once, with the way out
         rows.append({"id": d.run_id, "status": "damaged", "algorithm": "?", "network": "?", "devices": "?",
@@ -173,3 +172,11 @@ def cmd_doctor(args) -> int:
     for line in report.lines():
         print(printable(line))
     return 0 if report.healthy else 3
+
+
+def when(timestamp) -> str:
+    """A stored time as local date and minute; '?' for one no calendar holds (a damaged cell: 1e300)."""
+    try:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp))
+    except (OverflowError, OSError, ValueError, TypeError):
+        return "?"

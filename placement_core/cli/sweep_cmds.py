@@ -38,19 +38,27 @@ def register(sub) -> None:
     p.set_defaults(handler=cmd_sweep)
 
 
+MAX_SEEDS = 100_000
+
+
 def seeds_list(text: str) -> list[int]:
+    """The seeds ``N``, ``A-B`` or ``a,b,c`` stand for; the count is checked before any list is made
+    (``--seeds 10**30`` asked Python for a list longer than memory)."""
     try:
         if "," in text:
             seeds = [int(s) for s in text.split(",") if s.strip()]
         elif "-" in text.strip("-"):
             a, b = (int(s) for s in text.split("-", 1))
-            seeds = list(range(a, b + 1))
+            seeds = list(range(a, b + 1)) if 0 <= a <= b and b - a < MAX_SEEDS else []
         else:
-            seeds = list(range(int(text)))
+            n = int(text)
+            seeds = list(range(n)) if 0 < n <= MAX_SEEDS else []
     except ValueError:
         seeds = []
-    if not seeds or min(seeds) < 0 or max(seeds) >= 2**63 or len(seeds) > 100_000 or len(set(seeds)) < len(seeds):
-        raise argparse.ArgumentTypeError(f"expected N, A-B or a list of distinct seeds >= 0, got {text!r}")
+    if (not seeds or min(seeds) < 0 or max(seeds) >= 2**63 or len(seeds) > MAX_SEEDS
+            or len(set(seeds)) < len(seeds)):
+        raise argparse.ArgumentTypeError(f"expected N, A-B or a list of distinct seeds from 0 to 2^63-1, at most "
+                                         f"{MAX_SEEDS:,} of them, got {text[:40]!r}")
     return seeds
 
 
@@ -66,6 +74,9 @@ def cmd_sweep(args) -> int:
     problem = build_problem(args)
     evaluations = args.budget if args.budget or args.seconds else 20000
     jobs = grid(problem, algorithms, args.seeds, evaluations=evaluations, seconds=args.seconds, params=values)
+    if args.seconds is None:
+        from .optimize_cmds import say_how_long
+        say_how_long(problem, [j.algorithm for j in jobs], evaluations, args.workers, args.no_store, runs=len(jobs))
     store = None if args.no_store else RunStore(home=args.home)
     run_ids: dict[int, int] = {}
     if store is not None:
