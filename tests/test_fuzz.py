@@ -510,3 +510,269 @@ def test_cli_param_values_never_break_the_store(tmp_path_factory, capsys, algori
     assert main(["runs", "show", str(run.id), "--home", str(home), "--json"]) == 0
     shown = json.loads(capsys.readouterr()[0])
     assert json.dumps(shown, allow_nan=False)
+
+
+# -- the formats and commands added since the second audit (issue 32): policies, surrogate models, timing tables
+# with fixed parts, sharded placements (ours and Exprimo's device lists), pipeline plans, damaged stores ---------
+
+FUZZ_N = int(os.environ.get("FUZZ_EXAMPLES", 300))
+fuzz_heavy = settings(max_examples=max(10, FUZZ_N // 5), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SHARD_DEVICES = {**DEVICES, "devices": DEVICES["devices"] + [
+    {"name": "gpu1", "kind": "gpu", "peak_flops": 1e13, "memory_bytes": 1e9, "mem_bandwidth": 9e11}],
+    "channels": [{"name": "pcie", "bandwidth": 16e9, "latency": 1e-5, "routes": [
+        [a, b] for a in ("cpu0", "gpu0", "gpu1") for b in ("cpu0", "gpu0", "gpu1") if a != b]}]}
+SHARDED = {"format": "placement/1", "assignment": {
+    "x": "cpu0", "fc1": {"devices": ["gpu0", "gpu1"], "split": "channel", "sizes": [4, 6]},
+    "act": {"devices": ["gpu0", "gpu1"], "split": "batch"}, "fc2": "gpu1"}}
+EXPRIMO_LISTS = {"data": 0, "conv1": [1, 2, 1], "pool1": 1, "mix/a": 2, "mix/b": [1, 2], "mix/cat": 1, "fc": [2, 1],
+                 "softmax": 0, "mix": 1}
+
+
+def _policy_doc(method: str, config: dict) -> dict:
+    """A small policy file of ``config`` (zeros for weights), built without torch."""
+    from placement_core.policies.policy_file import check_config, policy_to_dict, tensor_shapes
+    shapes = tensor_shapes(method, check_config(method, config))
+    return policy_to_dict(method, config, {k: np.zeros(s, dtype=np.float32) for k, s in shapes.items()},
+                          devices={"name": "d", "count": 3, "hash": "ab" * 32},
+                          training={"family": "nmt", "episodes": 10, "seed": 0, "final_ratio": 0.9})
+
+
+POLICY_DOCS = [_policy_doc("placeto", {"hidden": 2, "rounds": 2, "head": 3, "start": "heft"}),
+               _policy_doc("gdp", {"hidden": 2, "layers": 1, "heads": 1, "attention_layers": 1, "head": 2}),
+               _policy_doc("gdp", {"devices": 3, "hidden": 2, "layers": 1, "heads": 2, "attention_layers": 1})]
+
+
+@pytest.mark.fuzz
+@fuzz
+@given(st.sampled_from(range(len(POLICY_DOCS))).flatmap(lambda i: mutated(POLICY_DOCS[i])))
+def test_policy_loader(doc):
+    """A policy file is refused with its field named, or every tensor has the shape its config's network has;
+    with torch, what loads builds (nothing is built before the check: a negative size was a RuntimeError)."""
+    from placement_core.policies.policy_file import policy_from_dict, tensor_shapes
+    try:
+        data = policy_from_dict(doc, source="p.json")
+    except InputError as e:
+        assert e.message.startswith("p.json: ") and "\n" not in e.message, e.message
+        return
+    assert {k: v.shape for k, v in data["tensors"].items()} == tensor_shapes(data["method"], data["config"])
+    assert all(np.isfinite(v).all() for v in data["tensors"].values())
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return
+    from placement_core.torch.policies.policy_io import policy_from_data
+    policy_from_data(data, source="p.json")
+
+
+def _surrogate_case():
+    from placement_core.surrogate.model import SurrogateSpec, model_to_dict
+    problem = Problem(network_from_data(NETWORK), devices_from_data(DEVICES))
+    X = np.array([[a, b, c, d] for a in (0, 1) for b in (0, 1) for c in (0, 1) for d in (0, 1)], dtype=np.int32)[:8]
+    doc = model_to_dict(problem, SurrogateSpec(), X, problem.evaluate_many(X), target="simulated", run_id=1,
+                        validation={"kendall_tau": 0.5, "pearson_r": 0.9, "mape": 2.0, "n": 8, "folds": 5})
+    return problem, json.loads(json.dumps(doc))
+
+
+@pytest.mark.fuzz
+@fuzz_heavy
+@given(mutated(_surrogate_case()[1]))
+def test_surrogate_model_loader(doc):
+    """A model file is refused with its field named, or refits and predicts finite positive times (values
+    beyond int32 and bad seeds were exits 1)."""
+    pytest.importorskip("sklearn")
+    from placement_core.surrogate.model import model_from_dict
+    problem, _ = _surrogate_case()
+    try:
+        model, _ = model_from_dict(doc, "m.json", problem)
+    except InputError as e:
+        assert e.message.startswith("m.json: ") and "\n" not in e.message, e.message
+        return
+    y = model.predict(np.zeros((2, problem.n_ops), dtype=np.int32))
+    assert np.isfinite(y).all() and (y > 0).all()
+
+
+@pytest.mark.fuzz
+@fuzz
+@given(st.one_of(st.tuples(st.just("ours"), mutated(SHARDED)), st.tuples(st.just("exprimo"), mutated(EXPRIMO_LISTS))))
+def test_sharded_placement_loader(case):
+    """A split placement (ours, or Exprimo's device lists) is refused with the op named, or indexes a split
+    table the simulator runs with finite times (more than 64 devices for one layer was an exit 1)."""
+    from placement_core.model.placement import check_placement
+    kind, doc = case
+    if kind == "ours":
+        g, devs = network_from_data(NETWORK), devices_from_data(SHARD_DEVICES)
+    else:
+        g, devs = network_from_data(EXPRIMO_NET, batch_size=2), devices_from_data(EXPRIMO_DEVICES)
+    splits: list = []
+    try:
+        pl = placement_from_dict(doc, g, devs, source="s.json", splits=splits)
+    except InputError as e:
+        assert e.message.startswith("s.json") and "\n" not in e.message, e.message
+        return
+    check_placement(pl, g, devs, splits)
+    p = Problem(g, devs, splits=tuple(splits), profile="exprimo-2020" if kind == "exprimo" else "default")
+    assert math.isfinite(p.evaluate(pl))
+
+
+TIMINGS_FIXED = {"format": "placement-timings/1", "network": "tiny", "input_shape": [1, 4], "batch_size": 4, "ops": {
+    op: {dev: {"fwd": f, "bwd": 2 * f, "update": f / 4, "fwd_fixed": f / 3, "bwd_fixed": f / 2} for dev in ("cpu0", "cpu1")}
+    for op, f in (("x", 0.0), ("a", 1e-3), ("b", 3e-3))}}
+
+
+@pytest.mark.fuzz
+@fuzz
+@given(mutated(TIMINGS_FIXED), st.sampled_from([1, 2, 4]))
+def test_timing_tables_with_fixed_parts(timings, micro):
+    """A table with fwd_fixed/bwd_fixed: an InputError, or finite times whole and split into micro-batches."""
+    import tempfile
+    from pathlib import Path
+
+    from placement_core.cli.common import load_cli_timings
+    from placement_core.problem import ProblemSpec
+    net, devs, _, _ = _timings_case()
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "net.json").write_text(json.dumps(net))
+        (Path(tmp) / "t.json").write_text(json.dumps(timings, allow_nan=True))
+        g = network_from_data(net)
+        try:
+            table = load_cli_timings(str(Path(tmp) / "t.json"), str(Path(tmp) / "net.json"), g)
+        except InputError as e:
+            assert e.message and "\n" not in e.message
+            return
+    spec = ProblemSpec(timings=table, timings_batch=g.batch_size,
+                       **({"schedule": "gpipe", "micro_batches": micro} if micro > 1 else {}))
+    p = spec.build(g, devices_from_data(devs))
+    for x in (np.zeros(p.n_ops, dtype=np.int32), np.arange(p.n_ops, dtype=np.int32) % 2):
+        assert math.isfinite(p.evaluate(x))
+
+
+@pytest.mark.fuzz
+@fuzz
+@given(st.integers(-1, 12), st.one_of(st.none(), st.integers(-1, 6)), st.sampled_from(
+    ["thesis", "gpipe", "1f1b", "interleaved-1f1b", "zb-h1"]), st.integers(0, 20), st.booleans())
+def test_pipeline_plans(p, v, schedule, micro, forward_only):
+    """``--placement stages:PxV`` under every schedule: a field error, or a plan the simulator runs."""
+    from placement_core.analysis.pipeline import placement_option
+    from placement_core.problem import ProblemSpec
+    g, devs = network_from_data(NETWORK), devices_from_data(SHARD_DEVICES)
+    spec_text = f"stages:{p}" + ("" if v is None else f"x{v}")
+    try:
+        spec = ProblemSpec(schedule=schedule, micro_batches=micro if schedule != "thesis" else 1,
+                           virtual_stages=(v or 1) if schedule == "interleaved-1f1b" else 1,
+                           forward_only=forward_only)
+        x = placement_option(spec_text, g, devs)
+        problem = spec.build(g, devs)
+        ev = problem.simulate(x)
+    except InputError as e:
+        assert e.message and "\n" not in e.message
+        return
+    assert math.isfinite(ev.objective)
+
+
+@settings(max_examples=int(os.environ.get("FUZZ_CLI_EXAMPLES", 40)), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@pytest.mark.fuzz
+@given(st.sampled_from(["policy", "surrogate", "sharded", "exprimo lists", "timings", "stages"]), st.data())
+def test_cli_new_formats_never_show_a_traceback(tmp_path_factory, capsys, what, data):
+    """Through the command line: exit 0, or 2 with one error line and no run stored."""
+    tmp = tmp_path_factory.mktemp("new")
+    home = tmp / "home"
+
+    def write(name, doc):
+        path = tmp / name
+        path.write_text(json.dumps(doc, allow_nan=True))
+        return str(path)
+    net, devs = write("net.json", NETWORK), write("devs.json", SHARD_DEVICES)
+    if what == "policy":
+        pytest.importorskip("torch")
+        argv = ["optimize", "--algorithm", "placeto", "--policy", write("p.json", data.draw(mutated(POLICY_DOCS[0]))),
+                "--network", net, "--devices", devs, "--budget", "0", "--home", str(home), "--quiet"]
+    elif what == "surrogate":
+        pytest.importorskip("sklearn")
+        assert main(["optimize", "--network", net, "--devices", write("d2.json", DEVICES), "--algorithm", "random",
+                     "--budget", "10", "--home", str(home), "--quiet"]) == 0
+        capsys.readouterr()
+        argv = ["surrogate", "score", "--model", write("m.json", data.draw(mutated(_surrogate_case()[1]))), "--run",
+                "1", "--test", "5", "--home", str(home)]
+    elif what == "sharded":
+        argv = ["simulate", "--network", net, "--devices", devs, "--placement",
+                write("s.json", data.draw(mutated(SHARDED))), "--json"]
+    elif what == "exprimo lists":
+        argv = ["simulate", "--network", write("e.json", EXPRIMO_NET), "--devices", write("ed.json", EXPRIMO_DEVICES),
+                "--placement", write("s.json", data.draw(mutated(EXPRIMO_LISTS))), "--json"]
+    elif what == "timings":
+        t_net, t_devs, _, _ = _timings_case()
+        argv = ["simulate", "--network", write("tn.json", t_net), "--devices", write("td.json", t_devs), "--placement",
+                "single:cpu1", "--timings", write("t.json", data.draw(mutated(TIMINGS_FIXED))), "--json"]
+    else:
+        argv = ["simulate", "--network", net, "--devices", devs, "--placement",
+                f"stages:{data.draw(st.integers(-1, 5))}x{data.draw(st.integers(-1, 3))}",
+                "--schedule", data.draw(st.sampled_from(["gpipe", "1f1b", "interleaved-1f1b", "zb-h1"])),
+                "--micro-batches", str(data.draw(st.integers(1, 8)))]
+    before = 1 if what == "surrogate" else 0
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code in (0, 2), err
+    if code == 2:
+        assert out == "" and err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+        if (home / "runs.sqlite").exists():
+            with RunStore(home=home) as store:
+                assert len(store.runs()) == before  # a rejected input writes nothing
+    else:
+        assert "Traceback" not in err
+
+
+@pytest.fixture(scope="module")
+def small_store(tmp_path_factory):
+    from placement_core.store.recording import start_run
+    home = tmp_path_factory.mktemp("small-store")
+    problem = Problem(network_from_data(NETWORK), devices_from_data(DEVICES))
+    with RunStore(home=home) as store:
+        for i in range(5):
+            start_run(store, problem, "ga", evaluations=40, seed=i, label=f"run {i} " + "x" * 800)
+    return (home / "runs.sqlite").read_bytes()
+
+
+DAMAGE = st.lists(st.one_of(
+    st.tuples(st.just("truncate"), st.floats(0, 1)), st.tuples(st.just("wipe"), st.floats(0, 1)),
+    st.tuples(st.just("tear"), st.floats(0, 1)), st.tuples(st.just("header"), st.floats(0, 1)),
+    st.tuples(st.just("flip"), st.floats(0, 1))), min_size=1, max_size=3)
+
+
+@settings(max_examples=max(10, FUZZ_N // 10), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@pytest.mark.fuzz
+@given(DAMAGE, st.integers(0, 2**32 - 1))
+def test_the_doctor_on_damaged_stores(tmp_path_factory, capsys, small_store, damage, seed):
+    """Whatever the damage: the doctor exits 0 or 3 (or 2 for nothing to read), never raises, and every run it
+    saves is whole (its label, its problem); the store's other commands refuse in one line."""
+    import random
+    rng = random.Random(seed)
+    d = bytearray(small_store)
+    for kind, at in damage:
+        if kind == "truncate":
+            d = d[:int(len(d) * at)]
+        elif kind in ("wipe", "tear") and len(d) >= 4096:
+            page = int(at * (len(d) // 4096 - 1e-9))
+            start = page * 4096 + (rng.randrange(4096) if kind == "tear" else 0)
+            d[start:(page + 1) * 4096] = bytes(rng.randrange(256) for _ in range((page + 1) * 4096 - start))
+        elif kind == "header":
+            d[:100] = bytes(rng.randrange(256) for _ in range(100))
+        elif kind == "flip" and d:
+            for _ in range(1 + int(at * 20)):
+                d[rng.randrange(len(d))] = rng.randrange(256)
+    home = tmp_path_factory.mktemp("damaged")
+    (home / "runs.sqlite").write_bytes(bytes(d))
+    code = main(["runs", "doctor", "--home", str(home), "--out", str(home / "saved.sqlite")])
+    out, err = capsys.readouterr()
+    assert code in (0, 2, 3) and "Traceback" not in err, err
+    if (home / "saved.sqlite").exists():
+        with RunStore(path=home / "saved.sqlite") as saved:
+            runs, damaged = saved.runs_checked()
+            assert damaged == []
+            for r in runs:
+                saved.problem(r.id)
+    for argv in (["runs", "list"], ["runs", "show", "1"]):
+        code = main(argv + ["--home", str(home)])
+        out, err = capsys.readouterr()
+        assert code in (0, 2) and (code == 0 or (err.startswith("error: ") and err.count("\n") == 1)), err

@@ -533,3 +533,44 @@ def test_a_lost_scheduler_interrupts_the_run_and_it_resumes(capsys, tmp_path, da
     with RunStore(home=home) as store:
         again = store.get(1)
     assert again.status == "stopped" and again.evaluations > lost.evaluations
+
+
+# -- what the fuzz campaign (benchmarks/fuzz_campaign.py) found ------------------------------------------------
+
+@pytest.mark.parametrize("seeds", ["9" * 30, "0-99999999999999", "100001"])
+def test_sweep_seeds_are_counted_before_a_list_is_made(capsys, seeds):
+    """--seeds 10^30 was an OverflowError (and 10^8 a list longer than memory)."""
+    refused(*cli(capsys, "sweep", "--network", "alexnet", "--devices", "malvik", "--algorithm", "ga", "--seeds",
+                 seeds, "--budget", 10, "--no-store"), "--seeds", "100,000")
+
+
+def test_a_stored_time_no_calendar_holds_is_shown_as_unknown(capsys, tmp_path):
+    """A flipped byte made a run's created time 1e300: `runs list` exited 1 (timestamp out of range)."""
+    import sqlite3
+    assert cli(capsys, "optimize", "--network", "alexnet", "--devices", "malvik", "--algorithm", "random",
+               "--budget", 10, "--home", tmp_path, "--quiet")[0] == 0
+    with sqlite3.connect(tmp_path / "runs.sqlite") as c:
+        c.execute("UPDATE runs SET created=1e300")
+    code, out, err = cli(capsys, "runs", "list", "--home", tmp_path, "--json")
+    assert code == 0, err
+    assert json.loads(out)[0]["created"] == "?"
+
+
+def test_the_sharding_experiment_refuses_a_learned_placer_before_its_searches(capsys, tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.chdir(tmp_path)
+    err = refused(*cli(capsys, "experiment", "sharding", "--networks", "alexnet", "--budget", 10, "--algorithm",
+                       "placeto"), "--algorithm", "placeto")
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_long_sweep_says_how_long(capsys):
+    code, out, err = cli(capsys, "sweep", "--network", "alexnet", "--devices", "malvik", "--algorithm", "ga,heft",
+                         "--seeds", 2, "--budget", 10**9, "--no-store", "--seconds", 0.5)
+    assert code == 0 and err == ""  # a time budget: nothing to say
+    from placement_core.cli.optimize_cmds import say_how_long
+    from placement_core import Problem, load_devices, load_network
+    say_how_long(Problem(load_network("alexnet"), load_devices("malvik")), ["ga", "heft", "ga", "heft"], 10**9, 1,
+                 True, runs=4)
+    note = capsys.readouterr().err
+    assert note.startswith("note: 2 runs of 1,000,000,000 evaluations at about ") and note.count("\n") == 1
