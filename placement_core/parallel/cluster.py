@@ -122,13 +122,15 @@ def quiet_dask_logs() -> None:
 
 
 def _lost_types() -> tuple:
-    from distributed.comm.core import CommClosedError
-    try:
-        from distributed.client import FutureCancelledError
-    except ImportError:  # pragma: no cover - older distributed: a plain CancelledError
-        from concurrent.futures import CancelledError as FutureCancelledError
+    """What Dask raises once the scheduler is gone: futures cancelled, the comm closed, or (after the client
+    gave up reconnecting) the client closed."""
     from concurrent.futures import CancelledError
-    return CommClosedError, FutureCancelledError, CancelledError
+
+    import distributed.client as client
+    from distributed.comm.core import CommClosedError
+    extra = tuple(getattr(client, name) for name in ("FutureCancelledError", "ClosedClientError")
+                  if hasattr(client, name))
+    return (CommClosedError, CancelledError, *extra)
 
 
 class ClusterSession:
@@ -152,13 +154,23 @@ class ClusterSession:
 
     def submit(self, placements: np.ndarray):
         packed = wire.compact(placements, self.n_devices)
-        return self.client.submit(evaluate_on_worker, self.plugin_name, packed, pure=False)
+        return self._submit(evaluate_on_worker, self.plugin_name, packed)
 
     def submit_recipe(self, recipe):
         from dataclasses import replace
         small = replace(recipe, a=wire.compact(recipe.a, self.n_devices),
                         b=None if recipe.b is None else wire.compact(recipe.b, self.n_devices))
-        return self.client.submit(vary_on_worker, self.plugin_name, small, pure=False)
+        return self._submit(vary_on_worker, self.plugin_name, small)
+
+    def _submit(self, *task):
+        try:
+            return self.client.submit(*task, pure=False)
+        except _lost_types():
+            raise self._lost("while sending work") from None
+
+    def _lost(self, when: str) -> "ClusterLost":
+        return ClusterLost(f"lost the Dask scheduler at {shown(self.address, 200)!r} {when}", field="dask",
+                           fix=START_IT)
 
     def _wait(self, future):
         """The future's result; a lost scheduler (futures cancelled, or a client that gave up reconnecting
@@ -172,8 +184,7 @@ class ClusterSession:
                     break
             except lost:
                 break
-        raise ClusterLost(f"lost the Dask scheduler at {shown(self.address, 200)!r} while evaluations were out",
-                          field="dask", fix=START_IT)
+        raise self._lost("while evaluations were out")
 
     def result(self, future) -> np.ndarray:
         return np.asarray(self._wait(future), dtype=np.float64)
@@ -183,8 +194,7 @@ class ClusterSession:
         return wire.expand(kids), np.asarray(out, dtype=np.float64), rates
 
     def ping(self) -> None:
-        self._wait(self.client.submit(evaluate_on_worker, self.plugin_name, np.zeros((0, 1), dtype=np.uint8),
-                                      pure=False))
+        self._wait(self._submit(evaluate_on_worker, self.plugin_name, np.zeros((0, 1), dtype=np.uint8)))
 
     def close(self) -> None:
         try:
