@@ -188,3 +188,30 @@ def test_cuda_in_process_and_ranks(ops):
         r = benchmark(BRANCHY, SHAPE, [split], spec, runner=runner, batch_size=BATCH, settings=FAST)[0]
         assert r.status == "ok", r.message
         assert all(d["peak_memory_bytes"] > 0 for d in r.devices if d["name"] in split.values())
+
+
+@pytest.mark.workers
+def test_a_profiled_step_is_written_as_a_chrome_trace_per_placement_and_rank(ops, tmp_path):
+    """--profile: one more step after the timed ones under torch.profiler; its trace holds the ops each rank
+    ran (convolutions on the rank that holds them) and the tensors sent between ranks."""
+    import json
+    half = {op: ("cpu0" if i < len(ops) // 2 else "cpu1") for i, op in enumerate(ops)}
+    folder = tmp_path / "profiles"
+    results = benchmark(BRANCHY, SHAPE, [{op: "cpu0" for op in ops}, half], "cpu:2", runner="ranks",
+                        settings=BenchmarkSettings(steps=1, warmup=1, profile=str(folder)))
+    assert [r.status for r in results] == ["ok", "ok"]
+    assert results[1].profiles == [str(folder / "placement1-rank0.json"), str(folder / "placement1-rank1.json")]
+    assert len(results[1].steps_s) == 1  # the profiled step is not one of the timed steps
+    names = {e.get("name", "") for e in json.loads((folder / "placement1-rank0.json").read_text())["traceEvents"]}
+    assert any("conv" in n for n in names) and any("send" in n for n in names)
+    alone = {e.get("name", "") for e in json.loads((folder / "placement0-rank1.json").read_text())["traceEvents"]}
+    assert not any("conv" in n for n in alone)  # rank 1 holds no op of the single-device placement
+
+
+def test_a_profile_folder_that_cannot_be_made_is_refused_before_any_worker(ops, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(InputError, match="cannot make the profile folder") as e:
+        benchmark(BRANCHY, SHAPE, [{op: "cpu0" for op in ops}], "cpu:2", runner="ranks",
+                  settings=BenchmarkSettings(profile=str(blocker / "sub")))
+    assert e.value.field == "--profile"

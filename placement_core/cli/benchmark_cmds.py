@@ -40,7 +40,7 @@ def cmd_benchmark(args) -> int:
     assignment, traced = _assignment(args, shape, network, groups, devs)
     settings = BenchmarkSettings(steps=args.steps, warmup=args.warmup, rounds=args.rounds,
                                  memory_limit=args.memory_limit, timeout=args.timeout, seed=args.seed,
-                                 threads=args.threads)
+                                 threads=args.threads, profile=args.profile)
     result = benchmark(args.model, shape, [assignment], devs, runner=args.runner, batch_size=batch,
                        settings=settings, name=traced.graph.name)[0]
     report = {"model": args.model, "network": traced.graph.name, "batch_size": batch, "placement": args.placement,
@@ -67,6 +67,8 @@ def cmd_benchmark(args) -> int:
                   f"{result.messages_per_step:.0f} messages")
         if result.message:
             print(f"note: {result.message}")
+        for path in result.profiles:
+            print(f"profiled step (Chrome trace): {path}")
     rows = [[d["name"], d["torch"], "-" if d["peak_memory_bytes"] is None else str(int(d["peak_memory_bytes"])),
              "-" if d["peak_memory_bytes"] is None else fmt_bytes(d["peak_memory_bytes"])]
             for d in result.devices]
@@ -137,7 +139,7 @@ def cmd_benchmark_top(args) -> int:
         assignments = [expand_assignment(a, groups) for a in assignments]
     settings = BenchmarkSettings(steps=args.steps, warmup=args.warmup, rounds=args.rounds,
                                  memory_limit=args.memory_limit, timeout=args.timeout, seed=args.seed,
-                                 threads=args.threads)
+                                 threads=args.threads, profile=args.profile)
     results = benchmark(args.model, shape, assignments, devs, runner=args.runner, batch_size=batch,
                         settings=settings, name=graph.name)
     at_batch = graph.with_batch_size(batch)

@@ -22,6 +22,9 @@ def cmd_benchmark_pipeline(args) -> int:
         raise InputError("nothing to measure", field="--placement", fix="Give --placement, e.g. stages:4")
     if args.runner != "ranks":
         raise InputError("a pipelined run is one rank per device", field="--runner", fix="Leave --runner out")
+    if args.profile is not None:
+        raise InputError("--profile traces the send/recv runners; a pipelined run is not profiled",
+                         field="--profile", fix="Leave --schedule out to profile the placement's step")
     devs = parse_devices(args.devices)
     check_available(devs)
     shape, batch, network, groups = _shape_and_network(args)

@@ -62,6 +62,9 @@ def register(sub) -> None:
                    help="seconds before a run is stopped (default 600)")
     p.add_argument("--threads", type=positive_int, help="inprocess runner: torch threads (default: torch's)")
     p.add_argument("--seed", type=seed_int, default=0, help="seed of the model's weights and the data (default 0)")
+    p.add_argument("--profile", metavar="DIR",
+                   help="after the timed steps, profile one more step with torch.profiler and write its Chrome "
+                        "trace per placement and rank (DIR/placement0-rank0.json; open it in ui.perfetto.dev)")
     p.add_argument("--no-store", action="store_true", help="do not record the measurement in the run store")
     p.add_argument("--home", metavar="DIR", help="data directory with runs.sqlite (default $PLACEMENT_HOME or "
                                                  "~/.placement)")

@@ -53,6 +53,9 @@ class BenchmarkSettings:
     # each round visits the placements in its own seeded random order (a shared machine's slow spells then
     # fall on different placements in different rounds) instead of the given order
     shuffle: bool = False
+    # a folder: after its timed steps each placement runs one more step under torch.profiler, written as a
+    # Chrome trace per placement and rank (placement<k>-rank<r>.json; ui.perfetto.dev opens it)
+    profile: str | None = None
 
     def check(self) -> "BenchmarkSettings":
         for name in ("steps", "rounds"):
@@ -87,6 +90,7 @@ class BenchmarkResult:
     shared_cores: bool = False
     busy_s: dict[str, list[float]] = field(default_factory=dict)  # pipelined runs: per device, per timed step
     pipeline: dict | None = None  # pipelined runs: the schedule, its stages and the measured bubble
+    profiles: list[str] = field(default_factory=list)  # --profile: the Chrome traces of a profiled step, per rank
 
     @property
     def ok(self) -> bool:
@@ -158,8 +162,21 @@ def benchmark(source: str, input_shape, placements: list[Mapping[str, object]], 
                 "devices": [asdict(d) for d in devs], "placements": indexed, "steps": settings.steps,
                 "warmup": settings.warmup, "memory_limit": settings.memory_limit,
                 "track_memory": settings.track_memory,
-                "comm_timeout": settings.timeout}
+                "comm_timeout": settings.timeout, "profile": _profile_dir(settings.profile)}
         return _run_items(spec, devs, runner, settings, len(indexed), progress)
+
+
+def _profile_dir(folder: str | None) -> str | None:
+    """The profile folder, made before any worker starts (a bad path is refused, not found after the run)."""
+    if folder is None:
+        return None
+    path = Path(folder).expanduser().resolve()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"cannot make the profile folder {folder}: {e.strerror or e}", field="--profile",
+                         fix="Give a folder you can write to") from None
+    return str(path)
 
 
 def _indexed(devs: list[LocalDevice], d):
@@ -309,7 +326,8 @@ def _merge_ranks(reports: dict[int, dict]) -> dict:
     return {"status": "ok", "message": "", "steps_s": steps, "warmup_s": warm, "losses": losses, "rank_busy_s": busy,
             "peak_memory_bytes": _merge_dicts(r.get("peak_memory_bytes") for r in ranks),
             "bytes_per_step": sum(r.get("bytes_per_step", 0.0) for r in ranks),
-            "messages_per_step": sum(r.get("messages_per_step", 0.0) for r in ranks)}
+            "messages_per_step": sum(r.get("messages_per_step", 0.0) for r in ranks),
+            "profiles": [r["profile"] for r in ranks if r.get("profile")]}
 
 
 def _peer_failure(message: str) -> bool:
@@ -348,4 +366,7 @@ def _combine(rounds: list[dict], runner: str, devs: list[LocalDevice], settings:
         steps_s=[s for r in rounds for s in r["steps_s"]], warmup_s=[s for r in rounds for s in r["warmup_s"]],
         losses=rounds[0]["losses"], bytes_per_step=sum(r["bytes_per_step"] for r in rounds) / n,
         messages_per_step=sum(r["messages_per_step"] for r in rounds) / n, shared_cores=shared,
-        message="ranks share cores: timings include contention" if shared else "")
+        message="ranks share cores: timings include contention" if shared else "",
+        # every round profiles into the same files: the last round's traces are what is on disk
+        profiles=list(dict.fromkeys(p for r in rounds for p in r.get("profiles") or
+                                    ([r["profile"]] if r.get("profile") else []))))

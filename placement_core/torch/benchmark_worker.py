@@ -26,6 +26,7 @@ class _Worker:
     def run(self) -> None:
         self.events.write({"event": "ready"})
         for k, rnd in self.spec["items"]:
+            self.item_index = k
             self.events.write({"event": "start", "item": [k, rnd]})
             try:
                 report = self.item(self.spec["placements"][k])
@@ -48,9 +49,30 @@ class _Worker:
         runs = [step(False) for _ in range(self.spec["steps"])]
         after = self.sent()
         n = len(runs)
-        return {"status": "ok", "steps_s": [r.seconds for r in runs], "warmup_s": [r.seconds for r in warm],
-                "losses": [r.loss for r in runs if r.loss is not None], "peak_memory_bytes": peaks,
-                "bytes_per_step": (after[0] - before[0]) / n, "messages_per_step": (after[1] - before[1]) / n}
+        report = {"status": "ok", "steps_s": [r.seconds for r in runs], "warmup_s": [r.seconds for r in warm],
+                  "losses": [r.loss for r in runs if r.loss is not None], "peak_memory_bytes": peaks,
+                  "bytes_per_step": (after[0] - before[0]) / n, "messages_per_step": (after[1] - before[1]) / n}
+        if self.spec.get("profile"):
+            report["profile"] = self.profiled(step)
+        return report
+
+    def profiled(self, step) -> str:
+        """One more step under torch.profiler, after the timed ones (so it times nothing), as a Chrome trace."""
+        from pathlib import Path
+
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU]
+        if any(d.is_cuda for d in self.devs) and torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        path = Path(self.spec["profile"]) / f"placement{self.item_index}-rank{self.rank_index}.json"
+        with profile(activities=activities, record_shapes=False) as prof:
+            step(False)
+        prof.export_chrome_trace(str(path))
+        return str(path)
+
+    rank_index = 0
 
     def sent(self) -> tuple[float, float]:
         return 0.0, 0.0
@@ -119,7 +141,7 @@ class _RanksWorker(_Worker):
 
         from .executor import Comm, dry_run
 
-        self.rank = rank
+        self.rank = self.rank_index = rank
         self.device = torch.device(devs[rank].torch)
         backend = "nccl" if all(d.is_cuda for d in devs) else "gloo"
         if self.device.type == "cuda":
