@@ -13,13 +13,14 @@ from pathlib import Path
 def main() -> None:
     import streamlit as st
 
-    from dashboard import state, ui
+    from dashboard import server_runs, state, ui
 
     # A local icon: a material icon as page_icon makes every browser fetch it from a web font server.
     st.set_page_config(page_title="Device Placement Lab", page_icon=str(Path(__file__).parent / "assets" / "icon.svg"),
                        layout="wide")
     state.init()
     state.keep_widget_values()
+    server_runs.adopt_live_runs()  # a reload or another tab sees the runs this server computes
     pages = [
         st.Page("app_pages/network.py", title="Network", icon=":material/account_tree:", default=True),
         st.Page("app_pages/devices.py", title="Devices", icon=":material/memory:"),

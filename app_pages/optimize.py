@@ -5,7 +5,7 @@ import os
 
 import streamlit as st
 
-from dashboard import state, ui
+from dashboard import server_runs, state, ui
 from dashboard.charts import curves
 from dashboard.background_runs import REGISTRY, RunSpec
 from placement_core import InputError
@@ -115,14 +115,14 @@ with ui.guarded("the run form"):
             REGISTRY.start(s.session_key, spec, problem)
         st.rerun()
 
-runs = REGISTRY.runs(s.session_key)
+runs = server_runs.runs()  # this session's, and every run this server computes (a reload, another tab)
 running = [r for r in runs if r.active]
 shown_finished = {r.id for r in runs if not r.active}  # the results drawn by this run of the page
 
 
 @st.fragment(run_every=1.0 if running else None)
 def live():
-    current = REGISTRY.runs(s.session_key)
+    current = server_runs.runs()
     views = [r.view() for r in current]
     active = [v for v in views if v["status"] in ("starting", "running")]
     if not views:
@@ -148,7 +148,7 @@ def live():
             text += f" · {v['stage']}"
         c1.progress(min(max(frac, 0.0), 1.0), text=text)
         if c2.button("Stop", key=f"stop_{v['id']}", icon=":material/stop:"):
-            REGISTRY.get(s.session_key, v["id"]).stop()
+            next(r for r in current if r.id == v["id"]).stop()
     if any(v["curve"] for v in views):
         st.plotly_chart(curves.progress_figure(views), key="opt_progress", config={"displaylogo": False})
     if {v["id"] for v in views if v["status"] not in ("starting", "running")} - shown_finished:
@@ -162,7 +162,8 @@ with ui.guarded("the results"):
     finished = [r for r in runs if not r.active]
     if running:
         if st.button("Stop all", icon=":material/stop_circle:", key="opt_stop_all"):
-            REGISTRY.stop_all(s.session_key)
+            for r in running:
+                r.stop()
     if finished:
         st.markdown("##### Results")
         st.caption("Best placement of each finished run. *Use* makes it the current placement (with the "

@@ -4,7 +4,7 @@ import time
 
 import streamlit as st
 
-from dashboard import settings, state, stored, ui
+from dashboard import server_runs, settings, state, stored, ui
 from dashboard.charts import curves as curve_charts
 from dashboard.background_runs import REGISTRY, RunSpec
 from placement_core import InputError
@@ -105,7 +105,8 @@ with ui.guarded("the run"), stored.open_store() as store:
                             key="runs_history", config={"displaylogo": False})
 
         has_best = rec.best_placement is not None
-        live = [r for r in REGISTRY.runs(s.session_key) if r.store_id == rec.id and r.active]
+        live_run = server_runs.live_run_of(rec.id)  # computed by this server (any tab, before a reload)
+        live = [live_run] if live_run is not None else []
         b = st.columns(5)
         if b[0].button("Use its best placement", type="primary", key="runs_use", disabled=not has_best):
             adopted = stored.adopt(store, rec, rec.best_placement, f"best of {stored.run_name(rec)}")
@@ -136,8 +137,17 @@ with ui.guarded("the run"), stored.open_store() as store:
                 resume_id=rec.id)
             REGISTRY.start(s.session_key, run_spec, problem)
             st.switch_page("app_pages/optimize.py")
-        if status == "running" and not live:
-            st.caption(f"Running in process {rec.pid} on {rec.host}; it can be resumed once it stops.")
+        if live_run is not None:
+            stopping = live_run.stop_event.is_set()
+            if b[4].button("Stopping…" if stopping else "Stop", key="runs_stop", icon=":material/stop:",
+                           disabled=stopping, help="Stop it after the current batch; it is checkpointed and "
+                                                   "stored as stopped, so Resume continues it."):
+                live_run.stop()
+                st.rerun()
+            st.caption(f"Running in this dashboard ({ui.esc(live_run.name)}): {live_run.evaluations:,} evaluations "
+                       "so far; the Optimize page shows its progress.")
+        elif status == "running":
+            st.caption(f"Running in process {rec.pid} on {ui.esc(rec.host)}; it can be resumed once it stops.")
 
         c1, c2, c3 = st.columns([2, 1, 1])
         kinds = [k for k in RUN_EXPORTS if k != "archive" or rec.id in store.archive_sizes()]

@@ -136,9 +136,15 @@ class Run:
 
     @property
     def name(self) -> str:
+        """The run's one number everywhere is its id in the run store (the Runs page's "run 10 · HEFT"), known
+        once the store has recorded it (after the initial mappings); before, or without a store, the title."""
         if self.spec.resume_id is not None:
-            return f"{self.spec.title} (stored run {self.spec.resume_id}, resumed)"
-        return f"{self.spec.title} #{self.id}"
+            return f"run {self.spec.resume_id} · {self.spec.title} (resumed)"
+        if self.store_id is not None:
+            return f"run {self.store_id} · {self.spec.title}"
+        if self.store_note:
+            return f"{self.spec.title} (not stored, #{self.id} here)"
+        return f"{self.spec.title} (starting)"
 
     @property
     def active(self) -> bool:

@@ -78,6 +78,15 @@ class JobBoard(Generic[J]):
         with self._lock:
             return list(self._jobs)
 
+    def everywhere(self) -> list[J]:
+        """Every session's jobs (each once), without counting as a look by any session."""
+        with self._lock:
+            seen: dict[int, J] = {}
+            for jobs in self._jobs.values():
+                for job in jobs.values():
+                    seen.setdefault(id(job), job)
+            return list(seen.values())
+
     # -- under the lock -----------------------------------------------------------------------------
     def _touch(self, session: str) -> None:
         jobs = self._jobs.pop(session, {})

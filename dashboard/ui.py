@@ -101,19 +101,20 @@ def sidebar() -> None:
                  else f"{sim.profile} costs")
         st.markdown(f"<small>Simulator: {sim.summary()}, {costs}, {sim.penalty} penalty"
                     "</small>", unsafe_allow_html=True)
-        from .background_runs import REGISTRY
-        active = [r for r in REGISTRY.runs(s.session_key) if r.active]
-        _runs_in_progress(s.session_key, poll=bool(active))
+        from . import server_runs
+        active = [r for r in server_runs.runs() if r.active]
+        _runs_in_progress(poll=bool(active))
 
 
-def _runs_in_progress(session_key: str, poll: bool) -> None:
-    """The count of this session's runs that are still working, redrawn every second while any is (a run
-    stopped or finished while the user reads another page leaves the count at once)."""
+def _runs_in_progress(poll: bool) -> None:
+    """The count of the runs this session sees that are still working (with shared runs, every run this server
+    computes: :mod:`.server_runs`), redrawn every second while any is (a run stopped or finished while the
+    user reads another page leaves the count at once)."""
 
     @st.fragment(run_every=1.0 if poll else None)
     def indicator():
-        from .background_runs import REGISTRY
-        runs = REGISTRY.runs(session_key)
+        from . import server_runs
+        runs = server_runs.runs()
         active = [r for r in runs if r.active and not r.stop_event.is_set()]
         stopping = [r for r in runs if r.active and r.stop_event.is_set()]
         if active:

@@ -12,11 +12,14 @@ writes a file like::
 the rest records what was measured. A table belongs to one network at one
 input size and batch size: applying it to another would silently give wrong
 times, so :func:`timing_table` refuses. Saved calibrations live in
-``$PLACEMENT_HOME/timings/<preset>/<network>-<CxHxW>-b<batch>.json``.
+``$PLACEMENT_HOME/timings/<preset>/<network>-<CxHxW>-b<batch>.json``. A network's name comes from a user's
+file: it is only ever text in a file name (:func:`file_stem`), never a pattern or a path.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from pathlib import Path
 from typing import Mapping
 
@@ -55,13 +58,38 @@ def input_shape_of(graph: Graph) -> tuple[int, ...] | None:
     return tuple(inputs[0].shape) if len(inputs) == 1 and inputs[0].shape else None
 
 
+# A name used as it is in a file name: no path separators, no glob or shell pattern characters, not hidden
+# (".", ".."), not too long. Every name a calibration was saved under before this rule (torchvision names,
+# "resnet18", "googlenet(aux_logits=False)") keeps its file.
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=(),@ -]{0,79}")
+
+
+def file_stem(name: str) -> str:
+    """``name`` as part of a file name: itself when it is plain (:data:`_PLAIN_NAME`), otherwise its plain
+    characters and a hash of the whole name, so two names never share a file and no name is a path, a
+    pattern or a hidden file ("../x" -> "x-1f0c...", "a**b" -> "a_b-...")."""
+    name = str(name)
+    if _PLAIN_NAME.fullmatch(name) and not name.endswith((".", " ")):
+        return name
+    plain = re.sub(r"[^A-Za-z0-9._+=(),@-]+", "_", name).strip("._-")[:60] or "network"
+    return f"{plain}-{hashlib.sha1(name.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}"
+
+
+def check_preset(preset: str) -> str:
+    """A preset name (``local``) is a folder and a file name: plain, or refused."""
+    if not isinstance(preset, str) or not _PLAIN_NAME.fullmatch(preset) or preset.endswith((".", " ")):
+        raise InputError(f"the preset name {str(preset)[:80]!r} is not a plain name", field="preset",
+                         fix="Use letters, digits and . _ - (e.g. local), at most 80 characters")
+    return preset
+
+
 def key_for(network: str, input_shape, batch_size: int) -> str:
     dims = "x".join(str(int(s)) for s in list(input_shape)[1:])
-    return f"{network}-{dims}-b{int(batch_size)}"
+    return f"{file_stem(network)}-{dims}-b{int(batch_size)}"
 
 
 def user_timings_path(network: str, input_shape, batch_size: int, preset: str = "local") -> Path:
-    return user_dir() / "timings" / preset / f"{key_for(network, input_shape, batch_size)}.json"
+    return user_dir() / "timings" / check_preset(preset) / f"{key_for(network, input_shape, batch_size)}.json"
 
 
 def check_timings(doc, source: str | None = None) -> dict:
@@ -162,7 +190,11 @@ def saved_calibrations(graph: Graph) -> dict[str, Path]:
         return {}
     name = f"{key_for(graph.name, shape, graph.batch_size)}.json"
     root = user_dir() / "timings"
-    return {p.parent.name: p for p in sorted(root.glob(f"*/{name}")) if p.is_file()}
+    if not root.is_dir():
+        return {}
+    # every preset folder looked into by name: the network's name is text, never a glob pattern
+    return {folder.name: folder / name for folder in sorted(root.iterdir())
+            if folder.is_dir() and (folder / name).is_file()}
 
 
 def load_timings(spec: str, graph: Graph, groups: Mapping[str, list[str]] | None = None) -> dict:
