@@ -2,6 +2,7 @@
 
     python benchmarks/simulator.py [--json] [--evaluations N] [--curve-points K] [--cpu-time]
                                    [--schedule S --micro-batches M --virtual-stages V] [--sharding K]
+    python benchmarks/simulator.py --floor [--cpu-time] [--rounds R] [--floor-graphs resnet50,...] [--json]
 
 Random placements of ResNet-50 and Inception-V3 on malvik-4gpu, one batch,
 default profile, through Problem.evaluate (the path optimizers use), plus the
@@ -11,18 +12,34 @@ so interleaved 1F1B gets a chunk per run of ops). ``--sharding K`` gives the pro
 split table (channel and batch over windows of 2..K devices of one kind, docs/sharding.md) and draws
 the placements as the searches do (each gene a device or a split, half and half), and adds data
 parallelism (every op split by batch over all the GPUs): what split ops cost.
+
+``--floor`` compares the kernel with the floor: a minimal list scheduler in C (benchmarks/floor.c, built here
+with the system cc at -O2, as the kernel) over the same task graph, which does what any simulator of the step
+must do and nothing more (message tables, FIFO queues, an event heap; no memory, statistics, units in flight,
+priorities). Both run the same random placements, one batch under the thesis scheme, in C loops (the kernel
+through ``run_many``); ``Problem.evaluate`` (one placement per call, validated, objective with the memory
+penalty) is timed on the same placements. Before timing, the floor's makespans are checked equal to the
+kernel's on every placement (the semantics coincide there: no message overhead, no transfer curves). Rounds
+alternate floor, kernel and evaluate, and the best round of each counts; the ratios are printed. Graphs:
+ResNet-50 and Inception-V3 on malvik-4gpu, and synthetic graphs of 10,000 and 100,000 ops on nvlink-8gpu
+(benchmarks/optimizer.py's generator), whose milliseconds per placement are printed too.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # optimizer.synthetic_graph for the floor's large graphs
 
 import numpy as np  # noqa: E402
 
@@ -84,6 +101,103 @@ def measure(network: str, devices: str, evaluations: int, reference_evals: int, 
             "reference_evals_per_s": reference, **extra}
 
 
+FLOOR_SOURCE = Path(__file__).resolve().parent / "floor.c"
+FLOOR_GRAPHS = {"resnet50": ("resnet50", "malvik-4gpu", 2000), "inception_v3": ("inception_v3", "malvik-4gpu", 1000),
+                "synthetic10k": (10_000, "nvlink-8gpu", 20), "synthetic100k": (100_000, "nvlink-8gpu", 3)}
+
+
+def floor_library():
+    """benchmarks/floor.c built with the system cc into a temporary shared library, loaded with ctypes."""
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        raise SystemExit("--floor needs a C compiler (cc)")
+    out = Path(tempfile.mkdtemp(prefix="placement-floor-")) / "floor.so"
+    subprocess.run([cc, "-O2", "-std=c99", "-shared", "-fPIC", str(FLOOR_SOURCE), "-o", str(out)], check=True)
+    lib = ctypes.CDLL(str(out))
+    lib.floor_run.restype = ctypes.c_int
+    return lib
+
+
+def floor_makespans(lib, compiled, placements: np.ndarray) -> np.ndarray:
+    c = compiled
+    placements = np.ascontiguousarray(placements, dtype=np.int32)
+    out = np.empty(len(placements))
+    ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
+    arrays = [np.ascontiguousarray(a) for a in (c.par_ptr, c.par_idx, c.par_grad, c.ch_ptr, c.ch_idx, c.ch_bytes,
+                                                c.fwd, c.bwd, c.upd, c.has_update, c.route, c.ch_latency,
+                                                c.ch_inv_rate, c.min_transfer, c.input_ops)]
+    status = lib.floor_run(ctypes.c_int(c.n_ops), ctypes.c_int(c.n_dev), ctypes.c_int(c.n_ch),
+                           *[ptr(a) for a in arrays[:-1]], ptr(arrays[-1]), ctypes.c_int(len(c.input_ops)),
+                           ptr(placements), ctypes.c_int(len(placements)), ptr(out))
+    if status:
+        raise MemoryError("floor_run")
+    return out
+
+
+def floor_problem(name: str) -> Problem:
+    graph, devices, _ = FLOOR_GRAPHS[name]
+    if isinstance(graph, int):
+        from optimizer import synthetic_graph
+        net = synthetic_graph(graph)
+    else:
+        net = load_network(graph)
+    return Problem(net, load_devices(devices))
+
+
+def measure_floor(name: str, lib, rounds: int, clock, evaluations: int | None = None) -> dict:
+    """Seconds per placement of the floor, the kernel (run_many) and Problem.evaluate, best of ``rounds``
+    alternating rounds, after checking the floor's makespans equal the kernel's."""
+    problem = floor_problem(name)
+    count = evaluations or FLOOR_GRAPHS[name][2]
+    placements = np.random.default_rng(0).integers(0, problem.n_devices, (count, problem.n_ops)).astype(np.int32)
+    sim = problem.simulator
+    out = np.empty((count, sim._out_len))
+    sim._kernel.run_many(placements, out)
+    floor = floor_makespans(lib, problem.compiled, placements)
+    same = int(np.sum(floor == out[:, 0]))
+    if same != count:
+        raise SystemExit(f"{name}: the floor's makespans differ from the kernel's on {count - same} of {count} "
+                         "placements")
+    best = {"floor": float("inf"), "kernel": float("inf"), "evaluate": float("inf")}
+    evaluate = problem.evaluate
+    for _ in range(rounds):
+        t = clock()
+        floor_makespans(lib, problem.compiled, placements)
+        best["floor"] = min(best["floor"], (clock() - t) / count)
+        t = clock()
+        sim._kernel.run_many(placements, out)
+        best["kernel"] = min(best["kernel"], (clock() - t) / count)
+        t = clock()
+        for p in placements:
+            evaluate(p)
+        best["evaluate"] = min(best["evaluate"], (clock() - t) / count)
+    return {"ops": problem.n_ops, "devices": FLOOR_GRAPHS[name][1], "placements": count, "same_makespans": same,
+            **{f"{k}_s": v for k, v in best.items()},
+            "kernel_ratio": best["kernel"] / best["floor"], "evaluate_ratio": best["evaluate"] / best["floor"]}
+
+
+def floor_main(args) -> None:
+    lib = floor_library()
+    clock = time.process_time if args.cpu_time else time.perf_counter
+    names = args.floor_graphs.split(",")
+    unknown = sorted(set(names) - set(FLOOR_GRAPHS))
+    if unknown:
+        raise SystemExit(f"unknown floor graph {unknown[0]!r}; known: {', '.join(FLOOR_GRAPHS)}")
+    results = {"load_average": os.getloadavg(), "clock": "cpu" if args.cpu_time else "wall",
+               **{name: measure_floor(name, lib, args.rounds, clock) for name in names}}
+    if args.json:
+        print(json.dumps(results, indent=1))
+        return
+    print(f"kernel and Problem.evaluate against the floor (benchmarks/floor.c); best of {args.rounds} alternating "
+          f"rounds per {results['clock']} second; load average {results['load_average'][0]:.2f}")
+    for name in names:
+        r = results[name]
+        print(f"{name:14s} {r['ops']:6d} ops on {r['devices']:12s} floor {r['floor_s'] * 1e6:10.1f} us  "
+              f"kernel {r['kernel_s'] * 1e6:10.1f} us (x{r['kernel_ratio']:.2f})  "
+              f"evaluate {r['evaluate_s'] * 1e6:10.1f} us (x{r['evaluate_ratio']:.2f})  "
+              f"[{r['same_makespans']}/{r['placements']} makespans equal]")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print {network: evaluations per second}")
@@ -100,7 +214,17 @@ def main() -> None:
     ap.add_argument("--sharding", type=int, default=0, metavar="K",
                     help="split ops: a split table over 2..K devices, placements drawn half devices, half splits, "
                          "and data parallelism (default 0: whole ops only)")
+    ap.add_argument("--floor", action="store_true",
+                    help="compare the kernel and Problem.evaluate with a minimal list scheduler in C (the floor)")
+    ap.add_argument("--floor-graphs", default=",".join(FLOOR_GRAPHS),
+                    help="graphs for --floor (default: %(default)s)")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds for --floor; the best counts")
     args = ap.parse_args()
+    if args.floor:
+        if hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core
+        floor_main(args)
+        return
     spec = ProblemSpec(schedule=args.schedule, micro_batches=args.micro_batches, virtual_stages=args.virtual_stages)
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core

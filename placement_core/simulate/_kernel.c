@@ -31,6 +31,7 @@
 #include <Python.h>
 #include <limits.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -118,14 +119,6 @@ typedef struct {
     int n_rings;
 } KernelObject;
 
-/* A task id is (unit * phases + phase) * n + op; phases is 3 or 4, so the divisions by it are by constants. */
-static inline void decode(int t, int n, int nph, int *u, int *ph, int *op) {
-    const int q = t / n;
-    *op = t - q * n;
-    *u = nph == 3 ? q / 3 : q >> 2;
-    *ph = q - *u * nph;
-}
-
 /* Interleaved 1F1B: a device with vd chunks runs unit u's forward through its local chunk v as number
  * (u / p) p vd + v p + u % p of Megatron's order, its backward as the same with v -> vd - 1 - v. */
 typedef struct { int n, n_ph, p; const int *place, *lv, *vper; double off; } IlOrder;
@@ -136,9 +129,7 @@ static inline int il_index(const IlOrder *o, int fwd, int u, int op) {
 }
 
 /* Forwards first, then backwards, each in Megatron's order; updates last (pipeline_rules.interleaved_priority). */
-static inline double il_prio(const IlOrder *o, int t) {
-    int u, ph, op;
-    decode(t, o->n, o->n_ph, &u, &ph, &op);
+static inline double il_prio(const IlOrder *o, int u, int ph, int op) {
     if (ph == FWD) return (double)il_index(o, 1, u, op);
     if (ph == BWD) return o->off + (double)il_index(o, 0, u, op);
     return 2.0 * o->off;
@@ -159,10 +150,37 @@ static double curve_len(const KernelObject *k, int j, double b) {
 
 /* ------------------------------------------------------------ one simulation */
 
+/* Scratch memory of simulations: grown when a placement needs more and kept between the placements of one
+ * call, so run_many allocates once per batch, not once per placement. Every call has its own, so threads never
+ * share one. */
+typedef struct { char *buf[2]; size_t size[2]; } Work;
+
+static char *work_take(Work *w, int i, size_t need) {
+    if (need > w->size[i]) {
+        free(w->buf[i]);
+        const size_t grow = need + need / 4;
+        w->buf[i] = malloc(grow);
+        w->size[i] = w->buf[i] ? grow : 0;
+    }
+    return w->buf[i];
+}
+
+static void work_free(Work *w) {
+    for (int i = 0; i < 2; i++) { free(w->buf[i]); w->buf[i] = NULL; w->size[i] = 0; }
+}
+
 /* Everything one simulation of one placement reads and changes: the placement's plan (built once at the
  * start, then read only) and the event loop's state. The step functions below take it by pointer; they
- * are always inlined into simulate_kind, whose SCHED and RINGS are compile-time constants, so every
- * schedule's copy keeps its own specialised code. */
+ * are always inlined into simulate_kind, whose SCHED, RINGS and PQ are compile-time constants, so every
+ * schedule's copy keeps its own specialised code.
+ *
+ * Queues: resource r is device r (r < nd) or channel r - nd. Under a priority order (PQ: a schedule's
+ * priorities, interleaved 1F1B's order, zb-h1) every queue is a binary heap on (priority, arrival); without
+ * one every queue is in arrival order, an array read from its head (fq[fq_head[r] .. fq_tail[r])), so a push
+ * and a pop are a store and an increment. Only the resources whose state changed since they were last looked
+ * at are dispatched (the dirty set, a bit per resource): an item arrived, their work ended, or a cap that held a forward back
+ * moved; nothing scans every device and channel per instant. They are dispatched in index order, devices
+ * before channels, as a scan would: the events they start get the same order, so results are identical. */
 typedef struct {
     const KernelObject *k;
     const int *place;
@@ -171,28 +189,34 @@ typedef struct {
      * entry per (op, remote device holding an input), the summed gradients sent there */
     const int *fd_ptr, *fd_dev, *fd_consumers, *bd_ptr, *bd_dev, *n_local;
     const double *fd_bytes, *bd_bytes, *grad_out, *grad_in;
-    const double *dF, *dB, *dU, *dW;  /* durations on the op's device: forward, backward (B), update, W */
+    const double *dur;                /* [phases << sh]: task (phase, op)'s duration on its device, at (phase << sh) | op */
     const unsigned char *hw;          /* the op runs a W task (zb-h1) */
     /* a group is what the caps count per unit: a device, or under interleaved 1F1B a chunk */
     const int *grp_of, *grp_size, *stage_of, *dev_ptr, *dev_ops, *input_dev;
     int G, R, p_used;                 /* groups, rings, stages (used devices) */
     const double *prio;
     const int *cap;                   /* per device: units it may hold open (NULL: no caps) */
+    int track_groups;                 /* count each unit's finished tasks per group (caps, zb-h1's W gates) */
     IlOrder ilo;
     const int *vper, *slot_base;      /* interleaved: chunks per device, its forward slots */
     int *next_f;
     char *opened;
+    int sh;                           /* task ids: ((unit * phases + phase) << sh) | op, 2^sh >= n (tid) */
     int ovh_base;                     /* event/queue ids from here: ovh_base + 2 * message + (0 send | 1 recv) */
     /* the loop's state */
     int *dep, *act_refs, *recv_refs, *unit_left, *done_on, *fdone_on, *open_count, *ring_left, *ring_pend;
-    int *running;                     /* per device: its task (or send/receive) id, -1: idle */
-    char *is_open, *chan_running;
+    char *active;                     /* per resource: running a task, a send/receive or a transfer */
+    char *is_open;
     double *busy, *mem, *peak, *ch_bytes_out, *ch_busy_out;
-    Heap *dev_q, *chan_q, *events;
+    Heap *q, *events;                 /* PQ: a heap per resource; the events (time, creation order) */
+    int *fq, *fq_head, *fq_tail;      /* without PQ: the queues' items in arrival order */
     Item *stash;
+    uint64_t *dirty;                  /* resources to dispatch: bit r % 64 of word r / 64 */
+    int n_words;
     Xfer *xf;
     int n_xf, admitted, units_in_flight, oldest, step_left;
-    long long seq;
+    int unit_ended;                   /* a unit finished: the oldest may move on */
+    long long qseq, seq;              /* arrival order in the heaps; creation order of the events */
     double now;
 } Sim;
 
@@ -200,26 +224,56 @@ typedef struct {
 
 STEP int phases(const int SCHED) { return SCHED == SCHED_ZB ? 4 : 3; }
 
-/* A task's id: (unit * phases + phase) * n + op. */
-STEP int tid(const Sim *s, const int SCHED, int u, int ph, int op) { return (u * phases(SCHED) + ph) * s->n + op; }
+/* A task's id: ((unit * phases + phase) << sh) | op, so that taking one apart needs no division. (The
+ * priorities from Python are laid out by (unit * phases + phase) * n + op.) */
+STEP int tid(const Sim *s, const int SCHED, int u, int ph, int op) { return ((u * phases(SCHED) + ph) << s->sh) | op; }
 
-STEP double task_prio(const Sim *s, const int SCHED, int t) {
-    return SCHED == SCHED_INTERLEAVED ? il_prio(&s->ilo, t) : s->prio ? s->prio[t] : 0.0;
+STEP void untid(const Sim *s, const int SCHED, int t, int *u, int *ph, int *op) {
+    const int q = t >> s->sh;
+    *op = t & ((1 << s->sh) - 1);
+    *u = SCHED == SCHED_ZB ? q >> 2 : q / 3;
+    *ph = q - *u * phases(SCHED);
 }
 
-STEP double duration(const Sim *s, int ph, int op) {
-    return ph == FWD ? s->dF[op] : ph == BWD ? s->dB[op] : ph == UPD ? s->dU[op] : s->dW[op];
+STEP double task_prio(const Sim *s, const int SCHED, const int PQ, int u, int ph, int op) {
+    if (!PQ) return 0.0;
+    if (SCHED == SCHED_INTERLEAVED) return il_prio(&s->ilo, u, ph, op);
+    return s->prio ? s->prio[(size_t)(u * phases(SCHED) + ph) * s->n + op] : 0.0;
 }
 
-/* Task t may run: it queues on its op's device. */
-STEP void ready(Sim *s, const int SCHED, int t) {
-    Item it = {task_prio(s, SCHED, t), s->seq++, t};
-    heap_push(&s->dev_q[s->place[t % s->n]], it);
+STEP double duration(const Sim *s, const int SCHED, int ph, int op) { return s->dur[(ph << s->sh) | op]; }
+
+/* Resource r has something new to consider. */
+STEP void mark(Sim *s, int r) {
+    s->dirty[r >> 6] |= (uint64_t)1 << (r & 63);
 }
 
-/* One of task t's dependencies is met; the last one makes it ready. */
-STEP void satisfy(Sim *s, const int SCHED, int t) {
-    if (--s->dep[t] == 0) ready(s, SCHED, t);
+STEP int q_len(const Sim *s, const int PQ, int r) { return PQ ? s->q[r].n : s->fq_tail[r] - s->fq_head[r]; }
+
+/* Item id (priority pr) arrives at resource r's queue. */
+STEP void q_push(Sim *s, const int PQ, int r, double pr, int id) {
+    if (PQ) {
+        Item it = {pr, s->qseq++, id};
+        heap_push(&s->q[r], it);
+    } else {
+        s->fq[s->fq_tail[r]++] = id;
+    }
+    mark(s, r);
+}
+
+STEP void new_event(Sim *s, double at, int id) {
+    Item ev = {at, s->seq++, id};
+    heap_push(s->events, ev);
+}
+
+/* Task (u, ph, op) may run: it queues on its op's device. */
+STEP void ready(Sim *s, const int SCHED, const int PQ, int u, int ph, int op) {
+    q_push(s, PQ, s->place[op], task_prio(s, SCHED, PQ, u, ph, op), tid(s, SCHED, u, ph, op));
+}
+
+/* One of task (u, ph, op)'s dependencies is met; the last one makes it ready. */
+STEP void satisfy(Sim *s, const int SCHED, const int PQ, int u, int ph, int op) {
+    if (--s->dep[tid(s, SCHED, u, ph, op)] == 0) ready(s, SCHED, PQ, u, ph, op);
 }
 
 STEP void note_peak(Sim *s, int d) {
@@ -243,133 +297,185 @@ STEP void release_inputs(Sim *s, int u, int op, int d) {
 
 /* A new message from src to dst (priority pr, its producing task's): a send task on src first if src has a
  * message overhead, else straight to the channel. */
-STEP void new_message(Sim *s, int u, int dir, int op, int src, int dst, int entry, double bytes, double pr) {
+STEP void new_message(Sim *s, const int PQ, int u, int dir, int op, int src, int dst, int entry, double bytes,
+                      double pr) {
     const KernelObject *k = s->k;
     const int xi = s->n_xf++;
     Xfer *x = &s->xf[xi];
     x->u = u; x->dir = dir; x->op = op; x->src = src; x->dst = dst; x->entry = entry; x->bytes = bytes; x->prio = pr;
-    if (k->has_ovh && k->ovh[src] > 0.0) {
-        Item it = {pr, s->seq++, s->ovh_base + 2 * xi};
-        heap_push(&s->dev_q[src], it);
-    } else {
-        Item it = {pr, s->seq++, xi};
-        heap_push(&s->chan_q[k->route[src * s->nd + dst]], it);
-    }
+    if (k->has_ovh && k->ovh[src] > 0.0) q_push(s, PQ, src, pr, s->ovh_base + 2 * xi);
+    else q_push(s, PQ, s->nd + k->route[src * s->nd + dst], pr, xi);
 }
 
 /* Ring r of ring unit ru is done: its members' updates may run. */
-STEP void ring_complete(Sim *s, const int SCHED, int ru, int r) {
+STEP void ring_complete(Sim *s, const int SCHED, const int PQ, int ru, int r) {
     const KernelObject *k = s->k;
     for (int v = k->ring_first[r]; v < k->ring_first[r] + k->ring_count[r]; v++)
-        if (k->has_update[v]) satisfy(s, SCHED, tid(s, SCHED, ru, UPD, v));
+        if (k->has_update[v]) satisfy(s, SCHED, PQ, ru, UPD, v);
 }
 
 /* Message x is on its destination: its consumers there may run (a ring's last message: its updates). */
-STEP void deliver(Sim *s, const int SCHED, const int RINGS, const Xfer *x) {
+STEP void deliver(Sim *s, const int SCHED, const int RINGS, const int PQ, const Xfer *x) {
     const KernelObject *k = s->k;
     if (RINGS && x->dir == AR) {
-        if (--s->ring_pend[x->u * s->R + x->entry] == 0) ring_complete(s, SCHED, x->u, x->entry);
+        if (--s->ring_pend[x->u * s->R + x->entry] == 0) ring_complete(s, SCHED, PQ, x->u, x->entry);
     } else if (x->dir == FWD) {
         for (int j = k->ch_ptr[x->op]; j < k->ch_ptr[x->op + 1]; j++)
-            if (s->place[k->ch_idx[j]] == x->dst) satisfy(s, SCHED, tid(s, SCHED, x->u, FWD, k->ch_idx[j]));
+            if (s->place[k->ch_idx[j]] == x->dst) satisfy(s, SCHED, PQ, x->u, FWD, k->ch_idx[j]);
     } else {
         for (int j = k->par_ptr[x->op]; j < k->par_ptr[x->op + 1]; j++)
-            if (s->place[k->par_idx[j]] == x->dst) satisfy(s, SCHED, tid(s, SCHED, x->u, BWD, k->par_idx[j]));
+            if (s->place[k->par_idx[j]] == x->dst) satisfy(s, SCHED, PQ, x->u, BWD, k->par_idx[j]);
     }
 }
 
 /* Admission: new units while fewer than K are in flight (thesis: only when every input device is idle). */
-STEP void admit(Sim *s, const int SCHED) {
+STEP void admit(Sim *s, const int SCHED, const int PQ) {
     const KernelObject *k = s->k;
     while (s->admitted < s->U && s->units_in_flight < k->K) {
         if (k->admission == ADMIT_THESIS && s->admitted > 0) {
             int all_idle = 1;
             for (int d = 0; d < s->nd; d++)
-                if (s->input_dev[d] && (s->running[d] >= 0 || s->dev_q[d].n > 0)) { all_idle = 0; break; }
+                if (s->input_dev[d] && (s->active[d] || q_len(s, PQ, d) > 0)) { all_idle = 0; break; }
             if (!all_idle) break;
         }
-        for (int j = 0; j < k->n_inputs; j++) ready(s, SCHED, tid(s, SCHED, s->admitted, FWD, k->input_ops[j]));
+        for (int j = 0; j < k->n_inputs; j++) ready(s, SCHED, PQ, s->admitted, FWD, k->input_ops[j]);
         s->admitted++;
         s->units_in_flight++;
     }
 }
 
-/* Device d picks its next task: by (priority, arrival), skipping forwards held back by a cap (and, in an
- * instant-only pass, everything that takes time). Returns 1 if it started one. */
-STEP int dispatch_device(Sim *s, const int SCHED, int d, int instant_only) {
+/* A forward held back: it would open a unit on a device that holds its cap, or (interleaved) open one out of
+ * Megatron's order, and its unit is not the oldest. */
+STEP int capped(const Sim *s, const int SCHED, int d, int uu, int ph, int o) {
+    if (ph != FWD || !s->cap || s->is_open[uu * s->G + s->grp_of[o]] || uu == s->oldest) return 0;
+    return (s->cap[d] > 0 && s->open_count[d] >= s->cap[d])
+           || (SCHED == SCHED_INTERLEAVED && il_index(&s->ilo, 1, uu, o) != s->next_f[d]);
+}
+
+/* Device d starts item ``chosen``, taken off its queue. */
+STEP void start_on_device(Sim *s, const int SCHED, int d, int chosen) {
     const KernelObject *k = s->k;
-    const int il = SCHED == SCHED_INTERLEAVED, n = s->n, G = s->G;
-    int n_stash = 0, chosen = -1;
-    while (s->dev_q[d].n > 0) {
-        Item it = heap_pop(&s->dev_q[d]);
-        if (it.id >= s->ovh_base) {  /* a send or receive task: never capped, never instant */
-            if (instant_only) { s->stash[n_stash++] = it; continue; }
-        } else {
-            int uu, ph, o;
-            decode(it.id, n, phases(SCHED), &uu, &ph, &o);
-            /* held back: a forward opening a unit on a full device, or (interleaved) out of Megatron's
-             * order, unless the unit is the oldest */
-            int capped = 0;
-            if (ph == FWD && s->cap && !s->is_open[uu * G + s->grp_of[o]] && uu != s->oldest)
-                capped = (s->cap[d] > 0 && s->open_count[d] >= s->cap[d])
-                         || (il && il_index(&s->ilo, 1, uu, o) != s->next_f[d]);
-            if (capped || (instant_only && duration(s, ph, o) > 0.0)) {
-                s->stash[n_stash++] = it;
-                continue;
-            }
-        }
-        chosen = it.id;
-        break;
-    }
-    for (int j = 0; j < n_stash; j++) heap_push(&s->dev_q[d], s->stash[j]);
-    if (chosen < 0) return 0;
     if (chosen >= s->ovh_base) {
-        s->running[d] = chosen;
+        s->active[d] = 1;
         s->busy[d] += k->ovh[d];
-        Item ev = {s->now + k->ovh[d], s->seq++, chosen};
-        heap_push(s->events, ev);
-        return 1;
+        new_event(s, s->now + k->ovh[d], chosen);
+        return;
+    }
+    const int G = s->G;
+    if (!s->cap) {  /* the duration is all it needs: at (ph << sh) | op, the id itself when u = 0 */
+        const double len = s->dur[s->U == 1 ? chosen : chosen - (((chosen >> s->sh) / phases(SCHED)) * phases(SCHED) << s->sh)];
+        s->active[d] = 1;
+        s->busy[d] += len;
+        new_event(s, s->now + len, chosen);
+        return;
     }
     int uu, ph, op;
-    decode(chosen, n, phases(SCHED), &uu, &ph, &op);
-    if (s->cap && ph == FWD && !s->is_open[uu * G + s->grp_of[op]]) {
+    untid(s, SCHED, chosen, &uu, &ph, &op);
+    if (ph == FWD && !s->is_open[uu * G + s->grp_of[op]]) {
         s->is_open[uu * G + s->grp_of[op]] = 1;
         s->open_count[d]++;
-        if (il) {  /* this forward slot is taken; the next one to open skips taken and empty slots */
+        if (SCHED == SCHED_INTERLEAVED) {  /* this forward slot is taken; the next one to open skips taken and empty slots */
             const int vd = s->vper[d], slots = s->slot_base[d + 1] - s->slot_base[d], p = s->p_used;
             s->opened[s->slot_base[d] + il_index(&s->ilo, 1, uu, op)] = 1;
             while (s->next_f[d] < slots && (s->opened[s->slot_base[d] + s->next_f[d]]
                    || (s->next_f[d] / (p * vd)) * p + s->next_f[d] % p >= s->U)) s->next_f[d]++;
         }
     }
-    const double len = duration(s, ph, op);
-    s->running[d] = chosen;
+    const double len = duration(s, SCHED, ph, op);
+    s->active[d] = 1;
     s->busy[d] += len;
-    Item ev = {s->now + len, s->seq++, chosen};
-    heap_push(s->events, ev);
+    new_event(s, s->now + len, chosen);
+}
+
+/* Idle device d with a non-empty queue picks its next item: by (priority, arrival), skipping forwards held back
+ * by a cap (and, in an instant-only pass, everything that takes time). Returns 1 if it started one. */
+STEP int dispatch_device(Sim *s, const int SCHED, const int PQ, int d, int instant_only) {
+    int chosen = -1;
+    if (PQ) {
+        int n_stash = 0;
+        while (s->q[d].n > 0) {
+            Item it = heap_pop(&s->q[d]);
+            if (it.id >= s->ovh_base) {  /* a send or receive task: never capped, never instant */
+                if (instant_only) { s->stash[n_stash++] = it; continue; }
+            } else {
+                int uu, ph, o;
+                untid(s, SCHED, it.id, &uu, &ph, &o);
+                if (capped(s, SCHED, d, uu, ph, o) || (instant_only && duration(s, SCHED, ph, o) > 0.0)) {
+                    s->stash[n_stash++] = it;
+                    continue;
+                }
+            }
+            chosen = it.id;
+            break;
+        }
+        for (int j = 0; j < n_stash; j++) heap_push(&s->q[d], s->stash[j]);
+    } else {  /* arrival order: the first item not held back (no instant-only passes without priorities) */
+        const int head = s->fq_head[d], tail = s->fq_tail[d];
+        int at = head;
+        if (s->cap) {
+            for (; at < tail; at++) {
+                const int id = s->fq[at];
+                if (id >= s->ovh_base) break;
+                int uu, ph, o;
+                untid(s, SCHED, id, &uu, &ph, &o);
+                if (!capped(s, SCHED, d, uu, ph, o)) break;
+            }
+            if (at == tail) return 0;
+        }
+        chosen = s->fq[at];
+        if (at > head) memmove(&s->fq[head + 1], &s->fq[head], sizeof(int) * (size_t)(at - head));
+        s->fq_head[d] = head + 1;
+    }
+    if (chosen < 0) return 0;
+    start_on_device(s, SCHED, d, chosen);
     return 1;
 }
 
 /* Channel j starts its first message unless busy (or, in an instant-only pass, the message takes time).
  * Returns 1 if it started one. */
-STEP int dispatch_channel(Sim *s, int j, int instant_only) {
+STEP int dispatch_channel(Sim *s, const int PQ, int j, int instant_only) {
     const KernelObject *k = s->k;
-    if (s->chan_running[j] || s->chan_q[j].n == 0) return 0;
-    const Xfer *x = &s->xf[s->chan_q[j].a[0].id];
+    const int r = s->nd + j;
+    if (s->active[r] || q_len(s, PQ, r) == 0) return 0;
+    const int xi = PQ ? s->q[r].a[0].id : s->fq[s->fq_head[r]];
+    const Xfer *x = &s->xf[xi];
     double len = k->cv_ptr && k->cv_ptr[j + 1] > k->cv_ptr[j] ? curve_len(k, j, x->bytes)
                                                               : k->ch_lat[j] + x->bytes * k->ch_inv[j];
     if (len < k->min_xfer[x->src]) len = k->min_xfer[x->src];
     if (instant_only && len > 0.0) return 0;
-    Item it = heap_pop(&s->chan_q[j]);
-    s->chan_running[j] = 1;
+    if (PQ) heap_pop(&s->q[r]);
+    else s->fq_head[r]++;
+    s->active[r] = 1;
     s->ch_busy_out[j] += len;
     s->ch_bytes_out[j] += x->bytes;
-    Item ev = {s->now + len, s->seq++, -(it.id + 1)};
-    heap_push(s->events, ev);
+    new_event(s, s->now + len, -(xi + 1));
     return 1;
 }
 
-/* Unit uu is done with group g's work on device dv for good: the group no longer counts against the cap. */
+/* Every dirty resource, by index (devices, then channels), picks its next item. One that did not start
+ * stays dirty only in an instant-only pass (the full pass that follows may start it); otherwise it is looked
+ * at again when something changes for it. Returns how many started. */
+STEP int dispatch(Sim *s, const int SCHED, const int PQ, int instant_only) {
+    const int nd = s->nd;
+    int started = 0;
+    for (int wi = 0; wi < s->n_words; wi++) {
+        uint64_t bits = s->dirty[wi], keep = 0;
+        while (bits) {  /* dispatching starts events; it queues nothing, so no bit is set meanwhile */
+            const int b = __builtin_ctzll(bits), r = (wi << 6) + b;
+            bits &= bits - 1;
+            if (s->active[r] || q_len(s, PQ, r) == 0) continue;
+            const int ok = r < nd ? dispatch_device(s, SCHED, PQ, r, instant_only)
+                                  : dispatch_channel(s, PQ, r - nd, instant_only);
+            started += ok;
+            if (!ok && instant_only) keep |= (uint64_t)1 << b;
+        }
+        s->dirty[wi] = keep;
+    }
+    return started;
+}
+
+/* Unit uu is done with group g's work on device dv for good: the group no longer counts against the cap.
+ * (dv has just finished a task, so it is dispatched again anyway.) */
 STEP void close_group(Sim *s, int uu, int g, int dv) {
     if (s->cap && s->is_open[uu * s->G + g]) {
         s->is_open[uu * s->G + g] = 0;
@@ -377,7 +483,7 @@ STEP void close_group(Sim *s, int uu, int g, int dv) {
     }
 }
 
-STEP void forward_done(Sim *s, const int SCHED, int uu, int op, int dv, double pr) {
+STEP void forward_done(Sim *s, const int SCHED, const int PQ, int uu, int op, int dv, double pr) {
     const KernelObject *k = s->k;
     const int n = s->n;
     const int refs = s->n_local[op] + (s->fd_ptr[op + 1] - s->fd_ptr[op]);
@@ -386,44 +492,46 @@ STEP void forward_done(Sim *s, const int SCHED, int uu, int op, int dv, double p
     if (!s->training) release_inputs(s, uu, op, dv);
     for (int j = k->ch_ptr[op]; j < k->ch_ptr[op + 1]; j++) {
         const int c = k->ch_idx[j];
-        if (s->place[c] == dv) satisfy(s, SCHED, tid(s, SCHED, uu, FWD, c));
+        if (s->place[c] == dv) satisfy(s, SCHED, PQ, uu, FWD, c);
     }
     for (int j = s->fd_ptr[op]; j < s->fd_ptr[op + 1]; j++)
-        new_message(s, uu, FWD, op, dv, s->fd_dev[j], j, s->fd_bytes[j], pr);
-    if (s->training) satisfy(s, SCHED, tid(s, SCHED, uu, BWD, op));
-    const int g = s->grp_of[op];
-    if (!s->training && ++s->fdone_on[uu * s->G + g] == s->grp_size[g]) close_group(s, uu, g, dv);
+        new_message(s, PQ, uu, FWD, op, dv, s->fd_dev[j], j, s->fd_bytes[j], pr);
+    if (s->training) satisfy(s, SCHED, PQ, uu, BWD, op);
+    if (s->track_groups && !s->training) {
+        const int g = s->grp_of[op];
+        if (++s->fdone_on[uu * s->G + g] == s->grp_size[g]) close_group(s, uu, g, dv);
+    }
     s->unit_left[uu]--;
 }
 
 /* A ring member's backward is done; the last one of the ring (of the unit, or of the step) starts its
  * all-reduce messages. */
-STEP void ring_member_done(Sim *s, const int SCHED, int uu, int op, double pr) {
+STEP void ring_member_done(Sim *s, const int SCHED, const int PQ, int uu, int op, double pr) {
     const KernelObject *k = s->k;
     const int r = k->ring_of[op], ru = k->upd_step ? 0 : uu, R = s->R;
     if (--s->ring_left[ru * R + r] != 0) return;
     const int m0 = k->ring_msg_ptr[r], m1 = k->ring_msg_ptr[r + 1];
     s->ring_pend[ru * R + r] = m1 - m0;
-    if (m1 == m0) ring_complete(s, SCHED, ru, r);
+    if (m1 == m0) ring_complete(s, SCHED, PQ, ru, r);
     for (int mi = m0; mi < m1; mi++)
-        new_message(s, ru, AR, k->ring_first[r], k->ring_src[mi], k->ring_dst[mi], r, k->ring_bytes[mi], pr);
+        new_message(s, PQ, ru, AR, k->ring_first[r], k->ring_src[mi], k->ring_dst[mi], r, k->ring_bytes[mi], pr);
 }
 
 /* zb-h1's W gate: stage r's Ws of unit u wait for its B of unit min(u + r, U - 1). Unit uu's last B on
  * device dv is done, so the Ws of uu - r (of U - 1 - r .. U - 1 at the end) are released. */
-STEP void release_w_gate(Sim *s, const int SCHED, int uu, int dv) {
+STEP void release_w_gate(Sim *s, const int SCHED, const int PQ, int uu, int dv) {
     const int r = s->stage_of[dv], U = s->U;
     int lo = uu - r, hi = uu - r;
     if (uu == U - 1) { lo = U - 1 - r; hi = U - 1; }
     if (lo < 0) lo = 0;
     for (int u = lo; u <= hi; u++)
         for (int j = s->dev_ptr[dv]; j < s->dev_ptr[dv + 1]; j++)
-            if (s->hw[s->dev_ops[j]]) satisfy(s, SCHED, tid(s, SCHED, u, WGT, s->dev_ops[j]));
+            if (s->hw[s->dev_ops[j]]) satisfy(s, SCHED, PQ, u, WGT, s->dev_ops[j]);
 }
 
-STEP void backward_done(Sim *s, const int SCHED, const int RINGS, int uu, int op, int dv, double pr) {
+STEP void backward_done(Sim *s, const int SCHED, const int RINGS, const int PQ, int uu, int op, int dv, double pr) {
     const KernelObject *k = s->k;
-    if (s->hw[op]) {  /* zb-h1: the output gradient and the inputs stay for the W task */
+    if (SCHED == SCHED_ZB && s->hw[op]) {  /* zb-h1: the output gradient and the inputs stay for the W task */
         s->mem[dv] += s->grad_out[op];
     } else {
         s->mem[dv] += s->grad_out[op] - s->grad_in[op];
@@ -431,52 +539,57 @@ STEP void backward_done(Sim *s, const int SCHED, const int RINGS, int uu, int op
     }
     for (int j = k->par_ptr[op]; j < k->par_ptr[op + 1]; j++) {
         const int p = k->par_idx[j], dp = s->place[p];
-        if (dp == dv) { satisfy(s, SCHED, tid(s, SCHED, uu, BWD, p)); continue; }
+        if (dp == dv) { satisfy(s, SCHED, PQ, uu, BWD, p); continue; }
         int e;
         for (e = s->bd_ptr[op]; e < s->bd_ptr[op + 1]; e++) if (s->bd_dev[e] == dp) break;
-        if (s->bd_bytes[e] == 0.0) satisfy(s, SCHED, tid(s, SCHED, uu, BWD, p));
+        if (s->bd_bytes[e] == 0.0) satisfy(s, SCHED, PQ, uu, BWD, p);
     }
     for (int j = s->bd_ptr[op]; j < s->bd_ptr[op + 1]; j++)
-        if (s->bd_bytes[j] > 0.0) new_message(s, uu, BWD, op, dv, s->bd_dev[j], j, s->bd_bytes[j], pr);
-    if (s->hw[op]) satisfy(s, SCHED, tid(s, SCHED, uu, WGT, op));
-    else if (RINGS && s->R && k->ring_of[op] >= 0) ring_member_done(s, SCHED, uu, op, pr);
-    else if (k->has_update[op]) satisfy(s, SCHED, tid(s, SCHED, k->upd_step ? 0 : uu, UPD, op));
-    const int g = s->grp_of[op], last = ++s->done_on[uu * s->G + g] == s->grp_size[g];
-    if (last) close_group(s, uu, g, dv);
-    if (SCHED == SCHED_ZB && last) release_w_gate(s, SCHED, uu, dv);
+        if (s->bd_bytes[j] > 0.0) new_message(s, PQ, uu, BWD, op, dv, s->bd_dev[j], j, s->bd_bytes[j], pr);
+    if (SCHED == SCHED_ZB && s->hw[op]) satisfy(s, SCHED, PQ, uu, WGT, op);
+    else if (RINGS && s->R && k->ring_of[op] >= 0) ring_member_done(s, SCHED, PQ, uu, op, pr);
+    else if (k->has_update[op]) satisfy(s, SCHED, PQ, k->upd_step ? 0 : uu, UPD, op);
+    if (s->track_groups) {
+        const int g = s->grp_of[op], last = ++s->done_on[uu * s->G + g] == s->grp_size[g];
+        if (last) close_group(s, uu, g, dv);
+        if (SCHED == SCHED_ZB && last) release_w_gate(s, SCHED, PQ, uu, dv);
+    }
     s->unit_left[uu]--;
 }
 
-STEP void wgrad_done(Sim *s, const int SCHED, int uu, int op, int dv) {
+STEP void wgrad_done(Sim *s, const int SCHED, const int PQ, int uu, int op, int dv) {
     const KernelObject *k = s->k;
     s->mem[dv] -= s->grad_in[op];
     release_inputs(s, uu, op, dv);
-    if (k->has_update[op]) satisfy(s, SCHED, tid(s, SCHED, k->upd_step ? 0 : uu, UPD, op));
+    if (k->has_update[op]) satisfy(s, SCHED, PQ, k->upd_step ? 0 : uu, UPD, op);
     s->unit_left[uu]--;
 }
 
 /* Task ``task`` has finished on its device. */
-STEP void task_done(Sim *s, const int SCHED, const int RINGS, int task) {
+STEP void task_done(Sim *s, const int SCHED, const int RINGS, const int PQ, int task) {
     const KernelObject *k = s->k;
     int uu, ph, op;
-    decode(task, s->n, phases(SCHED), &uu, &ph, &op);
+    untid(s, SCHED, task, &uu, &ph, &op);
     const int dv = s->place[op];
-    const double pr = task_prio(s, SCHED, task);
-    s->running[dv] = -1;
-    if (ph == FWD) forward_done(s, SCHED, uu, op, dv, pr);
-    else if (ph == BWD) backward_done(s, SCHED, RINGS, uu, op, dv, pr);
-    else if (ph == WGT) wgrad_done(s, SCHED, uu, op, dv);
+    const double pr = task_prio(s, SCHED, PQ, uu, ph, op);
+    s->active[dv] = 0;
+    mark(s, dv);
+    if (ph == FWD) forward_done(s, SCHED, PQ, uu, op, dv, pr);
+    else if (ph == BWD) backward_done(s, SCHED, RINGS, PQ, uu, op, dv, pr);
+    else if (SCHED == SCHED_ZB && ph == WGT) wgrad_done(s, SCHED, PQ, uu, op, dv);
     else if (k->upd_step) s->step_left--;
     else s->unit_left[uu]--;
-    if ((ph != UPD || !k->upd_step) && s->unit_left[uu] == 0) s->units_in_flight--;
+    if ((ph != UPD || !k->upd_step) && s->unit_left[uu] == 0) { s->units_in_flight--; s->unit_ended = 1; }
     note_peak(s, dv);
 }
 
 /* Message xi has crossed its channel: memory moves now; its consumers wait for the receive task, if any. */
-STEP void transfer_done(Sim *s, const int SCHED, const int RINGS, int xi) {
+STEP void transfer_done(Sim *s, const int SCHED, const int RINGS, const int PQ, int xi) {
     const KernelObject *k = s->k;
     const Xfer *x = &s->xf[xi];
-    s->chan_running[k->route[x->src * s->nd + x->dst]] = 0;
+    const int j = k->route[x->src * s->nd + x->dst];
+    s->active[s->nd + j] = 0;
+    mark(s, s->nd + j);
     if (x->dir == FWD) {
         if (--s->act_refs[x->u * s->n + x->op] == 0) s->mem[x->src] -= k->out_bytes[x->op];
         s->recv_refs[(size_t)x->u * s->E + x->entry] = s->fd_consumers[x->entry];
@@ -485,43 +598,42 @@ STEP void transfer_done(Sim *s, const int SCHED, const int RINGS, int xi) {
         s->mem[x->src] -= x->bytes;
         s->mem[x->dst] += x->bytes;
     }  /* AR: the gradients are resident (static memory) on both ends */
-    if (k->has_ovh && k->ovh[x->dst] > 0.0) {
-        Item it = {x->prio, s->seq++, s->ovh_base + 2 * xi + 1};
-        heap_push(&s->dev_q[x->dst], it);
-    } else {
-        deliver(s, SCHED, RINGS, x);
-    }
+    if (k->has_ovh && k->ovh[x->dst] > 0.0) q_push(s, PQ, x->dst, x->prio, s->ovh_base + 2 * xi + 1);
+    else deliver(s, SCHED, RINGS, PQ, x);
     note_peak(s, x->src);
     note_peak(s, x->dst);
 }
 
 /* A send task is done (the message queues on its channel) or a receive task (the consumers may run). */
-STEP void overhead_done(Sim *s, const int SCHED, const int RINGS, int id) {
+STEP void overhead_done(Sim *s, const int SCHED, const int RINGS, const int PQ, int id) {
     const int xi = (id - s->ovh_base) >> 1;
     const Xfer *x = &s->xf[xi];
     if ((id - s->ovh_base) & 1) {
-        s->running[x->dst] = -1;
-        deliver(s, SCHED, RINGS, x);
+        s->active[x->dst] = 0;
+        mark(s, x->dst);
+        deliver(s, SCHED, RINGS, PQ, x);
     } else {
-        s->running[x->src] = -1;
-        Item it = {x->prio, s->seq++, xi};
-        heap_push(&s->chan_q[s->k->route[x->src * s->nd + x->dst]], it);
+        s->active[x->src] = 0;
+        mark(s, x->src);
+        q_push(s, PQ, s->nd + s->k->route[x->src * s->nd + x->dst], x->prio, xi);
     }
 }
 
 /* The event loop: admit, start what may start, then handle every event of the next instant. With a
  * priority order, zero-duration work at an instant is settled first (instant_only passes) so that
  * everything ready at that instant competes by priority; see reference.py. */
-STEP void run_events(Sim *s, const int SCHED, const int RINGS, const int has_prio) {
+STEP void run_events(Sim *s, const int SCHED, const int RINGS, const int PQ, const int has_prio) {
     int instant_only = has_prio ? 1 : 0;
     for (;;) {
-        admit(s, SCHED);
-        /* dispatch devices; the oldest unfinished unit is never blocked by a cap (progress) */
-        while (s->oldest < s->U && s->unit_left[s->oldest] == 0) s->oldest++;
-        int started = 0;
-        for (int d = 0; d < s->nd; d++)
-            if (s->running[d] < 0 && s->dev_q[d].n > 0) started += dispatch_device(s, SCHED, d, instant_only);
-        for (int j = 0; j < s->nc; j++) started += dispatch_channel(s, j, instant_only);
+        if (s->admitted < s->U) admit(s, SCHED, PQ);
+        /* the oldest unfinished unit is never blocked by a cap (progress): when it moves on, a forward that a cap
+         * held back may start */
+        if (s->unit_ended) {
+            s->unit_ended = 0;
+            while (s->oldest < s->U && s->unit_left[s->oldest] == 0) s->oldest++;
+            if (s->cap) for (int d = 0; d < s->nd; d++) mark(s, d);
+        }
+        const int started = dispatch(s, SCHED, PQ, instant_only);
         if (instant_only) {
             if (!started) { instant_only = 0; continue; }  /* settled: now the full dispatch */
         } else {
@@ -531,9 +643,9 @@ STEP void run_events(Sim *s, const int SCHED, const int RINGS, const int has_pri
         if (has_prio) instant_only = 1;
         while (s->events->n > 0 && s->events->a[0].key == s->now) {
             const Item ev = heap_pop(s->events);
-            if (ev.id >= s->ovh_base) overhead_done(s, SCHED, RINGS, ev.id);
-            else if (ev.id >= 0) task_done(s, SCHED, RINGS, ev.id);
-            else transfer_done(s, SCHED, RINGS, -ev.id - 1);
+            if (ev.id >= s->ovh_base) overhead_done(s, SCHED, RINGS, PQ, ev.id);
+            else if (ev.id >= 0) task_done(s, SCHED, RINGS, PQ, ev.id);
+            else transfer_done(s, SCHED, RINGS, PQ, -ev.id - 1);
         }
     }
 }
@@ -541,49 +653,51 @@ STEP void run_events(Sim *s, const int SCHED, const int RINGS, const int has_pri
 /* One placement: its plan (message tables, durations, chunks, stages, caps) and the loop's state are built
  * here, then run_events runs the step. Returns 0 on success, -1 if the simulation stalled, -2 out of memory,
  * -3 bad placement. SCHED is a compile-time constant at every call (see simulate() below): each schedule kind
- * gets its own copy of this function, and the static one keeps the three-phase kernel's speed. So is RINGS
- * (1 only for an expanded placement with split ops). */
+ * gets its own copy of this function, and the static one keeps the three-phase kernel's speed. So are RINGS
+ * (1 only for an expanded placement with split ops) and PQ (priority queues; 0: queues in arrival order). */
 static inline __attribute__((always_inline)) int simulate_kind(const KernelObject *k, const int *place,
-                                                               double *out, const int SCHED, const int RINGS) {
-    const int n = k->n, nd = k->nd, nc = k->nc, U = k->U, E = k->n_edges;
+                                                               double *out, Work *w, const int SCHED,
+                                                               const int RINGS, const int PQ) {
+    const int n = k->n, nd = k->nd, nc = k->nc, U = k->U, E = k->n_edges, NR = nd + nc;
     const int training = !k->fwd_only;
     int i, j, d, u;
 
     for (i = 0; i < n; i++)
         if (place[i] < 0 || place[i] >= nd) return -3;
 
-    /* ---- per-placement precomputation (sizes first, then one allocation) */
-    int *ops_on = calloc((size_t)nd, sizeof(int));
-    int *ch_msgs = calloc((size_t)(nc > 0 ? nc : 1), sizeof(int));
-    if (!ops_on || !ch_msgs) { free(ops_on); free(ch_msgs); return -2; }
-    for (i = 0; i < n; i++) ops_on[place[i]]++;
-
     const int il = SCHED == SCHED_INTERLEAVED, zb = SCHED == SCHED_ZB, NPH = zb ? 4 : 3;
     /* a group is what the caps count per unit: a device, or under interleaved 1F1B a chunk (at most n) */
     const int G = il ? n : nd;
+    const int R = RINGS && k->ring_of ? k->n_rings : 0, RU = k->upd_step ? 1 : U;
     const size_t UN = (size_t)U * n, UE = (size_t)U * (E > 0 ? E : 1), UG = (size_t)U * G;
     const size_t ni = sizeof(int), nf = sizeof(double);
+    int sh = 0;  /* task ids (tid): ((unit * phases + phase) << sh) | op */
+    while ((1 << sh) < n) sh++;
+    const size_t N2 = (size_t)1 << sh, UT = (size_t)U * NPH * N2;  /* task ids 0 .. UT - 1 */
+    if (UT > INT_MAX / 4) return -2;  /* ids (and the send/receive ids after them) must fit in an int */
+
+    /* ---- per-placement precomputation (sizes first, then one block of scratch) */
     size_t need = 0;
+    need += room(ni, nd) + room(ni, nc);                                                   /* ops, messages per resource */
     need += room(ni, n + 1) + room(ni, E) + room(nf, E) + room(ni, E);                     /* forward destinations */
     need += room(ni, n + 1) + room(ni, E) + room(nf, E);                                   /* backward destinations */
     need += room(ni, n) + room(nf, n) + room(nf, n);                                       /* locals, gradients */
-    need += room(nf, n) + room(nf, n) + room(nf, n) + room(nf, n);                         /* durations */
+    need += room(nf, NPH * N2);                                                            /* durations */
     need += room(1, n);                                                                    /* has a W task */
     need += room(ni, n) + room(ni, n) + room(ni, n);                       /* chunks: of op, local index, ops */
     need += room(ni, nd) + room(ni, nd) + room(ni, nd) + room(ni, nd + 1); /* chunks, stage, next_f, slot base */
     need += room(nf, nd) + room(nf, nd) + room(ni, nd);                    /* chunk split: work, seen, ops seen */
     need += room(ni, nd + 1) + room(ni, n);                                /* each device's ops (W gates) */
-    need += room(ni, UN * NPH) + room(ni, UN) + room(ni, UE);              /* deps, activation/recv refs */
+    need += room(ni, UT) + room(ni, UN) + room(ni, UE);                    /* deps, activation/recv refs */
     need += room(ni, U) + room(ni, UG) + room(ni, UG) + room(1, UG);       /* units, open tracking per group */
-    need += room(sizeof(Heap), nd) + room(sizeof(Heap), 1) + room(sizeof(Item), nd + nc + 2);
+    need += room(sizeof(Heap), 1) + room(sizeof(Item), NR + 2);           /* events */
     need += room(nf, nd) + room(nf, nd) + room(nf, nd);
-    need += room(ni, nd) + room(ni, nd) + room(ni, nd) + room(ni, nd) + room(ni, nd);
+    need += room(ni, nd) + room(ni, nd) + room(ni, nd) + room(ni, nd);
+    need += room(ni, (size_t)RU * R * 2);                                  /* rings */
 
-    Arena ar = {NULL, 0, 0};
-    ar.base = malloc(need);
-    if (!ar.base) { free(ops_on); free(ch_msgs); return -2; }
-    ar.size = need;
-
+    Arena ar = {work_take(w, 0, need), 0, need};
+    if (!ar.base) return -2;
+    int *ops_on = TAKE(&ar, int, nd), *ch_msgs = TAKE(&ar, int, nc);
     /* fd_*: one entry per (op, remote device with a consumer): the tensor sent there. */
     int *fd_ptr = TAKE(&ar, int, n + 1), *fd_dev = TAKE(&ar, int, E);
     double *fd_bytes = TAKE(&ar, double, E);
@@ -593,8 +707,8 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
     double *bd_bytes = TAKE(&ar, double, E);
     int *n_local = TAKE(&ar, int, n);
     double *grad_out = TAKE(&ar, double, n), *grad_in = TAKE(&ar, double, n);
-    double *dF = TAKE(&ar, double, n), *dB = TAKE(&ar, double, n), *dU = TAKE(&ar, double, n);
-    double *dW = TAKE(&ar, double, n);
+    double *dur = TAKE(&ar, double, NPH * N2);
+    double *dF = dur, *dB = dur + N2, *dU = dur + 2 * N2, *dW = zb ? dur + 3 * N2 : NULL;
     unsigned char *hw = TAKE(&ar, unsigned char, n);
     int *grp = TAKE(&ar, int, n), *lv = TAKE(&ar, int, n);
     int *grp_ops = TAKE(&ar, int, n);
@@ -604,10 +718,13 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
     int *split_seen = TAKE(&ar, int, nd);
     int *dev_ptr = TAKE(&ar, int, nd + 1), *dev_ops = TAKE(&ar, int, n);
 
+    for (d = 0; d < nd; d++) ops_on[d] = 0;
+    for (j = 0; j < nc; j++) ch_msgs[j] = 0;
     fd_ptr[0] = bd_ptr[0] = 0;
     for (i = 0; i < n; i++) {
         const int di = place[i];
         int f = fd_ptr[i], b = bd_ptr[i];
+        ops_on[di]++;
         n_local[i] = 0;
         grad_out[i] = grad_in[i] = 0.0;
         for (j = k->ch_ptr[i]; j < k->ch_ptr[i + 1]; j++) {
@@ -616,8 +733,13 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
             if (dc == di) { n_local[i]++; continue; }
             int e;
             for (e = fd_ptr[i]; e < f; e++) if (fd_dev[e] == dc) break;
-            if (e == f) { fd_dev[f] = dc; fd_bytes[f] = k->ch_bytes[j]; fd_consumers[f] = 1; f++; }
-            else { fd_consumers[e]++; if (k->ch_bytes[j] > fd_bytes[e]) fd_bytes[e] = k->ch_bytes[j]; }
+            if (e == f) {
+                fd_dev[f] = dc; fd_bytes[f] = k->ch_bytes[j]; fd_consumers[f] = 1; f++;
+                ch_msgs[k->route[di * nd + dc]]++;
+            } else {
+                fd_consumers[e]++;
+                if (k->ch_bytes[j] > fd_bytes[e]) fd_bytes[e] = k->ch_bytes[j];
+            }
         }
         fd_ptr[i + 1] = f;
         for (j = k->par_ptr[i]; j < k->par_ptr[i + 1]; j++) {
@@ -630,6 +752,9 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
             else bd_bytes[e] += k->par_grad[j];
         }
         bd_ptr[i + 1] = b;
+        if (training)
+            for (j = bd_ptr[i]; j < b; j++)
+                if (bd_bytes[j] > 0.0) ch_msgs[k->route[di * nd + bd_dev[j]]]++;
         dF[i] = k->fwd[(size_t)i * nd + di];
         dB[i] = k->bwd[(size_t)i * nd + di];
         dU[i] = k->upd[(size_t)i * nd + di];
@@ -637,6 +762,7 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
     /* zb-h1: an op with a weight-gradient share runs its backward as B (input gradient) then W */
     for (i = 0; i < n; i++) {
         hw[i] = zb && k->has_w[i];
+        if (zb) dW[i] = 0.0;
         if (hw[i]) { dW[i] = k->bwd_w[(size_t)i * nd + place[i]]; dB[i] = k->bwd[(size_t)i * nd + place[i]] - dW[i]; }
     }
 
@@ -667,15 +793,15 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
         for (d = 0; d < nd; d++) seen_w[d] = 0.0;
         for (i = 0; i < n; i++) {  /* lv holds the part first, then the local chunk index */
             const int di = place[i];
-            const double w = dF[i] + k->bwd[(size_t)i * nd + di];
+            const double wk = dF[i] + k->bwd[(size_t)i * nd + di];
             lv[i] = 0;
             if (vper[di] == 1 && V > 1) {
                 int v;
-                if (split_work[di] > 0.0) v = (int)((double)V * (seen_w[di] + w / 2.0) / split_work[di]);
+                if (split_work[di] > 0.0) v = (int)((double)V * (seen_w[di] + wk / 2.0) / split_work[di]);
                 else v = (int)((double)(V * (2 * split_seen[di] + 1)) / (double)(2 * ops_on[di]));
                 lv[i] = v < V - 1 ? v : V - 1;
             }
-            seen_w[di] += w;
+            seen_w[di] += wk;
             split_seen[di]++;
         }
         int n_grp = 0, prev_part = 0;
@@ -695,33 +821,27 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
         slot_base[0] = 0;
         for (d = 0; d < nd; d++) { slot_base[d + 1] = slot_base[d] + groups * p_used * vper[d]; next_f[d] = 0; }
     }
-    for (i = 0; i < n; i++) {
-        for (j = fd_ptr[i]; j < fd_ptr[i + 1]; j++) ch_msgs[k->route[place[i] * nd + fd_dev[j]]]++;
-        if (training)
-            for (j = bd_ptr[i]; j < bd_ptr[i + 1]; j++)
-                if (bd_bytes[j] > 0.0) ch_msgs[k->route[place[i] * nd + bd_dev[j]]]++;
-    }
     /* rings, ring units; RINGS is a compile-time constant too, so whole-op placements carry no ring code */
-    const int R = RINGS && k->ring_of ? k->n_rings : 0, RU = k->upd_step ? 1 : U;
     for (j = 0; R && j < k->ring_msg_ptr[R]; j++) ch_msgs[k->route[k->ring_src[j] * nd + k->ring_dst[j]]]++;
     long long total_msgs = 0;
     for (j = 0; j < nc; j++) total_msgs += (long long)ch_msgs[j] * U;
 
-    int *dep = TAKE(&ar, int, UN * NPH);
+    int *dep = TAKE(&ar, int, UT);  /* per task id; the ids past an op n .. 2^sh - 1 are never used */
     int *act_refs = TAKE(&ar, int, UN);
     int *recv_refs = TAKE(&ar, int, UE);  /* per unit and fd entry: consumers still to read the copy */
     int *unit_left = TAKE(&ar, int, U);
     int *done_on = TAKE(&ar, int, UG);
     int *fdone_on = TAKE(&ar, int, UG);
     char *is_open = TAKE(&ar, char, UG);
-    Heap *dev_q = TAKE(&ar, Heap, nd);
     Heap *events_h = TAKE(&ar, Heap, 1);
-    Item *ev_items = TAKE(&ar, Item, nd + nc + 2);
+    Item *ev_items = TAKE(&ar, Item, NR + 2);
     double *busy = TAKE(&ar, double, nd), *mem = TAKE(&ar, double, nd), *peak = TAKE(&ar, double, nd);
-    int *running = TAKE(&ar, int, nd), *open_count = TAKE(&ar, int, nd), *input_dev = TAKE(&ar, int, nd);
+    int *open_count = TAKE(&ar, int, nd), *input_dev = TAKE(&ar, int, nd);
     int *cap_buf = TAKE(&ar, int, nd);
     int *ovh_msgs = TAKE(&ar, int, nd);  /* per device: send and receive tasks per unit */
-    if (!ovh_msgs) { free(ar.base); free(ops_on); free(ch_msgs); return -2; }
+    int *ring_left = TAKE(&ar, int, (size_t)RU * R * 2);
+    int *ring_pend = ring_left + (size_t)RU * R;
+    if (!ring_left) return -2;
 
     /* Message overhead: a send task on the sender, a receive task on the receiver, per message. */
     long long total_ovh = 0;
@@ -747,66 +867,70 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
         for (d = 0; d < nd; d++) total_ovh += (long long)ovh_msgs[d] * U;
     }
 
-    /* device queue storage, channel queues + transfer records (own allocation: sizes known only now) */
-    size_t need2 = sizeof(Heap) * (size_t)(nc + 1) + sizeof(Item) * (size_t)(total_msgs + nc + 1)
-                 + sizeof(Xfer) * (size_t)(total_msgs + 1) + sizeof(double) * (size_t)(2 * nc + 2)
-                 + sizeof(char) * (size_t)(nc + 1)
-                 + sizeof(Item) * (size_t)(UN * NPH + nd + total_ovh) + sizeof(Item) * (size_t)(UN * NPH + 1 + total_ovh)
-                 + sizeof(char) * (size_t)(il ? slot_base[nd] + 1 : 1)
-                 + 16 * 9;
-    Arena ar2 = {malloc(need2), 0, need2};
-    if (!ar2.base) { free(ar.base); free(ops_on); free(ch_msgs); return -2; }
-    Item *dev_items = TAKE(&ar2, Item, UN * NPH + nd + total_ovh);
-    Item *stash = TAKE(&ar2, Item, UN * NPH + 1 + total_ovh);
-    Heap *chan_q = TAKE(&ar2, Heap, nc);
-    Item *chan_items = TAKE(&ar2, Item, total_msgs + nc);
-    Xfer *xf = TAKE(&ar2, Xfer, total_msgs);
+    /* queues and transfer records (a block of its own: sizes known only now) */
+    const size_t dev_items = UN * NPH + (size_t)total_ovh, chan_items = (size_t)total_msgs;
+    size_t need2 = room(sizeof(Xfer), chan_items) + room(nf, nc) + room(nf, nc)
+                 + room(1, il ? slot_base[nd] : 0) + room(1, NR) + room(sizeof(uint64_t), (NR + 63) / 64);
+    if (PQ) need2 += room(sizeof(Heap), NR) + room(sizeof(Item), dev_items + nd) + room(sizeof(Item), dev_items + 1)
+                   + room(sizeof(Item), chan_items + nc);
+    else need2 += room(ni, dev_items + chan_items) + room(ni, NR) + room(ni, NR);
+    Arena ar2 = {work_take(w, 1, need2), 0, need2};
+    if (!ar2.base) return -2;
+    Xfer *xf = TAKE(&ar2, Xfer, chan_items);
     double *ch_bytes_out = TAKE(&ar2, double, nc), *ch_busy_out = TAKE(&ar2, double, nc);
-    char *chan_running = TAKE(&ar2, char, nc);
+    char *active = TAKE(&ar2, char, NR);
     char *opened = TAKE(&ar2, char, il ? slot_base[nd] : 0);  /* interleaved: forward slots opened per device */
+    const int n_words = (NR + 63) / 64;
+    uint64_t *dirty = TAKE(&ar2, uint64_t, n_words);
+    Heap *q = NULL;
+    Item *stash = NULL;
+    int *fq = NULL, *fq_head = NULL, *fq_tail = NULL;
     if (il) memset(opened, 0, (size_t)(slot_base[nd] > 0 ? slot_base[nd] : 1));
 
     /* ---- state init */
-    {
-        Item *p = dev_items;
+    if (PQ) {
+        q = TAKE(&ar2, Heap, NR);
+        Item *dev_mem = TAKE(&ar2, Item, dev_items + nd);
+        stash = TAKE(&ar2, Item, dev_items + 1);
+        Item *chan_mem = TAKE(&ar2, Item, chan_items + nc);
         for (d = 0; d < nd; d++) {
-            dev_q[d].a = p; dev_q[d].n = 0;
-            p += (size_t)U * NPH * ops_on[d] + (size_t)U * ovh_msgs[d] + 1;
+            q[d].a = dev_mem; q[d].n = 0;
+            dev_mem += (size_t)U * NPH * ops_on[d] + (size_t)U * ovh_msgs[d] + 1;
         }
-        Item *q = chan_items;
-        for (j = 0; j < nc; j++) { chan_q[j].a = q; chan_q[j].n = 0; q += (size_t)ch_msgs[j] * U + 1;
-                                   ch_bytes_out[j] = ch_busy_out[j] = 0.0; chan_running[j] = 0; }
-        events_h->a = ev_items; events_h->n = 0;
+        for (j = 0; j < nc; j++) { q[nd + j].a = chan_mem; q[nd + j].n = 0; chan_mem += (size_t)ch_msgs[j] * U + 1; }
+    } else {
+        fq = TAKE(&ar2, int, dev_items + chan_items);
+        fq_head = TAKE(&ar2, int, NR);
+        fq_tail = TAKE(&ar2, int, NR);
+        int at = 0;
+        for (d = 0; d < nd; d++) { fq_head[d] = fq_tail[d] = at; at += U * NPH * ops_on[d] + U * ovh_msgs[d]; }
+        for (j = 0; j < nc; j++) { fq_head[nd + j] = fq_tail[nd + j] = at; at += ch_msgs[j] * U; }
     }
+    for (j = 0; j < nc; j++) ch_bytes_out[j] = ch_busy_out[j] = 0.0;
+    memset(active, 0, (size_t)NR);
+    memset(dirty, 0, sizeof(uint64_t) * (size_t)n_words);
+    events_h->a = ev_items; events_h->n = 0;
+
     int n_upd = 0, n_w = 0;
     for (i = 0; i < n; i++) { n_upd += k->has_update[i] ? 1 : 0; n_w += hw[i]; }
     for (u = 0; u < U; u++) {
-        int *dp = dep + (size_t)u * NPH * n;
+        int *dp = dep + (size_t)u * NPH * N2;
         for (i = 0; i < n; i++) {
             dp[i] = k->par_ptr[i + 1] - k->par_ptr[i];
-            dp[n + i] = 1 + (k->ch_ptr[i + 1] - k->ch_ptr[i]);
-            dp[2 * n + i] = k->upd_step ? U : 1;
+            dp[N2 + i] = 1 + (k->ch_ptr[i + 1] - k->ch_ptr[i]);
+            dp[2 * N2 + i] = k->upd_step ? U : 1;
         }
-        for (i = 0; R && i < n; i++) if (k->ring_of[i] >= 0) dp[2 * n + i] = 1;  /* released by its ring */
-        if (NPH > WGT) for (i = 0; i < n; i++) dp[3 * n + i] = 2;  /* W after its own B and its gate */
+        for (i = 0; R && i < n; i++) if (k->ring_of[i] >= 0) dp[2 * N2 + i] = 1;  /* released by its ring */
+        if (NPH > WGT) for (i = 0; i < n; i++) dp[3 * N2 + i] = 2;  /* W after its own B and its gate */
         unit_left[u] = n + (training ? n + n_w + (k->upd_step ? 0 : n_upd) : 0);
     }
     int step_left = (training && k->upd_step) ? n_upd : 0;
     /* per ring unit and ring: member backwards still to finish, then messages still to arrive */
-    int *ring_left = NULL, *ring_pend = NULL;
-    if (R) {
-        ring_left = malloc(sizeof(int) * (size_t)RU * R * 2);
-        if (!ring_left) { free(ar2.base); free(ar.base); free(ops_on); free(ch_msgs); return -2; }
-        ring_pend = ring_left + (size_t)RU * R;
-        for (u = 0; u < RU; u++)
-            for (j = 0; j < R; j++) { ring_left[u * R + j] = k->ring_count[j] * (k->upd_step ? U : 1);
-                                      ring_pend[u * R + j] = 0; }
-    }
-    memset(done_on, 0, sizeof(int) * UG);
-    memset(fdone_on, 0, sizeof(int) * UG);
-    memset(is_open, 0, UG);
+    for (u = 0; u < RU; u++)
+        for (j = 0; j < R; j++) { ring_left[u * R + j] = k->ring_count[j] * (k->upd_step ? U : 1);
+                                  ring_pend[u * R + j] = 0; }
     for (d = 0; d < nd; d++) {
-        busy[d] = 0.0; mem[d] = 0.0; running[d] = -1; open_count[d] = 0; input_dev[d] = 0;
+        busy[d] = 0.0; mem[d] = 0.0; open_count[d] = 0; input_dev[d] = 0;
     }
     for (i = 0; i < n; i++) mem[place[i]] += k->static_mem[i];
     for (d = 0; d < nd; d++) peak[d] = mem[d];
@@ -822,30 +946,39 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
     if (il) {
         /* Megatron's warm-up plus one (micro-batch, chunk) pairs; one chunk: 1F1B's p - s */
         for (d = 0; d < nd; d++) {
-            const int r = stage_of[d], vd = vper[d], w = 2 * (p_used - r - 1) + (vd - 1) * p_used;
-            cap_buf[d] = r < 0 ? 0 : vd == 1 ? p_used - r : (w < U * vd ? w : U * vd) + 1;
+            const int r = stage_of[d], vd = vper[d], wu = 2 * (p_used - r - 1) + (vd - 1) * p_used;
+            cap_buf[d] = r < 0 ? 0 : vd == 1 ? p_used - r : (wu < U * vd ? wu : U * vd) + 1;
         }
         cap = cap_buf;
+    }
+    const int track_groups = cap != NULL || zb;
+    if (track_groups) {
+        memset(done_on, 0, sizeof(int) * UG);
+        memset(fdone_on, 0, sizeof(int) * UG);
+        memset(is_open, 0, UG);
     }
 
     Sim S = {
         .k = k, .place = place, .n = n, .nd = nd, .nc = nc, .U = U, .E = E, .training = training,
         .fd_ptr = fd_ptr, .fd_dev = fd_dev, .fd_consumers = fd_consumers, .bd_ptr = bd_ptr, .bd_dev = bd_dev,
         .n_local = n_local, .fd_bytes = fd_bytes, .bd_bytes = bd_bytes, .grad_out = grad_out, .grad_in = grad_in,
-        .dF = dF, .dB = dB, .dU = dU, .dW = dW, .hw = hw,
+        .dur = dur, .hw = hw,
         .grp_of = grp_of, .grp_size = grp_size, .stage_of = stage_of, .dev_ptr = dev_ptr, .dev_ops = dev_ops,
         .input_dev = input_dev, .G = G, .R = R, .p_used = p_used, .prio = prio, .cap = cap,
+        .track_groups = track_groups,
         .ilo = {n, NPH, p_used, place, lv, vper, (double)(U + p_used) * (double)(n + 1)},
         .vper = vper, .slot_base = slot_base, .next_f = next_f, .opened = opened,
-        .ovh_base = U * NPH * n,
+        .sh = sh, .ovh_base = (int)UT,
         .dep = dep, .act_refs = act_refs, .recv_refs = recv_refs, .unit_left = unit_left, .done_on = done_on,
         .fdone_on = fdone_on, .open_count = open_count, .ring_left = ring_left, .ring_pend = ring_pend,
-        .running = running, .is_open = is_open, .chan_running = chan_running,
+        .active = active, .is_open = is_open,
         .busy = busy, .mem = mem, .peak = peak, .ch_bytes_out = ch_bytes_out, .ch_busy_out = ch_busy_out,
-        .dev_q = dev_q, .chan_q = chan_q, .events = events_h, .stash = stash, .xf = xf,
-        .n_xf = 0, .admitted = 0, .units_in_flight = 0, .oldest = 0, .step_left = step_left, .seq = 0, .now = 0.0,
+        .q = q, .events = events_h, .fq = fq, .fq_head = fq_head, .fq_tail = fq_tail, .stash = stash,
+        .dirty = dirty, .n_words = n_words, .xf = xf,
+        .n_xf = 0, .admitted = 0, .units_in_flight = 0, .oldest = 0, .step_left = step_left, .qseq = 0, .seq = 0,
+        .now = 0.0,
     };
-    run_events(&S, SCHED, RINGS, prio || il);
+    run_events(&S, SCHED, RINGS, PQ, PQ && (prio || il));
 
     int status = 0;
     if (S.admitted < U || S.step_left) status = -1;
@@ -855,26 +988,24 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
     out[1] = (double)S.n_xf;
     for (d = 0; d < nd; d++) { out[2 + d] = busy[d]; out[2 + nd + d] = peak[d]; }
     for (j = 0; j < nc; j++) { out[2 + 2 * nd + j] = ch_bytes_out[j]; out[2 + 2 * nd + nc + j] = ch_busy_out[j]; }
-    free(ring_left);
-    free(ar2.base);
-    free(ar.base);
-    free(ops_on);
-    free(ch_msgs);
     return status;
 }
 
-static int simulate_any(const KernelObject *k, const int *place, double *out) {
+/* Interleaved 1F1B and zb-h1 always queue by priority (their orders, or arrival order among equal keys); the
+ * static schedules by priority when they have one (gpipe, 1f1b), else in arrival order (thesis). */
+static int simulate_any(const KernelObject *k, const int *place, double *out, Work *w) {
     switch (k->sched) {
-    case SCHED_INTERLEAVED: return simulate_kind(k, place, out, SCHED_INTERLEAVED, 0);
-    case SCHED_ZB: return simulate_kind(k, place, out, SCHED_ZB, 0);
-    default: return simulate_kind(k, place, out, SCHED_STATIC, 0);
+    case SCHED_INTERLEAVED: return simulate_kind(k, place, out, w, SCHED_INTERLEAVED, 0, 1);
+    case SCHED_ZB: return simulate_kind(k, place, out, w, SCHED_ZB, 0, 1);
+    default: return k->prio ? simulate_kind(k, place, out, w, SCHED_STATIC, 0, 1)
+                            : simulate_kind(k, place, out, w, SCHED_STATIC, 0, 0);
     }
 }
 
 /* A placement with split genes: expanded into virtual ops, simulated as a problem of its own (a copy of
  * the kernel's header pointing at the expansion, priorities taken per virtual op from its op's). Only the
  * static schedules take splits (simulate.Simulator refuses the others first; -4 here). */
-static int simulate_sharded(const KernelObject *k, const int *place, double *out) {
+static int simulate_sharded(const KernelObject *k, const int *place, double *out, Work *w) {
     const int n = k->n, nd = k->nd, T = k->sh.T;
     for (int i = 0; i < n; i++) {
         const int g = place[i];
@@ -904,17 +1035,18 @@ static int simulate_sharded(const KernelObject *k, const int *place, double *out
     v.ring_msg_ptr = x.ring_msg_ptr; v.ring_src = x.ring_src; v.ring_dst = x.ring_dst; v.ring_bytes = x.ring_bytes;
     v.n_rings = x.n_rings;
     v.sh.T = 0;
-    status = simulate_kind(&v, x.place, out, SCHED_STATIC, 1);
+    status = v.prio ? simulate_kind(&v, x.place, out, w, SCHED_STATIC, 1, 1)
+                    : simulate_kind(&v, x.place, out, w, SCHED_STATIC, 1, 0);
     free(prio);
     expanded_free(&x);
     return status;
 }
 
-static int simulate(const KernelObject *k, const int *place, double *out) {
+static int simulate(const KernelObject *k, const int *place, double *out, Work *w) {
     if (k->sh.T > 0)
         for (int i = 0; i < k->n; i++)
-            if (place[i] >= k->nd) return simulate_sharded(k, place, out);
-    return simulate_any(k, place, out);
+            if (place[i] >= k->nd) return simulate_sharded(k, place, out, w);
+    return simulate_any(k, place, out, w);
 }
 
 /* ------------------------------------------------------------ Python glue */
@@ -1284,9 +1416,11 @@ static PyObject *run_impl(KernelObject *self, PyObject *args, int many) {
         return NULL;
     }
     int status = 0;
+    Work w = {{NULL, NULL}, {0, 0}};
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t r = 0; r < count && status == 0; r++)
-        status = simulate(self, (const int *)pv.buf + r * self->n, (double *)ov.buf + r * width);
+        status = simulate(self, (const int *)pv.buf + r * self->n, (double *)ov.buf + r * width, &w);
+    work_free(&w);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&pv);
     PyBuffer_Release(&ov);
