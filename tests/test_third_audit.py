@@ -385,6 +385,33 @@ def _interrupt_after(seconds):
     return timer
 
 
+def _interrupt_past(home, run_id, evaluations):
+    """Ctrl-C once run ``run_id`` has a checkpoint past ``evaluations`` (not after a fixed time: on a loaded
+    machine a resume may not have reached its first batch after a second)."""
+    import _thread
+    import signal
+    import threading
+    import time
+
+    from placement_core.store import RunStore
+    done = threading.Event()
+
+    def watch():
+        while not done.wait(0.05):
+            try:
+                with RunStore(home=home) as store:
+                    state = store.load_checkpoint(run_id)
+            except Exception:  # noqa: BLE001 - the store is being written: look again
+                continue
+            if state is not None and state["evaluations"] > evaluations:
+                _thread.interrupt_main(signal.SIGINT)
+                return
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    thread.cancel = done.set  # the same call as a Timer's
+    return thread
+
+
 @pytest.mark.timeout(60)
 def test_a_huge_budget_says_how_long_and_ctrl_c_stops_it_for_a_resume(capsys, tmp_path):
     from placement_core.store import RunStore
@@ -405,7 +432,7 @@ def test_a_huge_budget_says_how_long_and_ctrl_c_stops_it_for_a_resume(capsys, tm
         first = store.get(1)
         assert first.status == "stopped" and first.evaluations > 0
         assert store.load_checkpoint(1)["evaluations"] == first.evaluations  # it resumes where it stopped
-    timer = _interrupt_after(1.0)
+    timer = _interrupt_past(home, 1, first.evaluations)
     try:
         code, out, err = cli(capsys, "optimize", "--resume", 1, "--home", home)
     finally:
@@ -524,7 +551,7 @@ def test_a_lost_scheduler_interrupts_the_run_and_it_resumes(capsys, tmp_path, da
     with RunStore(home=home) as store:
         lost = store.get(1)
         assert lost.status == lost.display_status == "interrupted" and lost.evaluations > 0
-    timer = _interrupt_after(1.0)
+    timer = _interrupt_past(home, 1, lost.evaluations)
     try:
         code, out, err = cli(capsys, "optimize", "--resume", 1, "--home", home, "--quiet")
     finally:
