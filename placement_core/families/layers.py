@@ -1,6 +1,7 @@
 """Ops of a generated network, costed from their shapes with docs/design.md §4's formulas.
 
-FLOPs are for the whole batch (a multiply-add is 2 FLOPs); tensors are float32.
+FLOPs are for the whole batch (a multiply-add is 2 FLOPs); tensors are float32 unless a builder is given
+another element size (the GPT's bf16).
 A fully connected layer costs 2·in·out·rows forward, a convolution
 2·kh·kw·(cin/groups)·cout·Hout·Wout·N, pooling kh·kw·C·Hout·Wout·N, and the
 backward of each is twice its forward (input and weight gradients); element-wise
@@ -23,9 +24,10 @@ F = BYTES_PER_FLOAT
 class NetBuilder:
     """Collects ops in definition order; every method returns the new op's name."""
 
-    def __init__(self, name: str, batch: int):
+    def __init__(self, name: str, batch: int, elem_bytes: float = F):
         self.name = name
         self.batch = int(batch)
+        self.elem_bytes = float(elem_bytes)
         self.ops: list[Op] = []
         self._bytes: dict[str, float] = {}
 
@@ -38,6 +40,7 @@ class NetBuilder:
     def _add(self, name: str, kind: str, inputs, *, fwd: float, bwd: float, out_elems: float, params: float = 0.0,
              read_bytes: float | None = None, shape=(), edges: dict | None = None, groups: int = 1) -> str:
         inputs = tuple(inputs)
+        F = self.elem_bytes
         out = float(out_elems) * F
         read = sum((edges or {}).get(i, self._bytes[i]) for i in inputs) if read_bytes is None else read_bytes
         self.ops.append(Op(name=name, kind=kind, inputs=inputs, fwd_flops=float(fwd), bwd_flops=float(bwd),
@@ -54,6 +57,7 @@ class NetBuilder:
 
     def weights(self, name: str, elems: float) -> str:
         """Shared weights: parameters only; consumers name it with an edge of ``elems`` floats."""
+        F = self.elem_bytes
         self.ops.append(Op(name=name, kind="other", fwd_flops=0.0, bwd_flops=0.0, output_bytes=0.0,
                            param_bytes=float(elems) * F, mem_bytes=0.0, shape=(int(elems),)))
         self._bytes[name] = float(elems) * F
@@ -63,7 +67,7 @@ class NetBuilder:
         """A table lookup: memory-bound, the gradient is a scatter of the same size."""
         elems = rows * dim
         return self._add(name, "embedding", (tokens,), fwd=elems, bwd=2 * elems, out_elems=elems,
-                         params=vocab * dim, read_bytes=self._bytes[tokens] + elems * F, shape=shape)
+                         params=vocab * dim, read_bytes=self._bytes[tokens] + elems * self.elem_bytes, shape=shape)
 
     def linear(self, name: str, inputs, n_in: int, n_out: int, rows: int, shape, *, weights: str | None = None,
                edges: dict | None = None, kind: str = "linear", extra_elems: float = 0.0) -> str:

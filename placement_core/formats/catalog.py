@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from . import exprimo
+from ..families import gpt
 from ..model.devices import DeviceGraph, devices_from_dict
 from ..base.errors import InputError
 from ..model.graph import Graph
@@ -81,15 +82,24 @@ def devices_from_data(data: Any, source: str | None = None) -> DeviceGraph:
 
 
 def load_network(spec: str, batch_size: int | None = None) -> Graph:
-    """A built-in name (``resnet50``) or a path to a network file."""
+    """A built-in name (``resnet50``), a parametric GPT (``gpt:layers=12,hidden=768,heads=12``, see
+    :mod:`..families.gpt`) or a path to a network file."""
+    if gpt.is_gpt(spec):
+        return _gpt_network(spec.strip(), batch_size)
     if spec in builtin_networks():
         graph = _builtin_network(spec)
         return graph if batch_size is None else graph.with_batch_size(batch_size)
     path = Path(spec)
     if not path_exists(path, "network"):
         raise InputError(f"{spec!r} is neither a built-in network nor a file", field="network",
-                         fix="Use one of: " + ", ".join(builtin_networks()) + ", or a path to a JSON file")
+                         fix="Use one of: " + ", ".join(builtin_networks()) + ", gpt:layers=L,hidden=H,heads=A, "
+                             "or a path to a JSON file")
     return network_from_data(read_json(path), source=str(path), batch_size=batch_size)
+
+
+@lru_cache(maxsize=8)
+def _gpt_network(spec: str, batch_size: int | None) -> Graph:
+    return gpt.load(spec, batch_size)
 
 
 def load_devices(spec: str) -> DeviceGraph:
