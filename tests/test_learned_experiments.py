@@ -141,6 +141,66 @@ def test_post_comparison_on_two_workers_gives_the_same_rows_in_job_order(tmp_pat
     assert strip(read(tmp_path / "two" / "post.csv")) == strip(read(tmp_path / "one" / "post.csv"))
 
 
+def test_post_table_orders_worst_to_best_with_ties_shown_as_equal():
+    """Hand-made rows: on n, ppo and cem tie (median ratio 1.0 and mean 1.0 s; cem's 2 ulps above, float noise), so the
+    order reads "ppo = cem"; on m, pg and ppo share the median 1.1 but pg's mean (1.2) is worse than ppo's (1.1)."""
+    from placement_core.experiments.post_compare import markdown
+
+    def rows(network, algorithm, objectives):
+        return [{"network": network, "algorithm": algorithm, "seed": s, "objective_s": o, "single_gpu_s": 1.0,
+                 "ratio": o} for s, o in enumerate(objectives)]
+    table = (rows("n", "pg", [1.2, 1.4]) + rows("n", "ppo", [1.0, 1.0]) + rows("n", "cem", [1.0 + 2**-51] * 2)
+             + rows("n", "post", [0.9, 0.9]) + rows("m", "pg", [1.0, 1.1, 1.5]) + rows("m", "ppo", [1.1, 1.1, 1.1])
+             + rows("m", "cem", [0.8, 0.8, 0.8]) + rows("m", "post", [0.8, 0.8, 0.8]))
+    md = markdown(table, "placement experiment post")
+    assert md.splitlines()[-1] == ("Worst to best (median ratio, then mean): n: pg < ppo = cem < post; "
+                                   "m: pg < ppo < cem = post.")
+    assert "| pg | 1.3000 | 1.3000 ± " in md and "| post | **0.9000** | **0.9000 ± 0.0000** |" in md
+
+
+def test_post_reference_bounds_and_searches_on_a_diamond(tmp_path, capsys):
+    """benchmarks/post_reference.py on a hand-made diamond x -> a, b -> c (times per device kind, below) on a CPU
+    and two GPUs. By hand: one GPU runs every phase in turn, 3 + 6 + 2 + a's update 1 = 12 s; the critical path
+    with free transfers is the fastest fwd + bwd along x, b, c = 0 + 6 + 2 = 8 s; the work spread over the two
+    GPUs is (4 + 6 + 2) / 2 = 6 s. Every search starts at or includes one GPU and cannot pass the critical path."""
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location(
+        "post_reference", Path(__file__).resolve().parent.parent / "benchmarks" / "post_reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def times(gpu, cpu):
+        return {"gpu": dict(zip(("fwd", "bwd", "update"), gpu)), "cpu": dict(zip(("fwd", "bwd", "update"), cpu))}
+    linear = {"kind": "linear", "output_bytes": 40, "param_bytes": 400, "shape": [4, 10]}
+    net = {"format": "placement-network/1", "name": "diamond", "batch_size": 4, "ops": [
+        {"name": "x", "kind": "input", "output_bytes": 400, "shape": [4, 100], "times": times((0, 0, 0), (0, 0, 0))},
+        {"name": "a", "inputs": ["x"], **linear, "times": times((1, 2, 1), (3, 6, 3))},
+        {"name": "b", "inputs": ["x"], **linear, "times": times((2, 4, 0), (10, 20, 0))},
+        {"name": "c", "inputs": ["a", "b"], **linear, "times": times((1, 1, 0), (5, 5, 0))}]}
+    names = ("cpu0", "gpu0", "gpu1")
+    devices = {"format": "placement-devices/1", "name": "d", "devices": [
+        {"name": n, "kind": n[:3], "peak_flops": 1e13, "memory_bytes": 1e9, "mem_bandwidth": 9e11} for n in names],
+        "channels": [{"name": "pcie", "bandwidth": 16e9, "latency": 1e-5,
+                      "routes": [[a, b] for a in names for b in names if a != b]}]}
+    (tmp_path / "net.json").write_text(json.dumps(net))
+    (tmp_path / "devs.json").write_text(json.dumps(devices))
+    argv = ["--networks", str(tmp_path / "net.json"), "--devices", str(tmp_path / "devs.json"), "--budget", "40"]
+    module.main(argv + ["--json"])
+    rows = json.loads(capsys.readouterr().out)["networks"][str(tmp_path / "net.json")]
+    assert rows["single GPU"]["objective_s"] == pytest.approx(12.0)
+    assert rows["bound: critical path, free transfers"]["ratio"] == pytest.approx(8 / 12)
+    assert rows["bound: work spread over the GPUs"]["ratio"] == pytest.approx(6 / 12)
+    searches = {"annealing": 40, "hill-climbing": 40, "ga": 20, "map-elites": 20}
+    for name, evaluations in searches.items():
+        assert rows[name]["evaluations"] == evaluations
+        assert 8 / 12 - 1e-9 <= rows[name]["ratio"] <= 1.0
+    module.main(argv)
+    text = capsys.readouterr().out
+    assert "| bound: critical path, free transfers | 0 | 8.0000 | 0.6667 |" in text
+    assert f"| annealing | 40 | {rows['annealing']['objective_s']:.4f} | {rows['annealing']['ratio']:.4f} |" in text
+
+
 @pytest.mark.slow
 def test_generalization_measures_only_the_schemes_asked_for(tmp_path):
     argv = ["experiment", "generalization", "--families", "ptb", "--count", "2", "--budget", "60",

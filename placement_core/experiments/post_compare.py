@@ -83,8 +83,12 @@ def markdown(rows: list[dict], command: str) -> str:
             row += [f"**{ratio}**" if best else ratio, f"**{text}**" if m == min(cells[(n, b)][0] for b in algorithms)
                     else text]
         lines.append(f"| {a} | " + " | ".join(row) + " |")
-    order = {n: " < ".join(sorted(algorithms, key=lambda a: (-ratios[(n, a)], -cells[(n, a)][0]))) for n in networks}
-    lines += ["", "Worst to best (median ratio, then mean): " + "; ".join(f"{n}: {o}" for n, o in order.items()) + "."]
+    def ordered(n: str) -> str:  # worst first; "=" between algorithms with the same median ratio and mean
+        keys = {a: (round(-ratios[(n, a)], 12), round(-cells[(n, a)][0], 12)) for a in algorithms}
+        ranked = sorted(algorithms, key=keys.__getitem__)
+        return ranked[0] + "".join((" = " if keys[b] == keys[a] else " < ") + b for a, b in zip(ranked, ranked[1:]))
+    lines += ["", "Worst to best (median ratio, then mean): " + "; ".join(f"{n}: {ordered(n)}" for n in networks)
+              + "."]
     return "\n".join(lines)
 
 
