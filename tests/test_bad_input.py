@@ -434,7 +434,7 @@ def test_escape_sequences_in_text_output(capsys, tmp_path):
     code, out, err = run(capsys, "simulate", "--network", net, "--devices", write(tmp_path, "d.json", DEVICES),
                          "--placement", "single:cpu0")
     assert code == 0, err
-    assert "\x1b" not in out and out.startswith("\\x1b[31mred\\x1b[0m (4 ops, batch 4)")
+    assert "\x1b" not in out and out.startswith("\\x1b[31mred\\x1b[0m (4 ops, batch 4, fp32)")
 
 
 @pytest.mark.workers

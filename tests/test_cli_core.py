@@ -47,7 +47,7 @@ def test_simulate_table_and_options(capsys):
     code, out, _ = run(capsys, "simulate", "--network", "resnet50", "--devices", "malvik", "--placement",
                        "single:gpu0", "--batch-size", "32", "--batches", "4", "--in-flight", "2")
     assert code == 0
-    assert "resnet50 (176 ops, batch 32) on malvik" in out
+    assert "resnet50 (176 ops, batch 32, fp32) on malvik" in out
     assert "4 batch(es), 2 in flight" in out
     assert "gpu0" in out and "peak memory" in out and "fits in memory" in out
     code, out, _ = run(capsys, "simulate", "--network", "resnet50", "--devices", "malvik", "--placement",

@@ -108,7 +108,7 @@ def test_the_cli_simulates_a_gpt(capsys):
                  "--devices", "nvlink-8gpu", "--placement", "stages:2", "--schedule", "1f1b",
                  "--micro-batches", "4"])
     out = capsys.readouterr().out
-    assert code == 0 and "gpt(layers=2,hidden=128,heads=4,seq=64,vocab=500,bf16) (30 ops, batch 8)" in out
+    assert code == 0 and "gpt(layers=2,hidden=128,heads=4,seq=64,vocab=500) (30 ops, batch 8, bf16)" in out
     assert main(["simulate", "--network", "gpt:layers=2,hidden=7,heads=2", "--devices", "malvik",
                  "--placement", "single:gpu0"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [

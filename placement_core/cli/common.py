@@ -96,6 +96,9 @@ def add_problem_options(p: argparse.ArgumentParser, required: bool = True) -> No
     p.add_argument("--devices", required=required, help="preset name (see `placement devices`) or a JSON file "
                                                     "(placement-devices/1 or Exprimo's device format)")
     p.add_argument("--batch-size", type=positive_int, help="rescale the network to this batch size")
+    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"],
+                   help="train in this datatype: tensors and weights at its size, matmuls at the devices' peak "
+                        "for it (default: the network's own, fp32 unless a gpt: spec says otherwise)")
     p.add_argument("--batches", type=unit_count, default=1, help="batches simulated in total (default 1)")
     p.add_argument("--in-flight", type=unit_count, default=1,
                    help="batches in the system at once (default 1; the thesis' pipelining)")
@@ -174,6 +177,8 @@ def build_problem(args) -> Problem:
     """Load the network and devices the options name and compile the problem they describe."""
     from ..formats.catalog import load_devices, load_network
     graph = load_network(args.network, batch_size=args.batch_size)
+    if getattr(args, "precision", None):
+        graph = graph.with_precision(args.precision)
     devices = load_devices(args.devices)
     spec = spec_from_args(args, graph)
     return spec.replace(splits=sharding_splits(args, devices)).build(graph, devices)

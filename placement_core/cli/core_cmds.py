@@ -103,7 +103,8 @@ def simulation_report(problem, placement_spec: str, ev) -> dict:
                 for row in channel_stats(r, [c.name for c in problem.devices.channels])}
     used = r.busy > 0
     bubble = float(r.idle_fraction()[used].mean()) if used.any() else 0.0
-    return {"network": problem.graph.name, "ops": len(problem.graph), **batch_summary(problem),
+    return {"network": problem.graph.name, "ops": len(problem.graph), "precision": problem.graph.precision,
+            **batch_summary(problem),
             "device_graph": problem.devices.name, "profile": problem.profile.name,
             "measured_op_times": bool(getattr(problem.profile, "timings", None)), "placement": placement_spec,
             "bubble_fraction": bubble,
@@ -142,7 +143,7 @@ def cmd_simulate(args) -> int:
     r = ev.result
     how = describe_batches(report)
     # names come from files and paths from the command line: escaped, they cannot drive the terminal
-    print(f"{printable(report['network'])} ({report['ops']} ops, batch {report['batch_size']}) on "
+    print(f"{printable(report['network'])} ({report['ops']} ops, batch {report['batch_size']}, {report['precision']}) on "
           f"{printable(report['device_graph'])}, profile {report['profile']}"
           f"{' with measured op times' if report['measured_op_times'] else ''}, {how}"
           + (", forward only" if report["forward_only"] else ""))

@@ -20,6 +20,7 @@ import numpy as np
 from ..model.devices import DeviceGraph, curve_time
 from ..base.errors import InputError
 from ..model.graph import Graph
+from . import gemm
 from .timings import scaled
 
 # {op name: {device name or kind: {"fwd": s, "bwd": s, "update": s}}}
@@ -90,10 +91,14 @@ class RooflineProfile:
     gather_copies: float = 2.0  # a sharded output's gather (concatenation) reads and writes it once
 
     def arrays(self, graph: Graph, devices: DeviceGraph) -> CostArrays:
-        peak = np.array([d.peak_flops for d in devices.devices]) * self.comp_efficiency
+        # the peak of the datatype the network trains in (a device's bf16 tensor-core rate, say)
+        peak = np.array([d.peak_for(graph.precision) for d in devices.devices]) * self.comp_efficiency
         bw = np.array([d.mem_bandwidth for d in devices.devices])
         fwd_fl = np.array([o.fwd_flops for o in graph.ops])[:, None]
         bwd_fl = np.array([o.bwd_flops for o in graph.ops])[:, None]
+        factors = gemm.time_factors(graph, devices)  # tiles and waves, on devices that count their SMs
+        if factors is not None:
+            fwd_fl, bwd_fl = fwd_fl * factors[0], bwd_fl * factors[1]
         mem = np.array([o.mem_bytes for o in graph.ops])[:, None]
         params = np.array([o.param_bytes for o in graph.ops])[:, None]
         fwd = np.maximum(fwd_fl / peak, mem / bw)

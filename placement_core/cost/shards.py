@@ -91,7 +91,7 @@ def shard_costs(profile, graph: Graph, devices: DeviceGraph, requests: Sequence[
         if measured:
             # a shard keeps its op's fixed part (its launch, its whole input read): timings.scaled
             table[name] = {d: scaled(v, f, update=f if dim == "channel" else 1.0) for d, v in measured.items()}
-    mini = Graph("shards", ops, graph.batch_size)
+    mini = Graph("shards", ops, graph.batch_size, precision=graph.precision)
     kwargs = {"timings": table} if hasattr(profile, "timings") else {}
     return replace(profile, **kwargs).arrays(mini, devices)
 

@@ -47,9 +47,9 @@ class GPTConfig:
 
     @property
     def name(self) -> str:
-        tail = "" if self.tied else ",tied=0"
+        tail = "" if self.tied else ",tied=0"  # the precision is the graph's own (it can change: --precision)
         return (f"gpt(layers={self.layers},hidden={self.hidden},heads={self.heads},seq={self.seq},"
-                f"vocab={self.vocab},{self.precision}{tail})")
+                f"vocab={self.vocab}{tail})")
 
     def parameters(self) -> int:
         """The parameter count in closed form (checked against the built graph's)."""
@@ -111,7 +111,7 @@ def gpt_network(config: GPTConfig) -> Graph:
     """The graph of one training step's ops (see the module docstring)."""
     B, S, H, A, V = config.batch, config.seq, config.hidden, config.heads, config.vocab
     rows = B * S
-    b = NetBuilder(config.name, B, elem_bytes=PRECISIONS[config.precision])
+    b = NetBuilder(config.name, B, elem_bytes=PRECISIONS[config.precision], precision=config.precision)
     tokens = b.input("tokens", (B, S))
     x = _embedding(b, tokens, config)
     for layer in range(config.layers):

@@ -24,15 +24,16 @@ F = BYTES_PER_FLOAT
 class NetBuilder:
     """Collects ops in definition order; every method returns the new op's name."""
 
-    def __init__(self, name: str, batch: int, elem_bytes: float = F):
+    def __init__(self, name: str, batch: int, elem_bytes: float = F, precision: str = "fp32"):
         self.name = name
         self.batch = int(batch)
         self.elem_bytes = float(elem_bytes)
+        self.precision = precision
         self.ops: list[Op] = []
         self._bytes: dict[str, float] = {}
 
     def graph(self) -> Graph:
-        return Graph(self.name, self.ops, self.batch)
+        return Graph(self.name, self.ops, self.batch, precision=self.precision)
 
     def out_bytes(self, name: str) -> float:
         return self._bytes[name]

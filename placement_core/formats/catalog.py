@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from . import exprimo
+from . import clusters, exprimo
 from ..families import gpt
 from ..model.devices import DeviceGraph, devices_from_dict
 from ..base.errors import InputError
@@ -103,7 +103,10 @@ def _gpt_network(spec: str, batch_size: int | None) -> Graph:
 
 
 def load_devices(spec: str) -> DeviceGraph:
-    """A preset name (``malvik``, or ``local`` once calibrated) or a path to a device-graph file."""
+    """A preset name (``malvik``, or ``local`` once calibrated), a parametric cluster (``dgx-a100:nodes=4``,
+    :mod:`.clusters`) or a path to a device-graph file."""
+    if clusters.is_cluster(spec):
+        return _cluster(spec.strip().lower().replace(" ", ""))
     if spec in _shipped_devices():
         return _builtin_devices(spec)
     if spec in user_devices():  # not cached: a new calibration replaces it
@@ -116,8 +119,14 @@ def load_devices(spec: str) -> DeviceGraph:
     path = Path(spec)
     if not path_exists(path, "devices"):
         raise InputError(f"{spec!r} is neither a device preset nor a file", field="devices",
-                         fix="Use one of: " + ", ".join(builtin_devices()) + ", or a path to a JSON file")
+                         fix="Use one of: " + ", ".join(builtin_devices()) + ", dgx-a100:nodes=N, dgx-h100:nodes=N, "
+                             "or a path to a JSON file")
     return devices_from_data(read_json(path), source=str(path))
+
+
+@lru_cache(maxsize=8)
+def _cluster(spec: str) -> DeviceGraph:
+    return clusters.load(spec)
 
 
 def network_from_upload(content: bytes, filename: str, batch_size: int | None = None) -> Graph:

@@ -35,7 +35,7 @@ def network_from_dict(data: Any, source: str | None = None) -> Graph:
                          source=source, field="batch_size", fix="Write the batch size the sizes were computed for")
     raw_ops = require_list(data.get("ops"), source=source, field="ops", what="a list of ops")
     ops = [_op_from_dict(raw, i, source) for i, raw in enumerate(raw_ops)]
-    return Graph(name, ops, batch, source=source)
+    return Graph(name, ops, batch, source=source, precision=data.get("precision", "fp32"))
 
 
 def _op_from_dict(raw: Any, i: int, source: str | None) -> Op:
@@ -135,7 +135,10 @@ def network_to_dict(graph: Graph) -> dict:
         if op.exprimo:
             d["exprimo"] = {ph: [_num(fl), [_num(b) for b in mem]] for ph, (fl, mem) in op.exprimo.items()}
         ops.append(d)
-    return {"format": FORMAT, "name": graph.name, "batch_size": graph.batch_size, "ops": ops}
+    out = {"format": FORMAT, "name": graph.name, "batch_size": graph.batch_size, "ops": ops}
+    if graph.precision != "fp32":  # omitted for fp32: files without the field read and write back unchanged
+        out["precision"] = graph.precision
+    return out
 
 
 def _num(x: float) -> int | float:

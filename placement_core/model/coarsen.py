@@ -86,7 +86,7 @@ def contract(graph: Graph, groups: list[list[str]], names: list[str] | None = No
             times=_summed_times(member_ops),
             module=",".join(modules),
         ))
-    return Graph(graph.name, ops, graph.batch_size, source=graph.source)
+    return Graph(graph.name, ops, graph.batch_size, source=graph.source, precision=graph.precision)
 
 
 def _summed_times(ops: list[Op]) -> dict:

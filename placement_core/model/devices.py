@@ -36,6 +36,15 @@ class Device:
     # (LogP's "o": serialisation, the transport thread, waking up). The simulator runs it as a
     # send or receive task on the device, under any cost profile; 0 (the default) means none.
     message_overhead: float = 0.0
+    # Peaks by the datatype a network trains in, ((precision, FLOP/s), ...): a datasheet's dense tensor-core
+    # rates (an A100's 312 TFLOP/s in bf16 against 19.5 in fp32). A precision not listed runs at peak_flops.
+    peaks: tuple[tuple[str, float], ...] = ()
+    # Streaming multiprocessors: when given, a matmul's time counts the tiles and waves it rounds up to
+    # (cost.gemm); 0: no quantization.
+    sms: int = 0
+
+    def peak_for(self, precision: str) -> float:
+        return dict(self.peaks).get(precision, self.peak_flops)
 
 
 @dataclass(frozen=True)
@@ -156,7 +165,8 @@ def _validate(g: DeviceGraph) -> None:
 
 
 _DEVICE_FIELDS = {"name", "kind", "peak_flops", "memory_bytes", "mem_bandwidth", "model", "clock_hz",
-                  "message_overhead"}
+                  "message_overhead", "peak_flops_by_precision", "sms"}
+MAX_SMS = 100_000
 _CHANNEL_FIELDS = {"name", "bandwidth", "latency", "routes", "transfer_curve"}
 _CURVE_FIX = 'Write [[BYTES, SECONDS], ...], e.g. [[4, 3e-5], [1e6, 2.5e-4], [1e8, 0.02]]'
 
@@ -195,6 +205,26 @@ def check_curve(points, *, source: str | None, field: str) -> tuple[tuple[float,
     return tuple(out)
 
 
+def _peaks(raw: Any, source: str | None, at: str) -> tuple[tuple[str, float], ...]:
+    from .graph import PRECISION_BYTES
+    raw = require_mapping(raw, source=source, field=at, what='{"bf16": FLOP/s, ...}')
+    out = []
+    for key in sorted(raw):
+        if key not in PRECISION_BYTES:
+            raise InputError(f"unknown precision {str(key)[:20]!r}", source=source, field=f"{at}.{str(key)[:20]}",
+                             fix=f"Use {', '.join(PRECISION_BYTES)}")
+        out.append((key, require_number(raw[key], source=source, field=f"{at}.{key}", positive=True,
+                                        minimum=MIN_RATE)))
+    return tuple(out)
+
+
+def _sms(raw: Any, source: str | None, at: str) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw <= MAX_SMS:
+        raise InputError(f"sms must be a whole number from 0 to {MAX_SMS:,}, got {str(raw)[:20]}", source=source,
+                         field=at, fix="Give the GPU's streaming multiprocessors (an A100 has 108), or leave it out")
+    return raw
+
+
 def devices_from_dict(data: Any, source: str | None = None) -> DeviceGraph:
     data = require_mapping(data, source=source, field=None, what="a device graph")
     if data.get("format") != FORMAT:
@@ -230,6 +260,8 @@ def devices_from_dict(data: Any, source: str | None = None) -> DeviceGraph:
                                                                minimum=MIN_RATE),
             message_overhead=require_number(raw.get("message_overhead", 0.0), source=source,
                                             field=f"{at}.message_overhead", maximum=MAX_MESSAGE_OVERHEAD),
+            peaks=_peaks(raw.get("peak_flops_by_precision", {}), source, f"{at}.peak_flops_by_precision"),
+            sms=_sms(raw.get("sms", 0), source, f"{at}.sms"),
         ))
     channels = []
     for c, raw in enumerate(require_list(data.get("channels", []), source=source, field="channels",
@@ -268,6 +300,10 @@ def devices_to_dict(g: DeviceGraph) -> dict:
             item["clock_hz"] = d.clock_hz
         if d.message_overhead:  # omitted when 0, so files without the field read and write back unchanged
             item["message_overhead"] = d.message_overhead
+        if d.peaks:  # likewise
+            item["peak_flops_by_precision"] = dict(d.peaks)
+        if d.sms:
+            item["sms"] = d.sms
         devs.append(item)
     chans = []
     for c in g.channels:

@@ -15,6 +15,9 @@ from typing import Iterable, Mapping
 from ..base.errors import InputError
 
 BYTES_PER_FLOAT = 4
+# The datatype a network trains in: the size of its tensors and weights, and which of a device's peaks its
+# matmuls reach (a device's ``peaks``; fp32 is its ``peak_flops``).
+PRECISION_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
 @dataclass(frozen=True)
@@ -66,11 +69,15 @@ class Graph:
     """Ops in deterministic topological order plus index-based adjacency."""
 
     def __init__(self, name: str, ops: Iterable[Op], batch_size: int = 1, *,
-                 source: str | None = None):
+                 source: str | None = None, precision: str = "fp32"):
         ops = list(ops)
         self.name = name
         self.batch_size = int(batch_size)
         self.source = source
+        if precision not in PRECISION_BYTES:
+            raise InputError(f"precision must be one of {', '.join(PRECISION_BYTES)}, got {str(precision)[:20]!r}",
+                             source=source, field="precision", fix="Use fp32, bf16 or fp16")
+        self.precision = precision
         _validate(ops, source)
         self.ops: tuple[Op, ...] = tuple(topological_order(ops, source))
         self.index: dict[str, int] = {op.name: i for i, op in enumerate(self.ops)}
@@ -153,7 +160,21 @@ class Graph:
                 input_bytes={n: b * k for n, b in op.input_bytes.items()},
                 exprimo=ex,
             ))
-        return Graph(self.name, ops, batch_size, source=self.source)
+        return Graph(self.name, ops, batch_size, source=self.source, precision=self.precision)
+
+    def with_precision(self, precision: str) -> "Graph":
+        """The same network trained in another datatype: every tensor's and weight's bytes scale with the
+        element size (fp32 -> bf16 halves them); FLOPs stay; measured times are kept as they are."""
+        if precision not in PRECISION_BYTES:
+            raise InputError(f"precision must be one of {', '.join(PRECISION_BYTES)}, got {str(precision)[:20]!r}",
+                             source=self.source, field="precision", fix="Use fp32, bf16 or fp16")
+        if precision == self.precision:
+            return self
+        k = PRECISION_BYTES[precision] / PRECISION_BYTES[self.precision]
+        ops = [replace(op, output_bytes=op.output_bytes * k, param_bytes=op.param_bytes * k,
+                       mem_bytes=op.mem_bytes * k, input_bytes={n: b * k for n, b in op.input_bytes.items()})
+               for op in self.ops]
+        return Graph(self.name, ops, self.batch_size, source=self.source, precision=precision)
 
     def renamed(self, mapping: Mapping[str, str]) -> "Graph":
         """The same graph with ops renamed (used by tests of name-independence)."""
@@ -162,7 +183,7 @@ class Graph:
         ops = [replace(op, name=rn(op.name), inputs=tuple(rn(i) for i in op.inputs),
                        input_bytes={rn(n): b for n, b in op.input_bytes.items()})
                for op in self.ops]
-        return Graph(self.name, ops, self.batch_size, source=self.source)
+        return Graph(self.name, ops, self.batch_size, source=self.source, precision=self.precision)
 
 
 def _validate(ops: list[Op], source: str | None) -> None:
