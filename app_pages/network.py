@@ -3,6 +3,7 @@
 import streamlit as st
 
 from dashboard import nodelink, state, ui
+from dashboard.gptview import gpt_form
 from dashboard.charts import topology
 from dashboard.netview import torch_import_form
 from placement_core.analysis import fmt_bytes, fmt_flops, network_summary, op_table
@@ -18,7 +19,8 @@ if s.pop("net_widgets_stale", False):  # the network changed (here or elsewhere)
     s.net_batch = int(state.graph().batch_size)
 
 with ui.guarded("the network chooser"):
-    builtin, upload, torch_tab = st.tabs(["Built-in networks", "Upload a file", "Import a PyTorch model"])
+    builtin, gpt_tab, upload, torch_tab = st.tabs(["Built-in networks", "A GPT by its shape", "Upload a file",
+                                                   "Import a PyTorch model"])
     with builtin:
         def _choose():
             name = s.net_builtin
@@ -28,6 +30,8 @@ with ui.guarded("the network chooser"):
                      format_func=lambda n: f"{state.NETWORK_TITLES.get(n, n)}  ({n})", key="net_builtin",
                      on_change=_choose, placeholder="choose a built-in network",
                      help="Generated from torchvision at batch size 128, as in the thesis' experiments.")
+    with gpt_tab:
+        gpt_form()
     with upload:
         st.caption("A `placement-network/1` JSON file, or an Exprimo network file from the thesis "
                    "(`{\"name\", \"layers\": …}`); the format is detected automatically.")
@@ -62,7 +66,8 @@ with ui.guarded("the network summary"):
     cols[1].metric("Forward compute", fmt_flops(summary["fwd_flops"]), help="per batch")
     cols[2].metric("Backward compute", fmt_flops(summary["bwd_flops"]),
                    help="per batch: gradients for inputs and weights")
-    cols[3].metric("Parameters", fmt_bytes(summary["param_bytes"]), help=f"{summary['params']:,.0f} float32 weights")
+    cols[3].metric("Parameters", fmt_bytes(summary["param_bytes"]),
+                   help=f"{summary['params']:,.0f} weights in {summary['precision']}")
     cols[4].metric("Activations", fmt_bytes(summary["activation_bytes"]),
                    help=f"all op outputs of one forward pass at batch size {g.batch_size}")
 

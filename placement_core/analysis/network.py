@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from ..model.graph import BYTES_PER_FLOAT, Graph
+from ..model.graph import PRECISION_BYTES, Graph
 
 
 def network_summary(graph: Graph) -> dict:
-    """Ops, edges, total forward/backward FLOPs, parameter bytes and count, activation bytes."""
+    """Ops, edges, total forward/backward FLOPs, parameter bytes and count (at the network's precision),
+    activation bytes."""
     t = graph.totals()
-    t["params"] = t["param_bytes"] / BYTES_PER_FLOAT
+    t["params"] = t["param_bytes"] / PRECISION_BYTES[graph.precision]
+    t["precision"] = graph.precision
     return t
 
 
