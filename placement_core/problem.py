@@ -196,6 +196,13 @@ class Problem:
         self.shards = compile_shards(graph, devices, profile, self.costs, self.splits) if self.splits else None
         self.simulator = Simulator(self.compiled, self.settings, fast=fast, shards=self.shards)
         self.capacity = np.array([d.memory_bytes for d in devices.devices], dtype=float)
+        # The kernel's objective entry (whole ops only): the simulation and the objective in one C call, the
+        # same numbers as objective(simulator.run(...)) bit for bit. (A kernel built before it has none.)
+        self._objective = None
+        set_objective = getattr(self.simulator._kernel, "set_objective", None)
+        if set_objective is not None and not self.splits:
+            set_objective(self.capacity, int(self.settings.batches), PENALTIES.index(penalty))
+            self._objective = self.simulator._kernel.objective
 
     # Pickled as its inputs and rebuilt on arrival: worker processes and Dask workers get the
     # network once and compile their own kernel (the C object itself cannot be pickled).
@@ -258,7 +265,15 @@ class Problem:
         return INFEASIBLE_OFFSET_S + t + float(overflow.sum()) / 1e9
 
     def evaluate(self, placement) -> float:
-        """Objective of one placement (seconds per batch plus memory penalty)."""
+        """Objective of one placement (seconds per batch plus memory penalty). An int32 vector goes straight to
+        the kernel's objective entry, which checks it there (length, device indices); anything else, or one the
+        kernel refuses, is checked here first, so a bad placement gets the same clear error either way."""
+        fast = self._objective
+        if fast is not None and type(placement) is np.ndarray and placement.dtype == np.int32:
+            try:
+                return fast(placement)
+            except (ValueError, TypeError, BufferError):
+                pass  # the checked path below says what is wrong (or runs a non-contiguous view)
         return self.objective(self.simulator.run(self.check(placement)))
 
     def check(self, placement) -> np.ndarray:
@@ -282,7 +297,18 @@ class Problem:
         return arr
 
     def evaluate_many(self, placements) -> np.ndarray:
-        return np.array([self.objective(r) for r in self.simulator.run_many(self.checked(placements))])
+        return self.evaluate_valid(self.checked(placements))
+
+    def evaluate_valid(self, placements: np.ndarray) -> np.ndarray:
+        """Objectives of placements the caller built itself and knows valid: ``(k, n_ops)`` int32, every gene a
+        device or a split its op may take (what :meth:`checked` returns; an optimizer's own children). Nothing is
+        checked in Python (the kernel still refuses a gene outside its tables); the numbers are
+        :meth:`evaluate_many`'s. Placements from users go through :meth:`evaluate` or :meth:`evaluate_many`."""
+        if self._objective is not None:
+            out = np.empty(len(placements))
+            self.simulator._kernel.objectives(placements, out)
+            return out
+        return np.array([self.objective(r) for r in self.simulator.run_many(placements)])
 
     @property
     def tied(self) -> list[list[int]]:

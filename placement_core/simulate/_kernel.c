@@ -48,7 +48,7 @@ static inline int item_less(const Item *x, const Item *y) {
     return x->key < y->key || (x->key == y->key && x->seq < y->seq);
 }
 
-static void heap_push(Heap *h, Item it) {
+static inline __attribute__((always_inline)) void heap_push(Heap *h, Item it) {
     int i = h->n++;
     while (i > 0) {
         int p = (i - 1) >> 1;
@@ -59,7 +59,7 @@ static void heap_push(Heap *h, Item it) {
     h->a[i] = it;
 }
 
-static Item heap_pop(Heap *h) {
+static inline __attribute__((always_inline)) Item heap_pop(Heap *h) {
     Item top = h->a[0];
     Item last = h->a[--h->n];
     int i = 0, n = h->n;
@@ -93,6 +93,25 @@ static inline size_t room(size_t item, size_t count) { return item * (count > 0 
 
 #include "_expand.h"
 
+/* Scratch memory of simulations: grown when a placement needs more and kept between the placements of one
+ * call, so run_many allocates once per batch, not once per placement. Every call has its own, so threads never
+ * share one. */
+typedef struct { char *buf[2]; size_t size[2]; } Work;
+
+static char *work_take(Work *w, int i, size_t need) {
+    if (need > w->size[i]) {
+        free(w->buf[i]);
+        const size_t grow = need + need / 4;
+        w->buf[i] = malloc(grow);
+        w->size[i] = w->buf[i] ? grow : 0;
+    }
+    return w->buf[i];
+}
+
+static void work_free(Work *w) {
+    for (int i = 0; i < 2; i++) { free(w->buf[i]); w->buf[i] = NULL; w->size[i] = 0; }
+}
+
 /* --------------------------------------------------------------- problem */
 
 typedef struct {
@@ -117,6 +136,14 @@ typedef struct {
     const int *ring_of, *ring_first, *ring_count, *ring_msg_ptr, *ring_src, *ring_dst;
     const double *ring_bytes;
     int n_rings;
+    /* the objective (set_objective; problem.Problem.objective): per-device capacities, batches per run, penalty */
+    double *capacity, batches;
+    int penalty;
+    Work spare;  /* scratch kept between calls (taken and put back with the GIL held); NULL buffers: none */
+    /* per op, placement-independent: the gradient bytes it receives (summed over its child edges) and
+     * sends (over its parent edges), summed in edge order once at init (NULL: summed per placement, as for
+     * an expanded placement) */
+    double *grad_in0, *grad_out0;
 } KernelObject;
 
 /* Interleaved 1F1B: a device with vd chunks runs unit u's forward through its local chunk v as number
@@ -149,25 +176,6 @@ static double curve_len(const KernelObject *k, int j, double b) {
 }
 
 /* ------------------------------------------------------------ one simulation */
-
-/* Scratch memory of simulations: grown when a placement needs more and kept between the placements of one
- * call, so run_many allocates once per batch, not once per placement. Every call has its own, so threads never
- * share one. */
-typedef struct { char *buf[2]; size_t size[2]; } Work;
-
-static char *work_take(Work *w, int i, size_t need) {
-    if (need > w->size[i]) {
-        free(w->buf[i]);
-        const size_t grow = need + need / 4;
-        w->buf[i] = malloc(grow);
-        w->size[i] = w->buf[i] ? grow : 0;
-    }
-    return w->buf[i];
-}
-
-static void work_free(Work *w) {
-    for (int i = 0; i < 2; i++) { free(w->buf[i]); w->buf[i] = NULL; w->size[i] = 0; }
-}
 
 /* Everything one simulation of one placement reads and changes: the placement's plan (built once at the
  * start, then read only) and the event loop's state. The step functions below take it by pointer; they
@@ -531,15 +539,23 @@ STEP void release_w_gate(Sim *s, const int SCHED, const int PQ, int uu, int dv) 
 
 STEP void backward_done(Sim *s, const int SCHED, const int RINGS, const int PQ, int uu, int op, int dv, double pr) {
     const KernelObject *k = s->k;
-    if (SCHED == SCHED_ZB && s->hw[op]) {  /* zb-h1: the output gradient and the inputs stay for the W task */
-        s->mem[dv] += s->grad_out[op];
-    } else {
-        s->mem[dv] += s->grad_out[op] - s->grad_in[op];
-        release_inputs(s, uu, op, dv);
-    }
+    /* zb-h1: the output gradient and the inputs stay for the W task; otherwise the inputs are released here,
+     * parent by parent in the loop below (release_inputs' order: memory changes the same way) */
+    const int release = !(SCHED == SCHED_ZB && s->hw[op]);
+    if (!release) s->mem[dv] += s->grad_out[op];
+    else s->mem[dv] += s->grad_out[op] - s->grad_in[op];
     for (int j = k->par_ptr[op]; j < k->par_ptr[op + 1]; j++) {
         const int p = k->par_idx[j], dp = s->place[p];
-        if (dp == dv) { satisfy(s, SCHED, PQ, uu, BWD, p); continue; }
+        if (dp == dv) {
+            if (release && --s->act_refs[uu * s->n + p] == 0) s->mem[dv] -= k->out_bytes[p];
+            satisfy(s, SCHED, PQ, uu, BWD, p);
+            continue;
+        }
+        if (release) {
+            int f = s->fd_ptr[p];
+            while (s->fd_dev[f] != dv) f++;
+            if (--s->recv_refs[(size_t)uu * s->E + f] == 0) s->mem[dv] -= s->fd_bytes[f];
+        }
         int e;
         for (e = s->bd_ptr[op]; e < s->bd_ptr[op + 1]; e++) if (s->bd_dev[e] == dp) break;
         if (s->bd_bytes[e] == 0.0) satisfy(s, SCHED, PQ, uu, BWD, p);
@@ -706,7 +722,8 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
     int *bd_ptr = TAKE(&ar, int, n + 1), *bd_dev = TAKE(&ar, int, E);
     double *bd_bytes = TAKE(&ar, double, E);
     int *n_local = TAKE(&ar, int, n);
-    double *grad_out = TAKE(&ar, double, n), *grad_in = TAKE(&ar, double, n);
+    double *grad_out = k->grad_out0, *grad_in = k->grad_in0;
+    if (!grad_in) { grad_out = TAKE(&ar, double, n); grad_in = TAKE(&ar, double, n); }
     double *dur = TAKE(&ar, double, NPH * N2);
     double *dF = dur, *dB = dur + N2, *dU = dur + 2 * N2, *dW = zb ? dur + 3 * N2 : NULL;
     unsigned char *hw = TAKE(&ar, unsigned char, n);
@@ -726,10 +743,13 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
         int f = fd_ptr[i], b = bd_ptr[i];
         ops_on[di]++;
         n_local[i] = 0;
-        grad_out[i] = grad_in[i] = 0.0;
+        if (!k->grad_in0) {
+            grad_out[i] = grad_in[i] = 0.0;
+            for (j = k->ch_ptr[i]; j < k->ch_ptr[i + 1]; j++) grad_in[i] += k->ch_grad[j];
+            for (j = k->par_ptr[i]; j < k->par_ptr[i + 1]; j++) grad_out[i] += k->par_grad[j];
+        }
         for (j = k->ch_ptr[i]; j < k->ch_ptr[i + 1]; j++) {
             const int c = k->ch_idx[j], dc = place[c];
-            grad_in[i] += k->ch_grad[j];
             if (dc == di) { n_local[i]++; continue; }
             int e;
             for (e = fd_ptr[i]; e < f; e++) if (fd_dev[e] == dc) break;
@@ -744,7 +764,6 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
         fd_ptr[i + 1] = f;
         for (j = k->par_ptr[i]; j < k->par_ptr[i + 1]; j++) {
             const int p = k->par_idx[j], dp = place[p];
-            grad_out[i] += k->par_grad[j];
             if (dp == di) continue;
             int e;
             for (e = bd_ptr[i]; e < b; e++) if (bd_dev[e] == dp) break;
@@ -760,9 +779,9 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
         dU[i] = k->upd[(size_t)i * nd + di];
     }
     /* zb-h1: an op with a weight-gradient share runs its backward as B (input gradient) then W */
-    for (i = 0; i < n; i++) {
-        hw[i] = zb && k->has_w[i];
-        if (zb) dW[i] = 0.0;
+    for (i = 0; zb && i < n; i++) {
+        hw[i] = k->has_w[i];
+        dW[i] = 0.0;
         if (hw[i]) { dW[i] = k->bwd_w[(size_t)i * nd + place[i]]; dB[i] = k->bwd[(size_t)i * nd + place[i]] - dW[i]; }
     }
 
@@ -912,7 +931,7 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
     events_h->a = ev_items; events_h->n = 0;
 
     int n_upd = 0, n_w = 0;
-    for (i = 0; i < n; i++) { n_upd += k->has_update[i] ? 1 : 0; n_w += hw[i]; }
+    for (i = 0; i < n; i++) { n_upd += k->has_update[i] ? 1 : 0; n_w += zb ? hw[i] : 0; }
     for (u = 0; u < U; u++) {
         int *dp = dep + (size_t)u * NPH * N2;
         for (i = 0; i < n; i++) {
@@ -1034,6 +1053,7 @@ static int simulate_sharded(const KernelObject *k, const int *place, double *out
     v.ring_of = x.ring_of; v.ring_first = x.ring_first; v.ring_count = x.ring_count;
     v.ring_msg_ptr = x.ring_msg_ptr; v.ring_src = x.ring_src; v.ring_dst = x.ring_dst; v.ring_bytes = x.ring_bytes;
     v.n_rings = x.n_rings;
+    v.grad_in0 = v.grad_out0 = NULL;  /* the expansion's edges: summed per placement */
     v.sh.T = 0;
     status = v.prio ? simulate_kind(&v, x.place, out, w, SCHED_STATIC, 1, 1)
                     : simulate_kind(&v, x.place, out, w, SCHED_STATIC, 1, 0);
@@ -1235,6 +1255,10 @@ static int take_rows(KernelObject *self, PyObject *const *given, int from, int t
 static void Kernel_dealloc(KernelObject *self) {
     for (int i = 0; i < self->nviews; i++) PyBuffer_Release(&self->views[i]);
     PyMem_Free(self->views);
+    work_free(&self->spare);
+    PyMem_Free(self->capacity);
+    PyMem_Free(self->grad_in0);
+    PyMem_Free(self->grad_out0);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1365,6 +1389,14 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
         return -1;
     }
     self->n_inputs = (int)z.count[arg_index("input_ops")];
+    self->grad_in0 = PyMem_Malloc(sizeof(double) * (size_t)n);
+    self->grad_out0 = PyMem_Malloc(sizeof(double) * (size_t)n);
+    if (!self->grad_in0 || !self->grad_out0) { PyErr_NoMemory(); return -1; }
+    for (int i = 0; i < n; i++) {  /* the same sums, in the same order, as simulate_kind's without them */
+        self->grad_in0[i] = self->grad_out0[i] = 0.0;
+        for (int j = self->ch_ptr[i]; j < self->ch_ptr[i + 1]; j++) self->grad_in0[i] += self->ch_grad[j];
+        for (int j = self->par_ptr[i]; j < self->par_ptr[i + 1]; j++) self->grad_out0[i] += self->par_grad[j];
+    }
     return 0;
 }
 
@@ -1393,6 +1425,19 @@ static PyObject *raise_status(int status) {
     return NULL;
 }
 
+/* The kernel's kept scratch for one call (or none, if another thread holds it), and back after the call: a
+ * call on one placement then allocates nothing. Both run with the GIL held, so no two calls hold it at once. */
+static Work take_spare(KernelObject *self) {
+    Work w = self->spare;
+    memset(&self->spare, 0, sizeof(Work));
+    return w;
+}
+
+static void put_spare(KernelObject *self, Work *w) {
+    if (self->spare.buf[0] || self->spare.buf[1]) work_free(w);
+    else self->spare = *w;
+}
+
 static PyObject *run_impl(KernelObject *self, PyObject *args, int many) {
     PyObject *pl, *outobj;
     if (!PyArg_ParseTuple(args, "OO", &pl, &outobj)) return NULL;
@@ -1416,12 +1461,12 @@ static PyObject *run_impl(KernelObject *self, PyObject *args, int many) {
         return NULL;
     }
     int status = 0;
-    Work w = {{NULL, NULL}, {0, 0}};
+    Work w = take_spare(self);
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t r = 0; r < count && status == 0; r++)
         status = simulate(self, (const int *)pv.buf + r * self->n, (double *)ov.buf + r * width, &w);
-    work_free(&w);
     Py_END_ALLOW_THREADS
+    put_spare(self, &w);
     PyBuffer_Release(&pv);
     PyBuffer_Release(&ov);
     if (status != 0) return raise_status(status);
@@ -1431,9 +1476,159 @@ static PyObject *run_impl(KernelObject *self, PyObject *args, int many) {
 static PyObject *Kernel_run(KernelObject *self, PyObject *args) { return run_impl(self, args, 0); }
 static PyObject *Kernel_run_many(KernelObject *self, PyObject *args) { return run_impl(self, args, 1); }
 
+/* ------------------------------------------------------------ the objective */
+
+enum { PENALTY_THESIS = 0, PENALTY_PLACETO = 1, PENALTY_INFEASIBLE = 2 };
+
+/* numpy's sum of a float64 vector (pairwise summation, eight accumulators per block of up to 128 items; what
+ * np.add.reduce does on a contiguous array), so that the objective here equals problem.Problem.objective's bit
+ * for bit; tests/test_floor.py checks it against numpy on overflows of up to 300 devices. */
+static double np_sum(const double *a, Py_ssize_t n) {
+    if (n < 8) {
+        double res = 0.0;
+        for (Py_ssize_t i = 0; i < n; i++) res += a[i];
+        return res;
+    }
+    if (n <= 128) {
+        double r[8], res;
+        Py_ssize_t i;
+        for (int j = 0; j < 8; j++) r[j] = a[j];
+        for (i = 8; i < n - (n % 8); i += 8)
+            for (int j = 0; j < 8; j++) r[j] += a[i + j];
+        res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for (; i < n; i++) res += a[i];
+        return res;
+    }
+    Py_ssize_t n2 = n / 2;
+    n2 -= n2 % 8;
+    return np_sum(a, n2) + np_sum(a + n2, n - n2);
+}
+
+/* Problem.objective of a result row [makespan, transfers, busy[nd], peak[nd], ...]: seconds per batch, plus the
+ * memory penalty where a device's peak passes its capacity (the same operations in the same order). */
+static double objective_of(const KernelObject *k, const double *row, double *over) {
+    const int nd = k->nd;
+    const double *peak = row + 2 + nd;
+    const double t = row[0] / k->batches;
+    int any = 0;
+    double top = 0.0;
+    for (int d = 0; d < nd; d++) {
+        const double x = peak[d] - k->capacity[d];
+        over[d] = x > 0.0 ? x : 0.0;
+        if (over[d] != 0.0) any = 1;
+        if (d == 0 || over[d] > top) top = over[d];
+    }
+    if (!any) return t;
+    if (k->penalty == PENALTY_THESIS) return t + np_sum(over, nd) * (1e-3 / 1e6);
+    if (k->penalty == PENALTY_PLACETO) return t + top * (2.0 / 1e9);
+    return 1e6 + t + np_sum(over, nd) / 1e9;
+}
+
+/* set_objective(capacity float64[nd], batches, penalty): what objective() and objectives() compute. */
+static PyObject *Kernel_set_objective(KernelObject *self, PyObject *args) {
+    PyObject *capobj;
+    int batches, penalty;
+    if (!PyArg_ParseTuple(args, "Oii", &capobj, &batches, &penalty)) return NULL;
+    if (batches < 1 || penalty < PENALTY_THESIS || penalty > PENALTY_INFEASIBLE) {
+        PyErr_SetString(PyExc_ValueError, "set_objective: batches must be >= 1 and penalty 0 (thesis), 1 (placeto) "
+                                          "or 2 (infeasible)");
+        return NULL;
+    }
+    Py_buffer v;
+    if (PyObject_GetBuffer(capobj, &v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+    const char got = v.format ? v.format[strlen(v.format) - 1] : 'B';
+    if (v.itemsize != 8 || got != 'd' || v.len != (Py_ssize_t)self->nd * 8) {
+        PyBuffer_Release(&v);
+        PyErr_Format(PyExc_ValueError, "set_objective: capacity must be %d float64 values", self->nd);
+        return NULL;
+    }
+    double *cap = PyMem_Malloc(sizeof(double) * (size_t)self->nd);
+    if (!cap) { PyBuffer_Release(&v); return PyErr_NoMemory(); }
+    memcpy(cap, v.buf, sizeof(double) * (size_t)self->nd);
+    PyBuffer_Release(&v);
+    PyMem_Free(self->capacity);
+    self->capacity = cap;
+    self->batches = (double)batches;
+    self->penalty = penalty;
+    Py_RETURN_NONE;
+}
+
+/* objective(placement int32[n]) -> float: one placement's objective, nothing else built. The placement is
+ * checked as run() checks it (an int32 vector of n device indices, else ValueError or TypeError). */
+static PyObject *Kernel_objective(KernelObject *self, PyObject *pl) {
+    if (!self->capacity) { PyErr_SetString(PyExc_RuntimeError, "objective: call set_objective first"); return NULL; }
+    Py_buffer pv;
+    Py_ssize_t count;
+    if (view_placements(pl, &pv, self->n, &count) < 0) return NULL;
+    if (count != 1) {
+        PyBuffer_Release(&pv);
+        PyErr_SetString(PyExc_ValueError, "objective() takes exactly one placement");
+        return NULL;
+    }
+    const Py_ssize_t width = 2 + 2 * (Py_ssize_t)self->nd + 2 * (Py_ssize_t)self->nc;
+    double local[256], *row = local;
+    if (width + self->nd > 256 && !(row = PyMem_Malloc(sizeof(double) * (size_t)(width + self->nd)))) {
+        PyBuffer_Release(&pv);
+        return PyErr_NoMemory();
+    }
+    int status;
+    double obj = 0.0;
+    Work w = take_spare(self);
+    Py_BEGIN_ALLOW_THREADS
+    status = simulate(self, (const int *)pv.buf, row, &w);
+    if (status == 0) obj = objective_of(self, row, row + width);
+    Py_END_ALLOW_THREADS
+    put_spare(self, &w);
+    PyBuffer_Release(&pv);
+    if (row != local) PyMem_Free(row);
+    if (status != 0) return raise_status(status);
+    return PyFloat_FromDouble(obj);
+}
+
+/* objectives(placements int32[m, n], out float64[m]): each placement's objective. */
+static PyObject *Kernel_objectives(KernelObject *self, PyObject *args) {
+    PyObject *pl, *outobj;
+    if (!PyArg_ParseTuple(args, "OO", &pl, &outobj)) return NULL;
+    if (!self->capacity) { PyErr_SetString(PyExc_RuntimeError, "objectives: call set_objective first"); return NULL; }
+    Py_buffer pv, ov;
+    Py_ssize_t count;
+    if (view_placements(pl, &pv, self->n, &count) < 0) return NULL;
+    if (PyObject_GetBuffer(outobj, &ov, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&pv);
+        return NULL;
+    }
+    if (ov.itemsize != 8 || ov.len < count * 8) {
+        PyBuffer_Release(&pv);
+        PyBuffer_Release(&ov);
+        PyErr_SetString(PyExc_ValueError, "output buffer must be float64 with room for every objective");
+        return NULL;
+    }
+    const Py_ssize_t width = 2 + 2 * (Py_ssize_t)self->nd + 2 * (Py_ssize_t)self->nc;
+    double *row = PyMem_Malloc(sizeof(double) * (size_t)(width + self->nd));
+    if (!row) { PyBuffer_Release(&pv); PyBuffer_Release(&ov); return PyErr_NoMemory(); }
+    int status = 0;
+    Work w = take_spare(self);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = 0; r < count && status == 0; r++) {
+        status = simulate(self, (const int *)pv.buf + r * self->n, row, &w);
+        if (status == 0) ((double *)ov.buf)[r] = objective_of(self, row, row + width);
+    }
+    Py_END_ALLOW_THREADS
+    put_spare(self, &w);
+    PyMem_Free(row);
+    PyBuffer_Release(&pv);
+    PyBuffer_Release(&ov);
+    if (status != 0) return raise_status(status);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef Kernel_methods[] = {
     {"run", (PyCFunction)Kernel_run, METH_VARARGS, "run(placement int32[n], out float64[w])"},
     {"run_many", (PyCFunction)Kernel_run_many, METH_VARARGS, "run_many(placements int32[m, n], out float64[m, w])"},
+    {"set_objective", (PyCFunction)Kernel_set_objective, METH_VARARGS,
+     "set_objective(capacity float64[nd], batches, penalty 0 thesis | 1 placeto | 2 infeasible)"},
+    {"objective", (PyCFunction)Kernel_objective, METH_O, "objective(placement int32[n]) -> float"},
+    {"objectives", (PyCFunction)Kernel_objectives, METH_VARARGS, "objectives(placements int32[m, n], out float64[m])"},
     {NULL, NULL, 0, NULL},
 };
 
