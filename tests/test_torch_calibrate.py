@@ -79,6 +79,13 @@ def test_calibration_measures_every_op_and_the_link(calibration):
             assert all(0 <= t["ops"][op][dev][f"{ph}_fixed"] <= t["ops"][op][dev][ph] for ph in ("fwd", "bwd"))
     assert t["ops"]["x"]["cpu0"] == {"fwd": 0.0, "bwd": 0.0, "update": 0.0}
     assert 0 <= t["measured"]["cpu0"]["fixed_share"] <= 1 and t["measured"]["cpu0"]["half_batch"] == 2
+    # measured at batches 2 and 1 too (half and a quarter of 4; an eighth is no batch): the times a micro-batch
+    # or a batch shard of that size takes, kept as fractions of the batch
+    assert t["measured"]["cpu0"]["fit_batches"] == [1, 2]
+    assert set(t["measured"]["cpu0"]["line_error"]) == {"1", "2"}
+    for op in ("stem", "left", "fc"):
+        assert set(t["ops"][op]["cpu0"]["fwd_at"]) == {"0.5", "0.25"}
+        assert all(v > 0 for v in t["ops"][op]["cpu0"]["bwd_at"].values())
     assert t["ops"]["stem"]["cpu0"]["update"] > 0 and t["ops"]["relu"]["cpu0"]["update"] == 0
     # the CPU devices' message overhead fitted to whole steps of three calibration placements; the link keeps
     # the ping-pong's latency

@@ -18,7 +18,7 @@ from ..cost.profiles import RooflineProfile
 from ..model.devices import Channel, Device, DeviceGraph
 from ..base.errors import InputError
 from ..cost.timings import FORMAT as TIMINGS_FORMAT
-from ..cost.timings import FIXED, check_timings
+from ..cost.timings import AT, FIXED, check_timings
 
 SIZES = tuple(int(10 ** e) for e in (3, 3.5, 4, 4.5, 5, 5.5, 6, 6.5, 7, 7.5, 8))
 ETA_COMP = RooflineProfile.comp_efficiency
@@ -164,16 +164,54 @@ def fastest(rounds: list[dict]) -> dict:
     minimum over rounds is the estimate of the undisturbed time.
     """
     out = dict(rounds[0])
-    out["ops"] = {op: {ph: min(r["ops"][op][ph] for r in rounds)
+    out["ops"] = {op: {ph: _least([r["ops"][op][ph] for r in rounds])
                        for ph in set.intersection(*(set(r["ops"][op]) for r in rounds))}
                   for op in rounds[0]["ops"]}
     out["half_batch"] = min(r.get("half_batch") or 0 for r in rounds)  # a round that could not: no fit
+    # the smaller batches every round measured (a round that could not run them: none)
+    out["fit_batches"] = sorted(set.intersection(*(set(r.get("fit_batches") or ()) for r in rounds)))
     out["step_s"] = min(r["step_s"] for r in rounds)
     out["steps_s"] = [s for r in rounds for s in r["steps_s"]]
     out["gemm_flops"] = max(r["gemm_flops"] for r in rounds)
     out["copy_bandwidth"] = max(r["copy_bandwidth"] for r in rounds)
     out["rounds"] = len(rounds)
     return out
+
+
+def _least(values: list):
+    """The least of several rounds' figures; for times at smaller batches ({batch: s}), per batch all have."""
+    if isinstance(values[0], dict):
+        common = set.intersection(*(set(v) for v in values))
+        return {b: min(v[b] for v in values) for b in sorted(common, key=int)}
+    return min(values)
+
+
+def batch_points(m: dict, t: dict, ph: str) -> dict[int, float]:
+    """An op's phase measured at smaller batches, {batch: seconds}: the times at the fitted batches, or a
+    measurement of the first version (``half_batch`` and ``fwd_half``)."""
+    sizes = [int(b) for b in m.get("fit_batches") or ()]
+    at = t.get(f"{ph}_at") or {}
+    points = {b: float(at[str(b)]) for b in sizes if str(b) in at}
+    half = int(m.get("half_batch") or 0)
+    if not points and half and f"{ph}_half" in t:
+        points = {half: float(t[f"{ph}_half"])}
+    return points
+
+
+def fixed_fit(t_full: float, batch: int, points: dict[int, float]) -> float:
+    """The batch-independent part of a time measured at ``batch`` and at the smaller batches of ``points``:
+    the intercept of the least-squares line through all of them (through both, with one smaller batch), kept
+    between 0 (time proportional to the batch) and ``t_full`` (time independent of it)."""
+    xs = [float(batch), *map(float, points)]
+    ys = [t_full, *points.values()]
+    if len(xs) < 2 or t_full <= 0:
+        return 0.0
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx <= 0:
+        return 0.0
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    return min(max(my - slope * mx, 0.0), t_full)
 
 
 def pool_identical(devs, measured: dict) -> tuple[dict, list[list[str]]]:
@@ -268,16 +306,28 @@ def build_calibration(graph, source, shape, devs, measured: dict, links: dict,
         m = measured[d.name]
         sum_s = sum(t["fwd"] + t["bwd"] + t["update"] for t in m["ops"].values())
         scale = m["step_s"] / sum_s if settings.reconcile == "scale" and sum_s > 0 else 1.0
-        half = int(m.get("half_batch") or 0)
         fixed_s = 0.0
+        fitted: set[int] = set()
+        missed: dict[int, list[float]] = {}  # batch: [|measured - the fixed part's line|, measured] summed
         for op in graph.ops:
             t = m["ops"].get(op.name, {"fwd": 0.0, "bwd": 0.0, "update": 0.0})
             entry = {ph: t[ph] * scale for ph in ("fwd", "bwd", "update")}
             for ph, key in FIXED.items():
-                if half and f"{ph}_half" in t and t[ph] > 0:  # (an input op runs nothing)
-                    entry[key] = fixed_part(t[ph], t[f"{ph}_half"], graph.batch_size, half) * scale
+                points = batch_points(m, t, ph)
+                if points and t[ph] > 0:  # (an input op runs nothing)
+                    fixed = fixed_fit(t[ph], graph.batch_size, points)
+                    entry[key] = fixed * scale
                     fixed_s += entry[key]
+                    fitted.update(points)
+                    for b, v in points.items():
+                        line = fixed + (t[ph] - fixed) * b / graph.batch_size
+                        acc = missed.setdefault(b, [0.0, 0.0])
+                        acc[0] += abs(v - line)
+                        acc[1] += v
+                    if len(points) > 1:  # one smaller batch says no more than the fixed part's line
+                        entry[AT[ph]] = {f"{b / graph.batch_size:g}": v * scale for b, v in sorted(points.items())}
             ops_table.setdefault(op.name, {})[d.name] = entry
+        half = max(fitted) if fitted else 0  # the largest smaller batch (half the batch): the report's figure
         devices.append(Device(d.name, d.kind, peak_flops=m["gemm_flops"] / ETA_COMP, memory_bytes=m["memory_bytes"],
                               mem_bandwidth=m["copy_bandwidth"],
                               model=f"{m.get('model', d.torch)}, {m.get('threads') or 'default'} thread(s), calibrated"))
@@ -288,6 +338,11 @@ def build_calibration(graph, source, shape, devs, measured: dict, links: dict,
         if half:  # how much of the ops' time a smaller batch keeps
             report["devices"][d.name].update(half_batch=half, fixed_s=fixed_s,
                                              fixed_share=fixed_s / (sum_s * scale) if sum_s > 0 else 0.0)
+            # at each smaller batch, how far the ops' measured times are from the fixed part's line (the
+            # share of their time that interpolating between measurements corrects)
+            report["devices"][d.name]["fit_batches"] = sorted(fitted)
+            report["devices"][d.name]["line_error"] = {str(b): (e / v if v > 0 else 0.0)
+                                                       for b, (e, v) in sorted(missed.items())}
     channels = []
     for (a, b), ev in sorted(links.items()):
         latency, bandwidth = fit_link(ev["sizes"], ev["seconds"])
@@ -313,8 +368,9 @@ def summary_rows(cal: Calibration) -> list[list[str]]:
         rows.append([name, f"{d['torch']} ({d['threads']} thread(s))", f"{d['gemm_flops'] / 1e9:.1f} GFLOP/s",
                      f"{d['copy_bandwidth'] / 1e9:.2f} GB/s", f"step {d['step_s'] * 1e3:.1f} ms",
                      f"ops sum {d['ops_sum_s'] * 1e3:.1f} ms (x{d['scale']:.2f})"
-                     + (f", {d['fixed_share']:.0%} of it fixed (batch {d['half_batch']} measured too)"
-                        if "fixed_share" in d else "")])
+                     + (f", {d['fixed_share']:.0%} of it fixed (batch "
+                        f"{', '.join(map(str, sorted(d.get('fit_batches') or [d['half_batch']], reverse=True)))} "
+                        "measured too)" if "fixed_share" in d else "")])
     fit = cal.report.get("overhead_fit")
     if fit:
         rows.append([", ".join(fit["devices"]), "per message",

@@ -36,11 +36,18 @@ PHASES = ("fwd", "bwd", "update")
 # measured work (a micro-batch, a batch shard, a channel shard) then takes fixed + (t - fixed) * k, not t * k.
 FIXED = {"fwd": "fwd_fixed", "bwd": "bwd_fixed"}
 KEYS = PHASES + tuple(FIXED.values())
+# Times measured at smaller batches, {fraction of the measured batch: seconds} (``placement calibrate`` measures
+# 1/2, 1/4 and 1/8 of it: the micro-batches and batch shards placements use). Between measured fractions a
+# time is interpolated linearly, so a shard's or micro-batch's time is measured, not proportional; below the
+# smallest it follows the fixed part's line (docs/torch.md).
+AT = {"fwd": "fwd_at", "bwd": "bwd_at"}
+MAX_POINTS = 16
 
 
 def scaled(times: Mapping[str, float], k: float, update: float = 1.0) -> dict[str, float]:
     """One device's measured times for ``k`` times the measured work: each phase's fixed part stays and the
-    rest scales by ``k``; the weight update scales by ``update`` (it depends on the weights, not the batch)."""
+    rest scales by ``k`` (between fractions measured at (``fwd_at``), the measurements, interpolated); the
+    weight update scales by ``update`` (it depends on the weights, not the batch)."""
     out = {}
     for ph in PHASES:
         if ph in times:
@@ -48,9 +55,29 @@ def scaled(times: Mapping[str, float], k: float, update: float = 1.0) -> dict[st
             if ph == "update":
                 out[ph] = t * update
             else:
-                fixed = min(times.get(FIXED[ph], 0.0), t)
-                out[ph] = fixed + (t - fixed) * k
+                out[ph] = at_fraction(t, min(times.get(FIXED[ph], 0.0), t), times.get(AT[ph]), k)
     return out
+
+
+def at_fraction(t: float, fixed: float, points: Mapping[str, float] | None, k: float) -> float:
+    """A phase measured at ``t`` for the whole work, ``fixed`` of it not shrinking, and at the fractions in
+    ``points``: its time for the fraction ``k``. At and between measured fractions (the whole work is 1) the
+    measurements, linearly interpolated; below the smallest, the line from the fixed part to it; above 1,
+    the fixed part's line through the whole work (t = fixed + (t - fixed) k)."""
+    if k == 1.0:
+        return t
+    measured = sorted((float(f), float(v)) for f, v in (points or {}).items())
+    if not measured or k > 1.0:
+        return fixed + (t - fixed) * k
+    measured.append((1.0, t))
+    f0, t0 = measured[0]
+    if k <= f0:  # the fixed part's line, through the smallest measurement
+        low = min(fixed, t0)
+        return low + (t0 - low) * k / f0
+    for (fa, ta), (fb, tb) in zip(measured, measured[1:]):
+        if k <= fb:
+            return ta + (tb - ta) * (k - fa) / (fb - fa)
+    return t
 
 
 def input_shape_of(graph: Graph) -> tuple[int, ...] | None:
@@ -118,10 +145,14 @@ def check_timings(doc, source: str | None = None) -> dict:
         for dev, phases in per_device.items():
             phases = require_mapping(phases, source=source, field=f"ops.{op}.{dev}", what='{"fwd": s, ...}')
             for ph, t in phases.items():
+                if ph in AT.values():
+                    _check_points(t, source, f"ops.{op}.{dev}.{ph}")
+                    continue
                 if ph not in KEYS:
                     raise InputError(f"unknown phase {ph!r}", source=source, field=f"ops.{op}.{dev}",
                                      fix='Use "fwd", "bwd" or "update" (and "fwd_fixed", "bwd_fixed": the part '
-                                         'of a time that does not shrink with the batch)')
+                                         'of a time that does not shrink with the batch; "fwd_at", "bwd_at": '
+                                         'times at fractions of the batch)')
                 require_number(t, source=source, field=f"ops.{op}.{dev}.{ph}", maximum=1e7)
             for ph, key in FIXED.items():
                 if key in phases and phases[key] > phases.get(ph, 0.0):
@@ -130,6 +161,22 @@ def check_timings(doc, source: str | None = None) -> dict:
                                      fix=f"Give {key} at most {ph}'s time (it is the part of {ph} that does not "
                                          "shrink with the batch), or leave it out")
     return doc
+
+
+def _check_points(points, source: str | None, at: str) -> None:
+    points = require_mapping(points, source=source, field=at, what='{"0.5": seconds, ...}')
+    if len(points) > MAX_POINTS:
+        raise InputError(f"{len(points)} fractions, at most {MAX_POINTS}", source=source, field=at,
+                         fix="Keep the fractions placement calibrate measured")
+    for f, v in points.items():
+        try:
+            fraction = float(f)
+        except ValueError:
+            fraction = float("nan")
+        if not 0.0 < fraction < 1.0:
+            raise InputError(f"{_short(f)} is not a fraction between 0 and 1", source=source, field=at,
+                             fix='Key each time by the fraction of the batch it was measured at, e.g. "0.25"')
+        require_number(v, source=source, field=f"{at}.{f}", maximum=1e7)
 
 
 def _short(value) -> str:
@@ -180,6 +227,12 @@ def timing_table(doc: dict, graph: Graph, groups: Mapping[str, list[str]] | None
         devices = set.intersection(*(set(ops[m]) for m in members))
         keys = [k for k in KEYS if k in PHASES or any(k in ops[m][d] for m in members for d in devices)]
         table[group] = {d: {ph: sum(ops[m][d].get(ph, 0.0) for m in members) for ph in keys} for d in devices}
+        for d in devices:  # a group's time at a fraction: its members' sum, where every member was measured there
+            for key in AT.values():
+                fractions = [set(ops[m][d].get(key) or ()) for m in members]
+                common = set.intersection(*fractions) if all(fractions) else set()
+                if common:
+                    table[group][d][key] = {f: sum(ops[m][d][key][f] for m in members) for f in sorted(common)}
     return table
 
 

@@ -62,6 +62,12 @@ from .sources import parse_input_shape
 
 # -- parent side ----------------------------------------------------------------------------------
 
+def fit_batches(batch: int) -> list[int]:
+    """The smaller batches every op is measured at besides ``batch``: its half, quarter and eighth (the
+    micro-batches and batch shards placements use most), each at least 1 and distinct."""
+    return sorted({batch // k for k in (2, 4, 8) if batch // k >= 1} - {batch}, reverse=True)
+
+
 def calibrate(source: str, input_shape, devices, *, runner: str = "ranks", batch_size: int | None = None,
               name: str | None = None, settings: CalibrationSettings | None = None,
               progress: Callable[[str], None] | None = None) -> Calibration:
@@ -103,6 +109,7 @@ def calibrate(source: str, input_shape, devices, *, runner: str = "ranks", batch
                 "sizes": [int(s) for s in settings.sizes], "steps": settings.steps, "min_time": settings.min_time,
                 "min_reps": settings.min_reps, "max_reps": settings.max_reps, "rounds": settings.rounds,
                 "half_batch": batch // 2 if settings.batch_fit and batch >= 2 else 0,
+                "fit_batches": fit_batches(batch) if settings.batch_fit else [],
                 "comm_timeout": settings.timeout}
         measured: dict[str, list[dict]] = {}
         links = {}

@@ -92,14 +92,18 @@ def measure_device(traced, dev: LocalDevice, spec: dict) -> dict:
     reps = (spec["min_time"], spec["min_reps"], spec["max_reps"])
     ops = op_times(gm, traced, device, shape, batch, seed, reps)
     half = int(spec.get("half_batch") or 0)
-    if half:  # the same ops at half the batch: the part of each time that does not shrink with it
-        try:
-            small = op_times(gm, traced, device, shape, half, seed, reps)
-        except Exception:  # noqa: BLE001 (a graph traced with its batch fixed runs no other: no fit)
-            half = 0
-        else:
-            for op, t in ops.items():
-                t["fwd_half"], t["bwd_half"] = small[op]["fwd"], small[op]["bwd"]
+    sizes = [int(b) for b in spec.get("fit_batches") or ([half] if half else [])]
+    try:  # the same ops at smaller batches: the part of each time that does not shrink with the batch, and
+        # the times at the micro-batches and shards placements use (timings.AT)
+        smaller = {b: op_times(gm, traced, device, shape, b, seed, reps) for b in sizes}
+    except Exception:  # noqa: BLE001 (a graph traced with its batch fixed runs no other: no fit)
+        half, sizes, smaller = 0, [], {}
+    for op, t in ops.items():
+        for ph in ("fwd", "bwd"):
+            if smaller:
+                t[f"{ph}_at"] = {str(b): small[op][ph] for b, small in smaller.items()}
+            if half in smaller:
+                t[f"{ph}_half"] = smaller[half][op][ph]
     update = update_time(gm, device, reps)
     params = {op.name: op.param_bytes for op in traced.graph.ops}
     total_params = sum(params.values()) or 1.0
@@ -113,7 +117,8 @@ def measure_device(traced, dev: LocalDevice, spec: dict) -> dict:
     for _ in range(2):
         step.step()
     steps = [step.step().seconds for _ in range(int(spec["steps"]))]
-    return {"ops": ops, "half_batch": half, "step_s": statistics.median(steps), "steps_s": steps,
+    return {"ops": ops, "half_batch": half if half in smaller else 0, "fit_batches": sizes,
+            "step_s": statistics.median(steps), "steps_s": steps,
             "gemm_flops": gemm_rate(device),
             "copy_bandwidth": copy_bandwidth(device), "memory_bytes": memory_bytes(dev, spec),
             "model": device_model(device), "threads": torch.get_num_threads(),
