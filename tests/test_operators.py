@@ -255,17 +255,6 @@ def diamond():
                    devices(3))
 
 
-def test_map_elites_gene_mutation_point_then_copy_from_the_parent():
-    p = problem([op(f"o{i}", [f"o{i - 1}"] if i else []) for i in range(8)], devices(3))
-    me = make_optimizer(p, "map-elites", seed=0)
-    me.rng = rng(13)
-    # seed 13: copy draws < 0.4 at genes 3, 4, 7; point draws < 0.4 at genes 2, 4; fresh devices
-    # [2, 1, 2, 0, 2, 2, 1, 1]. Point first (gene 2 -> 2, gene 4 -> 2), then copies from the parent as
-    # it was (gene 3 <- x[2] = 0, gene 4 <- x[3] = 1 overriding its point mutation, gene 7 <- x[6] = 0).
-    x = np.array([0, 1, 0, 1, 0, 1, 0, 1], dtype=np.int32)
-    assert me._gene_mutation(x).tolist() == [0, 1, 2, 0, 1, 1, 0, 0]
-
-
 @pytest.mark.parametrize("rates, check", [
     ({"replace_mutation_rate": 1.0}, "replace"),
     ({"replace_mutation_rate": 0.0, "zone_mutation_rate": 1.0}, "zone"),
@@ -277,8 +266,7 @@ def test_map_elites_child_uses_the_chosen_mutation(rates, check):
     me = make_optimizer(p, "map-elites", seed=2, params={"crossover_rate": 0.0, **rates})
     parent = np.array([0, 1, 2, 0, 1, 2, 0, 1], dtype=np.int32)
     me.tell(parent[None, :], np.array([1.0]))  # a one-elite archive: every child's parent
-    for _ in range(30):
-        child = me._child()
+    for child in me.ask(30):  # one batch (the per-gene mutation by hand: tests/test_vectorized_variation.py)
         changed = np.flatnonzero(child != parent)
         if check == "replace":  # all genes of one device a -> one device b
             if len(changed):

@@ -45,14 +45,20 @@ def _device_use(problem: Problem, placements: np.ndarray) -> np.ndarray | None:
     return gene_space(problem).uses[placements]
 
 
+def _device_counts(placements: np.ndarray, n_devices: int) -> np.ndarray:
+    """``[placements, devices]``: how many ops each placement puts on each device (one pass over the batch)."""
+    k = len(placements)
+    rows = np.arange(k, dtype=np.int64)[:, None] * n_devices
+    return np.bincount((placements + rows).ravel(), minlength=k * n_devices).reshape(k, n_devices)
+
+
 class MostUsedDevice(Descriptor):
     def __init__(self, problem: Problem):
         super().__init__("most_used_device", "most-used device", problem.n_devices)
 
     def values(self, problem, placements):
         use = _device_use(problem, placements)  # a split op counts on each of its devices
-        counts = (use.sum(axis=1) if use is not None else
-                  np.stack([(placements == d).sum(axis=1) for d in range(problem.n_devices)], axis=1))
+        counts = use.sum(axis=1) if use is not None else _device_counts(placements, problem.n_devices)
         return counts.argmax(axis=1)  # ties: the lowest device index
 
     def tick_labels(self, problem):
@@ -65,8 +71,7 @@ class DevicesUsed(Descriptor):
 
     def values(self, problem, placements):
         use = _device_use(problem, placements)
-        used = (use.any(axis=1) if use is not None else
-                np.stack([(placements == d).any(axis=1) for d in range(problem.n_devices)], axis=1))
+        used = use.any(axis=1) if use is not None else _device_counts(placements, problem.n_devices) > 0
         return used.sum(axis=1)
 
     def bins(self, problem, placements):
@@ -168,17 +173,34 @@ class Archive:
         return bins, raw
 
     def add(self, placements: np.ndarray, objectives: np.ndarray) -> int:
-        """Insert a batch in order; returns how many niches improved or were filled."""
-        bins, raw = self.describe(placements)
-        improved = 0
-        for x, f, b, r in zip(placements, objectives, bins, raw):
-            niche = tuple(int(v) for v in b)
+        """Insert a batch; returns how many niches improved or were filled. The same as inserting the
+        placements one by one in order: a niche ends with the best of its incumbent and the batch's
+        placements in it, and on a tie the earliest (the incumbent first) stays."""
+        if not len(placements):
+            return 0
+        fs = np.asarray(objectives, dtype=float)
+        bins = np.stack([d.bins(self.problem, placements) for d in self.descriptors], axis=1)
+        if ((bins >= 0) & (bins < np.array(self.shape))).all():  # one integer per niche (row-major)
+            key = bins @ np.cumprod((1,) + self.shape[:0:-1], dtype=np.int64)[::-1]
+        else:  # a descriptor out of its range: still one niche per distinct row
+            key = np.unique(bins, axis=0, return_inverse=True)[1].reshape(-1)
+        order = np.lexsort((np.arange(len(fs)), fs, key))  # by niche, then objective, then batch order
+        ks = key[order]
+        first = order[np.r_[True, ks[1:] != ks[:-1]]]  # each niche's best in the batch
+        winners = []
+        for i, niche in zip(first.tolist(), map(tuple, bins[first].tolist())):
             old = self.elites.get(niche)
-            if old is None or f < old.objective:
-                self.elites[niche] = Elite(niche, x.copy(), float(f), tuple(float(v) for v in r))
-                improved += 1
-                self._keep_sorted(niche, x, float(f), new=old is None)
-        return improved
+            if old is None or fs[i] < old.objective:
+                winners.append((i, niche, old is None))
+        if not winners:
+            return 0
+        rows = np.array([i for i, _, _ in winners])
+        raw = np.stack([d.values(self.problem, placements[rows]) for d in self.descriptors], axis=1)
+        for (i, niche, new), r in zip(winners, raw):
+            x = placements[i]
+            self.elites[niche] = Elite(niche, x.copy(), float(fs[i]), tuple(float(v) for v in r))
+            self._keep_sorted(niche, x, float(fs[i]), new=new)
+        return len(winners)
 
     def _keep_sorted(self, niche, x, f, new: bool) -> None:
         if self._sorted is None or self._sorted[0] is not self.elites:

@@ -8,6 +8,8 @@ worst kept are hashed, so keeping costs nothing next to a simulation.
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 KEEP = 50  # the thesis' E4 benchmarked the 50 best of a MAP-Elites run
@@ -19,6 +21,7 @@ class KeptBest:
     def __init__(self, k: int = KEEP):
         self.k = int(k)
         self._by_key: dict[bytes, tuple[float, int, np.ndarray]] = {}
+        self._ranked: list[tuple[float, int, bytes]] = []  # the same entries sorted by (objective, order)
         self._order = 0  # offer order, breaks ties
         self._worst = float("inf")
 
@@ -38,19 +41,19 @@ class KeptBest:
             if key in self._by_key:
                 continue
             self._by_key[key] = (f, self._order, np.frombuffer(key, dtype=np.int32).copy())
+            bisect.insort(self._ranked, (f, self._order, key))
             self._order += 1
-            if len(self._by_key) > self.k:
-                drop = max(self._by_key, key=lambda kk: (self._by_key[kk][0], self._by_key[kk][1]))
-                del self._by_key[drop]
+            if len(self._by_key) > self.k:  # the worst (the last offered among equals) goes
+                del self._by_key[self._ranked.pop()[2]]
             if len(self._by_key) >= self.k:
-                self._worst = max(v[0] for v in self._by_key.values())
+                self._worst = self._ranked[-1][0]
 
     def ranked(self) -> list[tuple[float, np.ndarray]]:
         """(objective, placement) pairs, best first."""
-        return [(f, x) for f, _, x in sorted(self._by_key.values(), key=lambda v: (v[0], v[1]))]
+        return [(f, self._by_key[key][2]) for f, _, key in self._ranked]
 
     def state(self) -> list:
-        return [[f, o, x.tolist()] for f, o, x in sorted(self._by_key.values(), key=lambda v: (v[0], v[1]))]
+        return [[f, o, self._by_key[key][2].tolist()] for f, o, key in self._ranked]
 
     def load(self, state: list | None) -> None:
         self._by_key.clear()
@@ -59,5 +62,5 @@ class KeptBest:
             arr = np.asarray(x, dtype=np.int32)
             self._by_key[arr.tobytes()] = (float(f), int(o), arr)
             self._order = max(self._order, int(o) + 1)
-        self._worst = max((v[0] for v in self._by_key.values()), default=float("inf")) \
-            if len(self._by_key) >= self.k else float("inf")
+        self._ranked = sorted((v[0], v[1], key) for key, v in self._by_key.items())
+        self._worst = self._ranked[-1][0] if len(self._by_key) >= self.k else float("inf")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import operators as ops
+from . import variation
 from .base import Optimizer, Param, register
 
 
@@ -83,34 +84,27 @@ class GeneticAlgorithm(Optimizer):
         if p["selection"] == "tournament":
             chosen = ops.tournament(self.rng, self.pop_f, p["tournament_size"], rest)
         else:
-            probs = (ops.linear_rank_probabilities(n, p["selection_pressure"]) if p["selection"] == "linear-rank"
-                     else ops.exponential_rank_probabilities(n))
+            probs = self._rank_probabilities(n)
             chosen = ops.stochastic_universal_sampling(self.rng, probs, rest)
         parents = np.concatenate([elite, chosen])
         self.rng.shuffle(parents)
         return parents
 
-    def _children(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def _rank_probabilities(self, n: int) -> np.ndarray:
+        """Selection probabilities of n ranked individuals (the same every generation: computed once)."""
         p = self.params
+        if getattr(self, "_probs", None) is None or len(self._probs) != n:
+            self._probs = (ops.linear_rank_probabilities(n, p["selection_pressure"]) if p["selection"] == "linear-rank"
+                           else ops.exponential_rank_probabilities(n))
+        return self._probs
+
+    def _children(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """k children from consecutive pairs of parents, the whole generation at once (numpy over the batch)."""
         parents = self._parents(k + (k % 2))
-        kids, rates = [], []
-        for a, b in zip(parents[0::2], parents[1::2]):
-            xa, xb = self.pop[a], self.pop[b]
-            if self.rng.random() < p["crossover_rate"]:
-                ca, cb = ops.crossover(self.rng, xa, xb, p["crossover"])
-            else:
-                ca, cb = xa.copy(), xb.copy()
-            ra, rb = ops.mix_rates(self.rng, self.pop_rate[a], self.pop_rate[b])
-            for child, rate in ((ca, ra), (cb, rb)):
-                if p["self_adaptive"]:
-                    rate = ops.drift_rate(self.rng, rate, p["rate_drift"], p["min_mutation_rate"],
-                                          p["max_mutation_rate"])
-                child = ops.point_mutation(self.rng, child, rate, self.space)
-                if self.rng.random() < p["zone_mutation_rate"]:
-                    child = ops.zone_mutation(self.rng, child, self.space)
-                kids.append(child)
-                rates.append(rate)
-        return np.array(kids[:k], dtype=np.int32).reshape(-1, self.n), np.array(rates[:k])
+        a, b = parents[0::2], parents[1::2]
+        kids, rates = variation.ga_pair_children(self.rng, self.pop[a], self.pop[b], self.pop_rate[a],
+                                                 self.pop_rate[b], self.params, self.space)
+        return kids[:k], rates[:k]
 
     def tell(self, placements: np.ndarray, objectives: np.ndarray) -> None:
         p = self.params

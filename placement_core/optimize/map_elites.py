@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import operators as ops
+from . import variation
 from .archive import THESIS_DESCRIPTORS, Archive, make_descriptors
 from .base import Optimizer, Param, register
 
@@ -64,36 +65,11 @@ class MapElites(Optimizer):
                 seeds.append(np.repeat(np.arange(self.d, dtype=np.int32)[:, None], self.n, axis=1))
             seeds.append(self.random_placements(p["initial_size"]))
             return np.concatenate(seeds)[:limit].astype(np.int32)
-        return np.array([self._child() for _ in range(min(p["batch"], limit))], dtype=np.int32)
-
-    def _pick(self, xs: np.ndarray, fs: np.ndarray) -> np.ndarray:
-        return xs[ops.tournament(self.rng, fs, self.params["tournament_size"], 1)[0]]
-
-    def _child(self) -> np.ndarray:
-        p = self.params
+        k = min(p["batch"], limit)
         _, xs, fs = self._pool
-        child = self._pick(xs, fs)
-        if self.rng.random() < p["crossover_rate"]:
-            other = self._pick(xs, fs)
-            child, _ = ops.n_point_crossover(self.rng, child, other, 1)
-        if self.rng.random() < p["replace_mutation_rate"]:
-            return ops.replace_mutation(self.rng, child, self.space)
-        if self.rng.random() < p["zone_mutation_rate"]:
-            return ops.zone_mutation(self.rng, child, self.space)
-        return self._gene_mutation(child)
-
-    def _gene_mutation(self, x: np.ndarray) -> np.ndarray:
-        """Per gene: copy the predecessor's device (as it was), else maybe a random device."""
-        p = self.params
-        copy = self.rng.random(self.n) < p["copy_mutation_rate"]
-        point = self.rng.random(self.n) < p["mutation_rate"]
-        fresh = (self.rng.integers(0, self.d, self.n) if not self.sharded
-                 else self.space.draw(self.rng, np.arange(self.n)))
-        y = np.where(point, fresh, x).astype(np.int32)
-        copy[0] = False
-        idx = np.flatnonzero(copy)
-        y[idx] = x[idx - 1]
-        return y if not self.sharded else self.space.repair(y)
+        a = xs[ops.tournament(self.rng, fs, p["tournament_size"], k)]
+        b = xs[ops.tournament(self.rng, fs, p["tournament_size"], k)]
+        return variation.map_elites_children(self.rng, a, b, p, self.space)
 
     def tell(self, placements: np.ndarray, objectives: np.ndarray) -> None:
         self._started = True

@@ -168,6 +168,8 @@ def batch_crossover_mask(rng: np.random.Generator, k: int, n: int, kind: str) ->
     points = min(points, n - 1)
     if points < 1:
         return np.zeros((k, n), dtype=bool)
+    if points == 1:  # one cut per row (the same draws as below, which cannot repeat with one column)
+        return np.arange(n)[None, :] >= rng.integers(1, n, (k, 1))
     if 4 * points <= n - 1:  # few cuts among many positions: draw and redraw the rows with a repeat
         cuts = np.sort(rng.integers(1, n, (k, points)), axis=1)
         while True:
@@ -184,7 +186,9 @@ def batch_crossover_mask(rng: np.random.Generator, k: int, n: int, kind: str) ->
 def batch_point_mutation(rng: np.random.Generator, xs: np.ndarray, rates: np.ndarray, n_devices) -> np.ndarray:
     """Each gene of row i gets a random device with probability ``rates[i]``."""
     mask = _uniform(rng, xs.shape) < np.asarray(rates, dtype=np.float32).reshape(-1, 1)
-    return np.where(mask, _devices(rng, xs.shape, n_devices), _narrow(xs, n_devices)).astype(np.int32)
+    out = np.array(xs, dtype=np.int32)
+    np.copyto(out, _devices(rng, xs.shape, n_devices), where=mask)
+    return out
 
 
 def batch_zone_mutation(rng: np.random.Generator, xs: np.ndarray, n_devices, p_length: float = 0.2
@@ -198,7 +202,8 @@ def batch_zone_mutation(rng: np.random.Generator, xs: np.ndarray, n_devices, p_l
     else:
         device = np.array([n_devices.draw_any(rng) for _ in range(k)], dtype=np.int64)
     pos = np.arange(n)[None, :]
-    out = np.where((pos >= start[:, None]) & (pos < end[:, None]), device[:, None], xs).astype(np.int32)
+    out = np.array(xs, dtype=np.int32)
+    np.copyto(out, device[:, None], where=(pos >= start[:, None]) & (pos < end[:, None]), casting="unsafe")
     return _repaired(n_devices, out)
 
 
@@ -223,8 +228,9 @@ def batch_copy_point_mutation(rng: np.random.Generator, xs: np.ndarray, copy_rat
     copy = _uniform(rng, xs.shape) < np.float32(copy_rate)
     copy[:, 0] = False
     narrow = _narrow(xs, n_devices)
-    y = np.where(point, _devices(rng, xs.shape, n_devices), narrow)
-    return _repaired(n_devices, np.where(copy, np.roll(narrow, 1, axis=1), y).astype(np.int32))
+    y = np.where(point, _devices(rng, xs.shape, n_devices), narrow).astype(np.int32)
+    np.copyto(y[:, 1:], narrow[:, :-1], where=copy[:, 1:])  # the predecessor as it was (column 0 never copies)
+    return _repaired(n_devices, y)
 
 
 # Whole-batch draws in the narrowest types that hold them: a batch of a 10,000-op network is millions of genes.
