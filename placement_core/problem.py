@@ -73,6 +73,10 @@ class ProblemSpec:
     virtual_stages: int = 1
     # The split table: gene d + t of a placement is splits[t] (placement_core.model.sharding); empty: whole ops only.
     splits: tuple[Split, ...] = ()
+    # What training keeps per parameter (placement_core.cost.training_state): "sgd" or "adam", and the ZeRO
+    # stage over data-parallel groups (batch-split ops)
+    optimizer: str = "sgd"
+    zero: int = 0
 
     def build(self, graph: Graph, devices: DeviceGraph, *, whole_batch: bool = True, fast: bool = True,
               cost_model=None) -> "Problem":
@@ -91,7 +95,8 @@ class ProblemSpec:
                                      virtual_stages=self.virtual_stages)
         profile = cost_model or get_profile(self.profile, comp_efficiency=self.comp_efficiency,
                                             comm_efficiency=self.comm_efficiency, timings=self.timings or None,
-                                            timings_batch=self.timings_batch or None)
+                                            timings_batch=self.timings_batch or None, optimizer=self.optimizer,
+                                            zero=self.zero)
         return Problem(unit, devices, profile=profile, settings=settings, penalty=self.penalty, fast=fast,
                        splits=self.splits)
 
@@ -118,6 +123,8 @@ class ProblemSpec:
                "virtual_stages": r.virtual_stages}
         if r.splits:  # only when there are splits: unsharded specs keep the JSON they always had
             out["splits"] = [sp.to_dict() for sp in r.splits]
+        if (r.optimizer, r.zero) != ("sgd", 0):  # likewise
+            out["optimizer"], out["zero"] = r.optimizer, r.zero
         return out
 
     @classmethod
@@ -153,8 +160,11 @@ class ProblemSpec:
         if not isinstance(raw, list):
             raise InputError("splits must be a list", source=source, field="splits")
         splits = tuple(Split.from_dict(sp, source, f"splits[{j}]") for j, sp in enumerate(raw))
+        optimizer, zero = data.get("optimizer", "sgd"), data.get("zero", 0)
+        if not isinstance(optimizer, str) or isinstance(zero, bool) or not isinstance(zero, int):
+            raise InputError("optimizer must be a name and zero an integer", source=source, field="optimizer")
         return cls(**{k: data[k] for k in _REQUIRED}, timings=timings or None, timings_batch=batch,
-                   virtual_stages=virtual, splits=splits)
+                   virtual_stages=virtual, splits=splits, optimizer=optimizer, zero=zero)
 
     @classmethod
     def of(cls, problem: "Problem") -> "ProblemSpec":
@@ -165,7 +175,8 @@ class ProblemSpec:
                    profile=prof.name,
                    comp_efficiency=prof.comp_efficiency, comm_efficiency=prof.comm_efficiency,
                    timings=timings, timings_batch=getattr(prof, "timings_batch", 0) if timings else 0,
-                   penalty=problem.penalty, virtual_stages=s.virtual_stages, splits=problem.splits)
+                   penalty=problem.penalty, virtual_stages=s.virtual_stages, splits=problem.splits,
+                   optimizer=getattr(prof, "optimizer", "sgd"), zero=getattr(prof, "zero", 0))
 
 
 _REQUIRED = {"profile": (str,), "comp_efficiency": (int, float), "comm_efficiency": (int, float),

@@ -99,6 +99,12 @@ def add_problem_options(p: argparse.ArgumentParser, required: bool = True) -> No
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"],
                    help="train in this datatype: tensors and weights at its size, matmuls at the devices' peak "
                         "for it (default: the network's own, fp32 unless a gpt: spec says otherwise)")
+    p.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd",
+                   help="what training keeps per parameter: sgd (weights and gradients, the default) or adam "
+                        "(its two moments too, and an fp32 copy of bf16/fp16 weights; docs/clusters.md)")
+    p.add_argument("--zero", type=int, choices=[0, 1, 2], default=0,
+                   help="ZeRO stage over data-parallel groups (ops split by batch): 1 partitions the optimizer "
+                        "state, 2 the gradients too (default 0)")
     p.add_argument("--batches", type=unit_count, default=1, help="batches simulated in total (default 1)")
     p.add_argument("--in-flight", type=unit_count, default=1,
                    help="batches in the system at once (default 1; the thesis' pipelining)")
@@ -170,6 +176,7 @@ def spec_from_args(args, graph) -> ProblemSpec:
                        forward_only=args.forward_only, profile=args.profile, comp_efficiency=args.comp_efficiency,
                        comm_efficiency=args.comm_efficiency, timings=timings,
                        timings_batch=graph.batch_size if timings else 0, penalty=args.penalty,
+                       optimizer=getattr(args, "optimizer", "sgd"), zero=getattr(args, "zero", 0),
                        virtual_stages=virtual or 1)
 
 

@@ -20,7 +20,7 @@ import numpy as np
 from ..model.devices import DeviceGraph, curve_time
 from ..base.errors import InputError
 from ..model.graph import Graph
-from . import gemm
+from . import gemm, training_state
 from .timings import scaled
 
 # {op name: {device name or kind: {"fwd": s, "bwd": s, "update": s}}}
@@ -32,7 +32,7 @@ class CostArrays:
     fwd: np.ndarray  # [ops, devices] seconds
     bwd: np.ndarray
     update: np.ndarray
-    weight_copies: int  # weights resident per parameter byte (2 = weights + gradients)
+    weight_copies: float  # bytes resident per byte of weights (2 = weights + gradients; cost.training_state)
     ch_latency: np.ndarray  # [channels] seconds
     ch_inv_rate: np.ndarray  # [channels] seconds per byte
     min_transfer: np.ndarray  # [devices] shortest transfer the sender can make, seconds
@@ -89,6 +89,10 @@ class RooflineProfile:
     timings_batch: int = 0  # the batch the timings were measured at (0: the graph's own)
     name: str = "default"
     gather_copies: float = 2.0  # a sharded output's gather (concatenation) reads and writes it once
+    # what training keeps and updates per parameter (cost.training_state): "sgd" (weights and gradients, the
+    # thesis' model) or "adam"; the ZeRO stage partitions it over a data-parallel group (batch-split ops)
+    optimizer: str = "sgd"
+    zero: int = 0
 
     def arrays(self, graph: Graph, devices: DeviceGraph) -> CostArrays:
         # the peak of the datatype the network trains in (a device's bf16 tensor-core rate, say)
@@ -103,11 +107,15 @@ class RooflineProfile:
         params = np.array([o.param_bytes for o in graph.ops])[:, None]
         fwd = np.maximum(fwd_fl / peak, mem / bw)
         bwd = np.maximum(bwd_fl / peak, 2.0 * mem / bw)
-        update = 3.0 * params / bw
-        fwd, bwd, update = _apply_measured(graph, devices, fwd, bwd, update, self.timings, self.timings_batch)
+        update_copies = training_state.update_copies(self.optimizer, graph.precision)
+        update = update_copies * params / bw
+        # a measured update is SGD's (placement calibrate steps SGD): another optimizer moves more bytes
+        fwd, bwd, update = _apply_measured(graph, devices, fwd, bwd, update, self.timings, self.timings_batch,
+                                           update_scale=update_copies / 3.0)
         lat = np.array([c.latency for c in devices.channels], dtype=float)
         inv = np.array([1.0 / (c.bandwidth * self.comm_efficiency) for c in devices.channels], dtype=float)
-        return CostArrays(fwd, bwd, update, 2, lat, inv, np.zeros(len(devices)), **curve_arrays(devices))
+        copies = training_state.resident_copies(self.optimizer, graph.precision)
+        return CostArrays(fwd, bwd, update, copies, lat, inv, np.zeros(len(devices)), **curve_arrays(devices))
 
 
 @dataclass(frozen=True)
@@ -166,7 +174,7 @@ def _fallback_terms(graph: Graph, i: int) -> dict:
 
 
 def _apply_measured(graph: Graph, devices: DeviceGraph, fwd, bwd, update, table: TimingTable,
-                    table_batch: int = 0):
+                    table_batch: int = 0, update_scale: float = 1.0):
     """Measured times win over formulas: calibration table > op's own times; name > kind.
 
     A table measured at another batch (``table_batch``; a pipeline simulates micro-batches of the
@@ -178,13 +186,13 @@ def _apply_measured(graph: Graph, devices: DeviceGraph, fwd, bwd, update, table:
     k = graph.batch_size / table_batch if table_batch else 1.0
     for i, op in enumerate(graph.ops):
         measured = table.get(op.name, {}) if table else {}
-        sources = [(op.times, 1.0), (measured, k)]
+        sources = [(op.times, 1.0, 1.0), (measured, k, update_scale)]
         if not (op.times or measured):
             continue
         for j, dev in enumerate(devices.devices):
-            for src, scale in sources:
+            for src, scale, upd in sources:
                 for key in (dev.kind, dev.name):
-                    for phase, t in scaled(src.get(key, {}), scale).items():
+                    for phase, t in scaled(src.get(key, {}), scale, update=upd).items():
                         arrays[phase][i, j] = t
     return fwd, bwd, update
 
@@ -194,11 +202,17 @@ PROFILES = {"default": RooflineProfile, "exprimo-2020": Exprimo2020Profile}
 
 def get_profile(name: str = "default", *, comp_efficiency: float | None = None,
                 comm_efficiency: float | None = None, timings: TimingTable | None = None,
-                timings_batch: int | None = None):
+                timings_batch: int | None = None, optimizer: str = "sgd", zero: int = 0):
     if name not in PROFILES:
         raise InputError(f"unknown cost profile {name!r}", field="profile",
                          fix="Use one of: " + ", ".join(PROFILES))
     kwargs = {}
+    training_state.check(optimizer, zero)
+    if (optimizer, zero) != ("sgd", 0):
+        if name != "default":
+            raise InputError(f"the {name} profile models the thesis' training state only (weights and "
+                             "gradients)", field="optimizer", fix="Use --profile default with --optimizer/--zero")
+        kwargs.update(optimizer=optimizer, zero=int(zero))
     for key, value in (("comp_efficiency", comp_efficiency), ("comm_efficiency", comm_efficiency)):
         if value is not None:
             if not (isinstance(value, (int, float)) and 0 < value <= 1):

@@ -24,6 +24,7 @@ from ..model.devices import DeviceGraph
 from ..model.graph import Graph
 from ..model.sharding import Split, applicable, shard_sizes
 from ..cost.shards import gather_rate, shard_costs
+from ..cost.training_state import resident_copies
 from .model import Compiled, SimSettings
 
 CHANNEL, BATCH = 0, 1
@@ -75,6 +76,7 @@ def compile_shards(graph: Graph, devices: DeviceGraph, profile, costs, table: Se
     req = list(requests)
     arrays = shard_costs(profile, graph, devices, req) if req else None
     weight_copies = costs.weight_copies
+    optimizer, zero = getattr(profile, "optimizer", "sgd"), getattr(profile, "zero", 0)
     R = len(rows)
     out = {key: np.zeros(R) for key in ("blo", "bhi", "cf", "fwd", "bwd", "upd", "static")}
     for r, (i, t, j, blo, bhi, cf, f) in enumerate(rows):
@@ -84,7 +86,11 @@ def compile_shards(graph: Graph, devices: DeviceGraph, profile, costs, table: Se
         out["blo"][r], out["bhi"][r], out["cf"][r] = blo, bhi, cf
         out["fwd"][r], out["bwd"][r], out["upd"][r] = arrays.fwd[q, dev], arrays.bwd[q, dev], arrays.update[q, dev]
         params = graph.ops[i].param_bytes * (f if s.dim == "channel" else 1.0)
-        out["static"][r] = params * weight_copies
+        if s.dim == "batch" and zero:  # a data-parallel replica keeps and updates its part of the state
+            out["static"][r] = params * resident_copies(optimizer, graph.precision, zero, s.k)
+            out["upd"][r] /= s.k
+        else:
+            out["static"][r] = params * weight_copies
     ptr = np.zeros(T + 1, dtype=np.int32)
     ptr[1:] = np.cumsum([s.k for s in table]) if T else []
     return ShardArrays(
