@@ -13,8 +13,8 @@ and the weight gradient), so the matmuls of a step add up to Narayanan et al.'s 
 recomputation) 72·B·s·l·h²·(1 + s/6h + V/12lh); attention's s² terms are the scores and the context. Norms,
 softmax, GeLU, adds, the embedding lookup and the loss are memory-bound (one FLOP per output element; their
 bytes decide their time). Tensors and weights are ``precision``'s size (2 bytes for bf16 and fp16, 4 for
-fp32); the optimizer's state (mixed-precision Adam keeps fp32 master weights and two moments) is not in a
-network's parameter bytes.
+fp32); the optimizer's state is the problem's, not the network's (``--optimizer adam``:
+:mod:`placement_core.cost.training_state`).
 """
 
 from __future__ import annotations
