@@ -113,3 +113,11 @@ def test_the_cli_simulates_a_gpt(capsys):
                  "--placement", "single:gpu0"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         "error: network: hidden=7 is not a multiple of heads=2. Give a number of heads that divides the hidden size"]
+
+
+def test_every_op_with_a_batch_splits_by_batch():
+    """Data parallelism splits every op by batch; only the tied weights (no batch) stay whole."""
+    from placement_core.model.sharding import extent
+    g = load_network("gpt:layers=2,hidden=64,heads=4,seq=16,vocab=10,batch=4")
+    whole = [op.name for op in g.ops if extent(op, g, "batch")[0] != 4]
+    assert whole == ["wte"]

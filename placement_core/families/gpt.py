@@ -139,9 +139,10 @@ def _embedding(b: NetBuilder, tokens: str, c: GPTConfig) -> str:
 
 
 def _norm(b: NetBuilder, name: str, x: str, rows: int, H: int) -> str:
+    """Layer norm: per token, so it splits by batch like the rest (its shape starts with the batch)."""
     elems = rows * H
     return b._add(name, "norm", (x,), fwd=elems, bwd=2 * elems, out_elems=elems, params=2 * H,
-                  shape=(rows, H))
+                  shape=(b.batch, rows // b.batch, H))
 
 
 def _layer(b: NetBuilder, p: str, x: str, B: int, S: int, H: int, A: int) -> str:
