@@ -97,23 +97,38 @@ with ui.guarded("the trace"):
     critical = c3.toggle("Highlight the critical path", key=ui.persist("trace_critical"),
                          help="The chain of ops and transfers that fixes the makespan: speeding up anything "
                               "off this path cannot shorten the step.")
+    unit = "micro-batch" if pipelined else "batch"
+    units = 1 + max((e.batch for e in trace), default=0)
+    path = view["critical"] if critical else None
+    if critical and units > 1:  # the whole step's path through every batch covers the chart: one batch's
+        shown = st.selectbox(f"Critical path of {unit}", list(range(units)), index=units - 1,
+                             key=ui.persist("trace_critical_batch", list(range(units))),
+                             format_func=lambda b: f"{unit} {b + 1}" + (" (ends the step)" if b == units - 1 else ""),
+                             help=f"The chain of work that fixes when this {unit} is done, drawn where it runs on "
+                                  f"this {unit}'s own ops and transfers (where it waits for another {unit}'s work, "
+                                  "the caption below says which).")
+        path, chain = traceview.batch_critical(view, problem.graph, shown)
     flows = op_flows(trace, problem.graph, follow) if follow else []
     window = traceview.window_ms(res.makespan)
     whole = window == (0.0, round(res.makespan * 1e3, 6))
     extra = trace_overlay.gantt_extra(
         trace, view["rows"], res.makespan, follow=op_events(trace, follow) if follow else [], flows=flows,
         found=[i for i, e in enumerate(trace) if e.kind == "op" and e.op in found_set],
-        picked=traceview.picked_critical(res, view["critical"]) if critical else None,
+        picked=traceview.picked_critical(res, path) if critical else None,
         window=None if whole else (window[0] / 1e3, window[1] / 1e3))
     fig = gantt.gantt_figure(view["segments"], view["rows"], len(problem.devices), res.makespan,
-                              view["critical"] if critical else None, trace,
-                              unit="micro-batch" if pipelined else "batch", extra=extra)
+                              path, trace, unit=unit, extra=extra)
     st.plotly_chart(fig, key=traceview.CHART, on_select="rerun", selection_mode=("points", "box"),
-                    config={"scrollZoom": True, "displaylogo": False})
-    st.caption(("Click a bar to follow its op. " if extra["bars"] else
-                f"A step of over {trace_overlay.CLICKABLE_EVENTS:,} events: choose the op to follow above. ")
+                    config=traceview.CHART_CONFIG)
+    traceview.chart_keys()
+    st.caption(("Click a bar to follow its op. " if extra["bars"] is True else
+                f"A step of {len(trace):,} events: the bars inside the time window are clickable (click one to "
+                "follow its op). " if extra["bars"] else
+                f"A step of over {trace_overlay.CLICKABLE_EVENTS:,} events: to click bars, choose a time window "
+                f"of at most {trace_overlay.CLICKABLE_EVENTS:,} events (*Box Select* and drag, or the slider "
+                "below), or choose the op to follow above. ")
                + "To sum a time window, pick *Box Select* in the chart's toolbar and drag across the chart (or use "
-               "the slider below); scroll to zoom, drag to pan. "
+               "the slider below). " + traceview.KEYS_HINT + " "
                + ("Names appear inside the bars wide enough to hold them (zoom in for more)." if extra["names"] else
                   "Names are written inside the bars wide enough to hold them."))
     if find.strip():
@@ -131,15 +146,20 @@ with ui.guarded("the trace"):
             st.caption(f"**{ui.esc(follow)}**: none of its tensors crosses devices (its producers and consumers "
                        "run where it runs).")
     if critical:
-        path = view["critical"]
+        others = sorted({trace[i].batch for i in chain} - {shown}) if units > 1 else []
         on_links = sum(1 for i in path if res.trace[i].kind == "transfer")
         link_time = sum(res.trace[i].end - res.trace[i].start for i in path if res.trace[i].kind == "transfer")
         overhead = [i for i in path if res.trace[i].kind in ("send", "recv")]
         extra_text = (f"; {len(overhead)} send/receive tasks (message overhead) take "
                       f"{fmt_seconds(sum(res.trace[i].end - res.trace[i].start for i in overhead))}" if overhead else "")
-        st.caption(f"Critical path: {len(path)} events, {on_links} of them transfers taking "
-                   f"{fmt_seconds(link_time)} of the {fmt_seconds(res.makespan)} makespan{extra_text}. Select a row "
-                   "to mark its event on the chart.")
+        head = (f"Critical path of {unit} {shown + 1}: {len(path)} events" if units > 1 else
+                f"Critical path: {len(path)} events")
+        waits = (f" Before them the chain waits on the work of {unit}(s) "
+                 + ", ".join(str(b + 1) for b in others) + f" ({len(chain) - len(path)} events, not drawn)."
+                 if others else "")
+        st.caption(f"{head}, {on_links} of them transfers taking {fmt_seconds(link_time)} of the "
+                   f"{fmt_seconds(res.makespan)} makespan{extra_text}.{waits} Select a row to mark its event on "
+                   "the chart.")
         st.dataframe(traceview.critical_rows(res, path), hide_index=True, key=traceview.TABLE,
                      on_select="rerun", selection_mode="single-row",
                      column_config={k: st.column_config.NumberColumn(format="%.4g")

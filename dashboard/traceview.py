@@ -159,6 +159,33 @@ def stored_run_picker() -> None:
             st.rerun()
 
 
+def batch_critical(view: dict, graph, batch: int) -> tuple[list[int], list[int]]:
+    """The critical path of one batch: the chain of events that fixes when ``batch`` (from 0) is done, and
+    the part of it on that batch's own events (what the page draws). Cached in the view (a few ms per batch)."""
+    from placement_core.analysis import critical_path
+
+    memo = view.setdefault("critical_by_batch", {})
+    if batch not in memo:
+        trace = view["evaluation"].result.trace
+        chain = critical_path(trace, graph, batch=batch)
+        memo[batch] = ([i for i in chain if trace[i].batch == batch], chain)
+    return memo[batch]
+
+
+# Perfetto's keys on the Gantt chart (charts/trace_keys.html), with Plotly's own mouse: scroll zooms, drag pans
+CHART_CONFIG = {"scrollZoom": True, "displaylogo": False, "doubleClick": "reset"}
+KEYS_HINT = ("Keys as in Perfetto: **W**/**S** zoom in/out, **A**/**D** pan left/right; scroll to zoom, drag to "
+             "pan, double-click to see the whole step.")
+
+
+def chart_keys() -> None:
+    """The W/A/S/D keys for the Gantt chart: a script in an invisible same-origin frame (ours, no user text)."""
+    from pathlib import Path
+
+    st.iframe(Path(__file__).parent / "charts" / "trace_keys.html", height=1,
+              alt="Keyboard zoom and pan for the Gantt chart")
+
+
 # -- what the Gantt chart and the critical-path table chose (read before they are drawn again) -----------
 
 FOLLOW, FIND, WINDOW, CHART, TABLE = "trace_follow", "trace_find", "trace_window", "trace_gantt", "trace_critical_table"

@@ -71,6 +71,13 @@ def _bars_trace(start_s, end_s, row, half: float, fill: str, hover: list[str] | 
     return trace
 
 
+def _take(seg: GanttSegments, mask: np.ndarray) -> GanttSegments:
+    """The events of ``seg`` where ``mask`` holds."""
+    keep = np.flatnonzero(mask)
+    return GanttSegments(seg.kind, seg.batch, seg.phase, seg.row[keep], seg.start[keep], seg.end[keep],
+                         seg.index[keep], [seg.hover[k] for k in keep] if seg.hover else [])
+
+
 def critical_line(trace, critical: list, row_of: dict) -> dict:
     """The critical path as one connected line: along each event's bar, then across rows to the next event,
     so the eye can follow it from device to link to device."""
@@ -96,8 +103,21 @@ def gantt_figure(segments: list[GanttSegments], rows: list[str], n_devices: int,
     ``names`` the op's name written inside each bar (Plotly shows those that fit as drawn, on zoom too)."""
     extra = extra or {}
     bars, names = extra.get("bars", False), extra.get("names", False)
+    window = bars if isinstance(bars, tuple) else None  # only the events inside this window (seconds) are bars
 
     def draw(segs, half, fill, **props):
+        if window is not None:  # a large step: its window's events clickable, the others outlines
+            inside = [_take(sg, (sg.end >= window[0]) & (sg.start <= window[1])) for sg in segs]
+            outside = [_take(sg, (sg.end < window[0]) | (sg.start > window[1])) for sg in segs]
+            out = [one(outside, half, fill, False, **props) if sum(map(len, outside)) else None,
+                   one(inside, half, fill, True, **props) if sum(map(len, inside)) else None]
+            out = [t for t in out if t is not None]
+            for t in out[1:]:
+                t["showlegend"] = False
+            return out
+        return [one(segs, half, fill, bool(bars), **props)]
+
+    def one(segs, half, fill, bars, **props):
         if not bars:
             return _bars_trace(np.concatenate([sg.start for sg in segs]), np.concatenate([sg.end for sg in segs]),
                                np.concatenate([sg.row for sg in segs]), half, fill,
@@ -127,12 +147,11 @@ def gantt_figure(segments: list[GanttSegments], rows: list[str], n_devices: int,
         segs = colours[(b, phase)]
         group = f"b{b}" if per_batch else f"b{b}-{phase}"
         name = f"{unit} {b + 1}" + ("" if per_batch else f" · {PHASE_NAMES.get(phase, phase)}")
-        data.append(draw(segs, GANTT_HALF, shade(b, phase), name=name, legendgroup=group,
-                         showlegend=group not in shown))
+        data += draw(segs, GANTT_HALF, shade(b, phase), name=name, legendgroup=group, showlegend=group not in shown)
         shown.add(group)
     if overhead:
-        data.append(draw(overhead, OVERHEAD_HALF, OVERHEAD_COLOR, name=OVERHEAD_NAME, legendgroup="overhead",
-                         showlegend=True))
+        data += draw(overhead, OVERHEAD_HALF, OVERHEAD_COLOR, name=OVERHEAD_NAME, legendgroup="overhead",
+                     showlegend=True)
     if critical and trace is not None:
         row_of = {name: i for i, name in enumerate(rows)}
         data.append(_bars_trace([trace[i].start for i in critical], [trace[i].end for i in critical],
@@ -150,7 +169,7 @@ def gantt_figure(segments: list[GanttSegments], rows: list[str], n_devices: int,
         annotations=list(extra.get("annotations", [])),
         xaxis=dict(title=dict(text="time (ms)"), range=[0, makespan * 1e3 * 1.01], showgrid=True),
         yaxis=dict(tickmode="array", tickvals=[-i for i in range(len(rows))], ticktext=labels,
-                   range=[-(len(rows) - 0.5), 0.5], showgrid=False, zeroline=False),
+                   range=[-(len(rows) - 0.5), 0.5], showgrid=False, zeroline=False, fixedrange=True),
         legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0, font=dict(size=11)),
         margin=dict(l=10, r=10, t=60, b=10), **extra.get("layout", {}),
         **(dict(barmode="overlay", uniformtext=dict(mode="hide", minsize=9)) if bars else {})))

@@ -17,6 +17,7 @@ CLICKABLE_EVENTS = 6000  # up to this many events the bars are clickable Plotly 
 NAMED_EVENTS = 2500  # up to this many the bars carry their names (each a text Plotly fits on every zoom)
 PLOT_WIDTH_PX = 1050  # the Gantt's plotting width on a common screen: which names fit, beyond that many events
 MAX_ARROWS = 240
+GRID_POINTS = 400  # per row, invisible: what Box Select selects on a step drawn as outlines
 FOLLOW, FOUND, PICKED, FLOW = "#d62728", "#e69500", "#8e24aa", "#c62828"
 
 
@@ -58,7 +59,9 @@ def gantt_extra(trace, rows: list[str], makespan: float, *, follow=(), flows=(),
     data, notes, shapes = [], [], []
     layout = dict(selectdirection="h")  # with the box-select tool a drag chooses a time range
     clickable = len(trace) <= CLICKABLE_EVENTS
-    if not clickable:
+    if not clickable and window is not None and window_events(trace, window) <= CLICKABLE_EVENTS:
+        clickable = (float(window[0]), float(window[1]))  # a large step: the window's events are clickable bars
+    if clickable is False:
         labels = bar_labels(trace, 0.0, makespan * 1.01, PLOT_WIDTH_PX)  # fixed: the names that fit unzoomed
         if labels:
             data.append(dict(type="scatter", mode="text", hoverinfo="skip", showlegend=False, name="names",
@@ -67,6 +70,12 @@ def gantt_extra(trace, rows: list[str], makespan: float, *, follow=(), flows=(),
                              text=[html.escape(name, quote=False) for _, name in labels],
                              textfont=dict(size=10, color=[ink(shade(trace[i].batch, trace[i].phase))
                                                            for i, _ in labels])))
+    if clickable is not True:  # outlines cannot be selected: invisible points on every row let Box Select
+        xs = [makespan * 1e3 * 1.01 * k / (GRID_POINTS - 1) for k in range(GRID_POINTS)]  # choose a window
+        data.append(dict(type="scatter", mode="markers", name="time grid", showlegend=False, hoverinfo="skip",
+                         x=xs * len(rows), y=[-r for r in range(len(rows)) for _ in xs],
+                         marker=dict(size=4, opacity=0), selected=dict(marker=dict(opacity=0)),
+                         unselected=dict(marker=dict(opacity=0))))
     if found:
         data.append(_outline(trace, found, row_of, FOUND, 2.0, "found"))
     if follow:
@@ -84,9 +93,18 @@ def gantt_extra(trace, rows: list[str], makespan: float, *, follow=(), flows=(),
                            fillcolor="rgba(255,193,7,0.13)", line=dict(color="rgba(230,149,0,0.8)", width=1,
                                                                         dash="dot"), layer="below"))
     # up to CLICKABLE_EVENTS the bars are Plotly bars: a click anywhere on one follows its op, and its name is
-    # written inside when the bar, as drawn (zoom in), is wide enough; beyond, outlines draw faster
+    # written inside when the bar, as drawn (zoom in), is wide enough; beyond, outlines draw faster, except
+    # inside a chosen time window of at most CLICKABLE_EVENTS events: those are bars again (a tuple ``bars``)
+    named = len(trace) <= NAMED_EVENTS or (clickable is not True and clickable is not False
+                                           and window_events(trace, window) <= NAMED_EVENTS)
     return {"data": data, "annotations": notes, "shapes": shapes, "layout": layout, "bars": clickable,
-            "names": len(trace) <= NAMED_EVENTS}
+            "names": named}
+
+
+def window_events(trace, window) -> int:
+    """How many events overlap the time window (start, end) in seconds."""
+    a, b = window
+    return sum(1 for e in trace if e.end >= a and e.start <= b)
 
 
 def clicked_event(point, n_events: int) -> int | None:

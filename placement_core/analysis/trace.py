@@ -92,8 +92,11 @@ def gather_pair(name: str) -> tuple[str, str] | None:
     return producer, consumer
 
 
-def critical_path(trace: list[TraceEvent], graph: Graph, eps: float = 1e-12) -> list[int]:
+def critical_path(trace: list[TraceEvent], graph: Graph, eps: float = 1e-12, batch: int | None = None) -> list[int]:
     """Indices of the trace events on the critical path, in time order.
+
+    With ``batch`` (counted from 0) the chain ends at that batch's last event instead of the step's: the work
+    that fixes when that batch is done (it may pass through other batches' events where it waited for them).
 
     Starting from the event that ends last, repeatedly step to the predecessor that
     finished last no later than the current event started: a data dependency (the
@@ -189,7 +192,10 @@ def critical_path(trace: list[TraceEvent], graph: Graph, eps: float = 1e-12) -> 
             cands.append(previous[i])
         return cands
 
-    cur = max(range(len(trace)), key=lambda i: (trace[i].end, trace[i].start, -i))
+    last = range(len(trace)) if batch is None else [i for i, e in enumerate(trace) if e.batch == batch]
+    if not last:
+        return []
+    cur = max(last, key=lambda i: (trace[i].end, trace[i].start, -i))
     path = [cur]
     seen = {cur}
     while True:
