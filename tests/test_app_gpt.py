@@ -16,14 +16,14 @@ def test_a_gpt_is_built_from_its_shape_and_the_other_pages_use_it():
     _build(at, layers=12, hidden=768, heads=12, seq=1024, batch=4)
     assert_clean(at)
     m = metrics(at)
-    assert m["Ops"] == str(12 * 12 + 6)
-    assert m["Parameters"] == "249 MB"  # 124,439,808 bf16 weights, 2 bytes each
+    assert m["Ops"] == str(12 * 12 + 5)
+    assert m["Parameters"] == "326 MB"  # 124,439,808 bf16 weights and the tied logit layer's copy, 2 bytes each
     assert "GPT, 0.124 B parameters (12 layers, hidden 768, bf16)" in sidebar_text(at)
     assert "Built GPT, 0.124 B parameters" in text(at)
     goto(at, "trace", timeout=120)
     assert_clean(at)
     goto(at, "network")
-    assert metrics(at)["Ops"] == "150"  # it stays the network when the user comes back
+    assert metrics(at)["Ops"] == "149"  # it stays the network when the user comes back
 
 
 def test_a_bad_shape_says_what_is_wrong_and_keeps_the_network():

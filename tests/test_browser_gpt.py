@@ -33,12 +33,12 @@ def test_build_a_gpt_visit_the_trace_and_come_back(page):
     settle(pg)
     wait_text(pg, "GPT, 0.124 B parameters", scope=browser_util.sidebar(pg))
     text = main(pg).inner_text()
-    assert "150" in text and "249 MB" in text  # ops; 124,439,808 bf16 weights
+    assert "149" in text and "326 MB" in text  # ops; 124,439,808 bf16 weights and the tied copy
     open_page(pg, "Trace")
     no_errors(pg)
     open_page(pg, "Network")
     assert "GPT, 0.124 B parameters" in sidebar_text(pg)
-    assert "249 MB" in main(pg).inner_text()
+    assert "326 MB" in main(pg).inner_text()
     no_errors(pg)
 
 

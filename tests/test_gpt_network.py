@@ -17,17 +17,20 @@ def _params(graph, elem_bytes):
 
 
 def test_gpt2_small_has_its_published_parameter_count():
-    g = load_network("gpt:layers=12,hidden=768,heads=12")  # seq 1024, vocab 50257, tied: GPT-2 small
-    assert _params(g, 2) == 124_439_808
-    assert len(g) == 12 * 12 + 6  # 12 ops a layer; tokens, wte, embed, ln_f, logits, loss
+    c = parse("gpt:layers=12,hidden=768,heads=12")  # seq 1024, vocab 50257, tied: GPT-2 small
+    assert c.parameters() == 124_439_808
+    g = gpt_network(c)
+    assert _params(g, 2) == 124_439_808 + 50257 * 768  # the tied logit layer's copy, resident where it runs
+    assert len(g) == 12 * 12 + 5  # 12 ops a layer; tokens, embed, ln_f, logits, loss
 
 
 def test_untied_output_layer_adds_its_weights_and_bias():
     tied = parse("gpt:layers=2,hidden=64,heads=4,seq=32,vocab=100")
     untied = parse("gpt:layers=2,hidden=64,heads=4,seq=32,vocab=100,tied=0")
     assert untied.parameters() - tied.parameters() == 100 * 64 + 100
-    for c in (tied, untied):
-        assert _params(gpt_network(c), 2) == c.parameters()
+    assert _params(gpt_network(untied), 2) == untied.parameters()
+    assert _params(gpt_network(tied), 2) == tied.parameters() + 100 * 64  # the copy
+    assert _params(gpt_network(untied), 2) - _params(gpt_network(tied), 2) == 100  # the bias
 
 
 def test_a_tiny_gpt_worked_by_hand():
@@ -108,7 +111,7 @@ def test_the_cli_simulates_a_gpt(capsys):
                  "--devices", "nvlink-8gpu", "--placement", "stages:2", "--schedule", "1f1b",
                  "--micro-batches", "4"])
     out = capsys.readouterr().out
-    assert code == 0 and "gpt(layers=2,hidden=128,heads=4,seq=64,vocab=500) (30 ops, batch 8, bf16)" in out
+    assert code == 0 and "gpt(layers=2,hidden=128,heads=4,seq=64,vocab=500) (29 ops, batch 8, bf16)" in out
     assert main(["simulate", "--network", "gpt:layers=2,hidden=7,heads=2", "--devices", "malvik",
                  "--placement", "single:gpu0"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
@@ -116,8 +119,8 @@ def test_the_cli_simulates_a_gpt(capsys):
 
 
 def test_every_op_with_a_batch_splits_by_batch():
-    """Data parallelism splits every op by batch; only the tied weights (no batch) stay whole."""
+    """Data parallelism splits every op by batch."""
     from placement_core.model.sharding import extent
     g = load_network("gpt:layers=2,hidden=64,heads=4,seq=16,vocab=10,batch=4")
     whole = [op.name for op in g.ops if extent(op, g, "batch")[0] != 4]
-    assert whole == ["wte"]
+    assert whole == []

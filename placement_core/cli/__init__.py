@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 
-from . import (core_cmds, experiment_cmds, learned_cmds, optimize_cmds, runs_cmds, surrogate_cmds, sweep_cmds,
-               torch_cmds)
+from . import (core_cmds, experiment_cmds, learned_cmds, optimize_cmds, plan_cmds, runs_cmds, surrogate_cmds,
+               sweep_cmds, torch_cmds)
 from .common import Parser, run_safely
 
 # Subcommand modules, in the order ``placement --help`` lists them.
-COMMANDS = [core_cmds, optimize_cmds, sweep_cmds, runs_cmds, torch_cmds, surrogate_cmds, learned_cmds, experiment_cmds]
+COMMANDS = [core_cmds, optimize_cmds, sweep_cmds, plan_cmds, runs_cmds, torch_cmds, surrogate_cmds, learned_cmds,
+            experiment_cmds]
 
 
 def build_parser() -> Parser:

@@ -2,12 +2,15 @@
 
 ``gpt:layers=L,hidden=H,heads=A[,seq=S][,vocab=V][,batch=B][,precision=bf16|fp16|fp32][,tied=1|0]`` names
 one; ``gpt:layers=12,hidden=768,heads=12`` is GPT-2 small (124,439,808 parameters with the output layer
-tied to the token embedding, as GPT-2 and Megatron-LM do by default).
+tied to the token embedding, as GPT-2 and Megatron-LM do by default: :meth:`GPTConfig.parameters`).
 
 Each layer is Megatron-LM's: layer norm, the fused QKV projection, the attention scores Q·Kᵀ (a batched matmul
 per head), softmax, the context softmax·V, the output projection, a residual add, layer norm, the MLP's two
-linear layers (4H wide) around GeLU, a residual add. Then the final layer norm, the logit layer (tied: it
-reads the token embedding's weights through a *weights* op, so the two share one copy) and the loss. A
+linear layers (4H wide) around GeLU, a residual add. Then the final layer norm, the logit layer and the
+loss. A tied logit layer holds its own copy of the token embedding's weights (without a bias), as Megatron-LM
+keeps one on the last pipeline stage: wherever it runs its weights are resident, and no weights travel with
+each micro-batch (the one all-reduce of the two copies' gradients per step is not simulated); the graph's
+parameter bytes therefore count them twice, :meth:`GPTConfig.parameters` once. A
 matmul of m×k by k×n costs 2mkn FLOPs forward and twice that backward (both input gradients, or the input
 and the weight gradient), so the matmuls of a step add up to Narayanan et al.'s (SC'21, Eq. 3 without
 recomputation) 72·B·s·l·h²·(1 + s/6h + V/12lh); attention's s² terms are the scores and the context. Norms,
@@ -117,22 +120,18 @@ def gpt_network(config: GPTConfig) -> Graph:
     for layer in range(config.layers):
         x = _layer(b, f"l{layer}.", x, B, S, H, A)
     x = _norm(b, "ln_f", x, rows, H)
-    # tied: the logit layer reads the token embedding's weights (no bias); untied: its own H·V + V
-    logits = b.linear("logits", (x,), H, V, rows, (B, S, V), weights="wte" if config.tied else None)
+    # tied: a copy of the token embedding's weights (no bias); untied: its own H·V + V
+    logits = b._add("logits", "linear", (x,), fwd=2.0 * H * V * rows, bwd=4.0 * H * V * rows, out_elems=rows * V,
+                    params=H * V + (0 if config.tied else V), shape=(B, S, V))
     elems = rows * V
     b._add("loss", "loss", (logits,), fwd=elems, bwd=elems, out_elems=rows, shape=(B, S))
     return b.graph()
 
 
 def _embedding(b: NetBuilder, tokens: str, c: GPTConfig) -> str:
-    """Token and position embeddings summed; with tied weights the token table is a *weights* op."""
+    """Token and position embeddings summed."""
     rows, elems = c.batch * c.seq, c.batch * c.seq * c.hidden
     eb = b.elem_bytes
-    if c.tied:
-        b.weights("wte", c.vocab * c.hidden)
-        return b._add("embed", "embedding", (tokens, "wte"), fwd=elems, bwd=2 * elems, out_elems=elems,
-                      params=c.seq * c.hidden, read_bytes=rows * eb + elems * eb, shape=(c.batch, c.seq, c.hidden),
-                      edges={"wte": c.vocab * c.hidden * eb})
     return b._add("embed", "embedding", (tokens,), fwd=elems, bwd=2 * elems, out_elems=elems,
                   params=(c.vocab + c.seq) * c.hidden, read_bytes=rows * eb + elems * eb,
                   shape=(c.batch, c.seq, c.hidden))

@@ -1,0 +1,85 @@
+"""``placement plan``: the best 3D-parallel plan of a network on a GPU cluster, every plan simulated."""
+
+from __future__ import annotations
+
+from ..base.units import fmt_bytes, fmt_seconds
+from .common import positive_int, print_json, printable, table
+
+
+def register(sub) -> None:
+    p = sub.add_parser("plan", help="the best pipeline x data-parallel plan of a network on a GPU cluster",
+                       description="Search the ways to run one training step of the global batch on the "
+                                   "GPUs of a device graph: pipeline stages across groups of GPUs, data "
+                                   "parallelism inside each group, micro-batches under a pipeline schedule. "
+                                   "Every dimension not given is searched; every plan is simulated by the event "
+                                   "simulator (docs/clusters.md).")
+    p.add_argument("--network", required=True, help="gpt:layers=L,hidden=H,heads=A[,...], a built-in name or a file")
+    p.add_argument("--devices", required=True, help="dgx-a100:nodes=N, dgx-h100:nodes=N, a preset or a file")
+    p.add_argument("--global-batch", required=True, type=positive_int, help="sequences (samples) per step")
+    p.add_argument("--tp", type=positive_int, help="tensor-parallel degree (only 1: not simulated yet)")
+    p.add_argument("--pp", type=positive_int, help="pipeline stages (default: searched)")
+    p.add_argument("--dp", type=positive_int, help="data-parallel replicas (default: searched)")
+    p.add_argument("--micro-batch", type=positive_int, help="sequences per micro-batch and replica (searched)")
+    p.add_argument("--schedule", default="1f1b", choices=["1f1b", "gpipe", "zb-h1", "interleaved-1f1b"])
+    p.add_argument("--virtual-stages", type=positive_int, default=1, help="chunks per GPU (interleaved-1f1b)")
+    p.add_argument("--recompute", default="none", choices=["none", "selective", "full"],
+                   help="activation recomputation (only none: not simulated yet)")
+    p.add_argument("--zero", type=int, choices=[0, 1, 2], default=0, help="ZeRO stage over each data-parallel group")
+    p.add_argument("--optimizer", choices=["sgd", "adam"], default="adam", help="training state (default adam)")
+    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help="default: the network's own")
+    p.add_argument("--comm-efficiency", type=float, help="share of link bandwidth transfers reach (default 0.25)")
+    p.add_argument("--top", type=positive_int, default=10, help="plans listed (default 10)")
+    p.add_argument("--json", action="store_true", help='print {"best": {...}, "candidates": [...]}')
+    p.set_defaults(handler=cmd_plan)
+
+
+def cmd_plan(args) -> int:
+    from ..base.errors import InputError
+    from ..families import gpt
+    from ..formats.catalog import load_devices, load_network
+    from ..optimize.plans import PlanRequest, plan
+
+    if args.recompute != "none":
+        raise InputError(f"--recompute {args.recompute} is not simulated yet", field="--recompute",
+                         fix="Leave it out (none); docs/clusters.md says what is modelled")
+    graph = load_network(args.network)
+    if args.precision:
+        graph = graph.with_precision(args.precision)
+    devices = load_devices(args.devices)
+    req = PlanRequest(global_batch=args.global_batch, tp=args.tp, pp=args.pp, dp=args.dp,
+                      micro_batch=args.micro_batch, schedule=args.schedule, virtual_stages=args.virtual_stages,
+                      optimizer=args.optimizer, zero=args.zero, comm_efficiency=args.comm_efficiency)
+    plans = plan(graph, devices, req)
+    gpus = plans[0].pp * plans[0].dp
+    model = {"network": graph.name, "ops": len(graph), "precision": graph.precision, "gpus": gpus,
+             "global_batch": args.global_batch}
+    flops = None
+    if gpt.is_gpt(args.network):
+        c = gpt.parse(args.network, args.global_batch)
+        flops = c.matmul_flops()
+        model.update(parameters=c.parameters(), tokens_per_step=args.global_batch * c.seq,
+                     matmul_flops_per_step=flops)
+    rows = []
+    for p in plans:
+        d = p.to_dict()
+        if flops is not None and p.step_time_s > 0:
+            d["tokens_per_s"] = model["tokens_per_step"] / p.step_time_s
+            d["model_tflops_per_gpu"] = flops / p.step_time_s / gpus / 1e12
+        rows.append(d)
+    if args.json:
+        print_json({"model": model, "best": rows[0], "candidates": rows})
+        return 0
+    print(f"{printable(graph.name)} ({len(graph)} ops, {graph.precision}) on {printable(devices.name)}: "
+          f"{gpus} GPUs, global batch {args.global_batch}, {args.schedule}, {args.optimizer}"
+          + (f", ZeRO-{args.zero}" if args.zero else "") + f"; {len(plans)} plans simulated")
+    body = [[str(r["pp"]), str(r["dp"]), str(r["micro_batch"]), str(r["micro_batches"]), fmt_seconds(r["step_time_s"]),
+             fmt_bytes(r["peak_memory_bytes"]), "yes" if r["fits"] else "no",
+             f"{r['breakdown']['bubble_fraction']:.0%}"]
+            + ([f"{r['model_tflops_per_gpu']:.0f}"] if "model_tflops_per_gpu" in r else [])
+            for r in rows[:args.top]]
+    header = ["pp", "dp", "micro-batch", "micro-batches", "step", "fullest GPU", "fits", "idle"] + (
+        ["TFLOP/s per GPU"] if flops is not None else [])
+    print(table(body, header, right=range(len(header))))
+    if not plans[0].fits:
+        print("no plan fits in memory: try more GPUs, ZeRO (--zero 1 or 2), smaller micro-batches or a smaller model")
+    return 0
