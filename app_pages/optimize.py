@@ -5,7 +5,7 @@ import os
 
 import streamlit as st
 
-from dashboard import server_runs, state, ui
+from dashboard import seed_answer, server_runs, state, ui
 from dashboard.charts import curves
 from dashboard.background_runs import REGISTRY, RunSpec
 from placement_core import InputError
@@ -199,6 +199,17 @@ with ui.guarded("the results"):
                                 "memory penalty.")
                     st.warning(f"This placement needs {over} more memory than the devices have: it would not run."
                                + why, icon=":material/warning:")
+                if seed_answer.seed_kept(r):
+                    st.info(f"**Nothing beat the seed**: after {res.evaluations:,} evaluations the best placement is "
+                            f"still one the search started from ({fmt_seconds(res.best_objective)}). "
+                            + seed_answer.explanation(r) + " Placement matters where a network does not fit one "
+                            "GPU or has parallel branches on fast links: try one of these setups (the placement "
+                            "starts all on gpu0 again).", icon=":material/lightbulb:")
+                    b = st.columns(len(seed_answer.SETUPS))
+                    for k, (name, (net, dev, why, found)) in enumerate(seed_answer.SETUPS.items()):
+                        b[k].button(f"{state.NETWORK_TITLES.get(net, net)} on {dev}", key=f"matters_{name}_{r.id}",
+                                    on_click=seed_answer.load_setup, args=(name,), icon=":material/swap_horiz:",
+                                    help=f"{why}. Measured from all on gpu0, 20,000 evaluations: {found}.")
                 if r.seeded is not None:
                     sd = r.seeded
                     st.caption(f"{ui.esc(seeding_text(sd, sentence=True))}; best seed {ui.esc(sd['best_label'])}: "

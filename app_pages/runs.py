@@ -4,7 +4,7 @@ import time
 
 import streamlit as st
 
-from dashboard import server_runs, settings, state, stored, ui
+from dashboard import runs_table, server_runs, settings, state, stored, ui
 from dashboard.charts import curves as curve_charts
 from dashboard.background_runs import REGISTRY, RunSpec
 from placement_core import InputError
@@ -47,16 +47,23 @@ with ui.guarded("the run store"), stored.open_store() as store:
     shown = st.multiselect("Status", statuses, key="runs_status", on_change=_hide_statuses, args=(statuses,))
     records = [r for r in records if r.display_status in shown]
     sizes = store.archive_sizes()
-    st.dataframe([{"run": r.id, "status": r.display_status, "algorithm": stored.title(r.algorithm),
-                   "network": r.network_name, "devices": r.devices_name,
-                   "evaluations": r.evaluations, "budget": r.budget_evaluations,
-                   "best objective (ms)": None if r.best_objective is None else r.best_objective * 1e3,
-                   "elites": sizes.get(r.id), "created": time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created)),
-                   "seeded": r.seeding["init"] if r.seeding else "", "label": r.label or ""} for r in records],
-                 hide_index=True, key="runs_table",
+    table = runs_table.rows(records, sizes)
+    grouped = st.toggle("Group by configuration", key=ui.persist("runs_grouped"),
+                        help="One row per configuration (algorithm and parameters, network, devices, simulator "
+                             "settings, budget, initial mappings): repeats with other seeds together, with the "
+                             "best, mean and worst of their best objectives.")
+    ms = st.column_config.NumberColumn(format="%.4g")
+    if grouped:
+        st.dataframe(runs_table.groups(table), hide_index=True, key="runs_groups", placeholder="",
+                     column_config={k: ms for k in ("best objective (ms)", "mean best (ms)", "worst best (ms)",
+                                                    "evaluations/s", "wall time (s)")})
+    st.dataframe(table, hide_index=True, key="runs_table", placeholder="",
                  column_config={"best objective (ms)": st.column_config.NumberColumn(
                      format="%.4g", help="time per batch, plus the memory penalty if the best placement "
-                                         "exceeds a device's memory")})
+                                         "exceeds a device's memory"),
+                     "evaluations/s": st.column_config.NumberColumn(format="%.0f"),
+                     "wall time (s)": st.column_config.NumberColumn(format="%.1f"),
+                     "elites": st.column_config.NumberColumn(help="archive size (MAP-Elites runs only)")})
     if not records:
         st.stop()
 

@@ -17,6 +17,17 @@ from placement_core.simulate.model import SimSettings
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
 
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    return tmp_path_factory.mktemp("round3_home")
+
+
+@pytest.fixture(scope="module")
+def app_url(home, request):
+    import browser_util
+    yield from browser_util.serve_for_module(home, request)
+
+
 def _trace_settings(pg, batches: int, in_flight: int) -> None:
     """Open the Trace page's settings and type the batches and batches in flight, as a person does."""
     pg.get_by_text("— change").first.click()
@@ -37,6 +48,7 @@ def _critical_bars(pg) -> int:
 def test_the_critical_path_of_one_batch_at_ten_batches(page):
     pg = page
     open_page(pg, "Trace")
+    _gantt_ready(pg)
     _trace_settings(pg, 10, 4)
     pg.locator(".st-key-trace_use_stages button").click()
     wait_text(pg, "4 pipeline stages", scope=sidebar(pg))
@@ -68,6 +80,12 @@ def test_the_critical_path_of_one_batch_at_ten_batches(page):
     no_errors(pg)
 
 
+def _gantt_ready(pg) -> None:
+    """Wait for the Gantt chart (a first Trace page on a loaded machine takes a while to simulate and draw)."""
+    gantt(pg).locator(".js-plotly-plot").first.wait_for(timeout=120_000)
+    settle(pg)
+
+
 def _x_range(pg) -> list[float]:
     return on_gantt(pg, "gd => gd._fullLayout.xaxis.range.map(Number)")
 
@@ -75,8 +93,7 @@ def _x_range(pg) -> list[float]:
 def test_keyboard_zoom_and_pan_on_the_gantt_chart(page):
     pg = page
     open_page(pg, "Trace")
-    on_gantt(pg, "gd => true")
-    settle(pg)
+    _gantt_ready(pg)
     lo, hi = _x_range(pg)
     main(pg).get_by_role("heading", name="Trace", exact=True).first.click()  # focus the page, not a field
     pg.keyboard.press("w")
@@ -106,6 +123,7 @@ def test_keyboard_zoom_and_pan_on_the_gantt_chart(page):
 def test_a_large_step_has_clickable_bars_inside_a_dragged_window(page):
     pg = page
     open_page(pg, "Trace")
+    _gantt_ready(pg)
     _trace_settings(pg, 14, 1)
     wait_text(pg, "to click bars, choose a time window")
     assert on_gantt(pg, "gd => gd._fullData.filter(t => t.type === 'bar').length") == 0
@@ -142,4 +160,86 @@ def test_a_large_step_has_clickable_bars_inside_a_dragged_window(page):
     while selected(pg, "Follow an op (or click its bar)") != op and time.time() < deadline:
         time.sleep(0.2)
     assert selected(pg, "Follow an op (or click its bar)") == op
+    no_errors(pg)
+
+
+# -- Optimize: nothing beat the seed ---------------------------------------------------------------------
+
+def _algorithms(pg, keep: list[str]) -> None:
+    """Make the Algorithms box hold exactly ``keep`` (titles), as a person does: remove the others, add."""
+    box = main(pg).locator("[data-testid='stMultiSelect']").filter(has=pg.get_by_text("Algorithms", exact=True)).first
+    tags = box.locator(".react-aria-ComboBox [data-tag]")
+    tags.first.wait_for()
+    settle(pg)
+    for name in [tags.nth(i).get_attribute("aria-label") for i in range(tags.count())]:
+        if name not in keep:
+            box.locator(".react-aria-ComboBox").get_by_role("button", name=f"Remove {name}", exact=True).click()
+            settle(pg)
+    for name in keep:
+        if not box.locator(f".react-aria-ComboBox [data-tag][aria-label='{name}']").count():
+            box.click()
+            pg.keyboard.type(name)
+            pg.get_by_role("option", name=name, exact=True).first.click()
+            pg.keyboard.press("Escape")
+            settle(pg)
+
+
+def test_nothing_beat_the_seed_is_said_and_a_setup_where_placement_matters_is_one_click_away(page):
+    from browser_util import type_number
+    pg = page
+    open_page(pg, "Optimize")
+    _algorithms(pg, ["Genetic algorithm"])
+    type_number(pg, "Evaluations per algorithm", 300)
+    main(pg).get_by_role("button", name="Start").click()
+    wait_text(pg, "Nothing beat the seed", timeout_s=120)
+    settle(pg)
+    body = main(pg).inner_text()
+    assert "after 300 evaluations" in body and "one GPU is optimal" in body
+    assert "91% of the network's compute lies on one chain of dependent ops" in body
+    main(pg).get_by_role("button", name="gpt2 on malvik-4gpu").click()
+    wait_text(pg, "gpt2", scope=sidebar(pg))
+    settle(pg)
+    assert "Network · gpt2" in sidebar(pg).inner_text().replace("\n", " ")
+    assert "all on gpu0" in sidebar(pg).inner_text()
+    no_errors(pg)
+
+
+# -- Runs: evaluations/s, wall time, best, group by configuration ---------------------------------------
+
+def test_runs_columns_and_group_by_configuration(page, home):
+    from placement_core.store import RunStore
+    from placement_core.store.recording import start_run
+
+    problem = Problem(load_network("alexnet"), load_devices("malvik"))
+    with RunStore(home) as store:
+        ids = {(a, sd): start_run(store, problem, a, evaluations=200, seed=sd)[0]
+               for a, sd in (("ga", 1), ("ga", 2), ("map-elites", 1))}
+        records = {r.id: r for r in store.runs()}
+        sizes = store.archive_sizes()
+    pg = page
+    open_page(pg, "Runs")
+    table = main(pg).locator("[data-testid='stDataFrame']").first
+    table.wait_for()
+    heads = table.locator("[role='columnheader']").all_inner_texts()
+    for name in ("best objective (ms)", "evaluations/s", "wall time (s)", "elites", "seed"):
+        assert name in heads, heads
+    col = {h: k for k, h in enumerate(heads)}
+
+    def cell(row: int, name: str) -> str:
+        return table.locator(f"#glide-cell-{col[name]}-{row}").text_content().strip()
+
+    shown = {int(cell(r, "run")): r for r in range(len(records))}
+    for (algorithm, seed), i in ids.items():
+        r = shown[i]
+        assert float(cell(r, "evaluations/s")) == pytest.approx(200 / records[i].wall_s, rel=1e-6)
+        assert float(cell(r, "wall time (s)")) == pytest.approx(records[i].wall_s, rel=1e-6)
+        assert cell(r, "elites") == (str(sizes[i]) if algorithm == "map-elites" else "")
+    main(pg).get_by_text("Group by configuration").click()
+    settle(pg)
+    groups = main(pg).locator("[data-testid='stDataFrame']").first
+    gheads = groups.locator("[role='columnheader']").all_inner_texts()
+    assert gheads[:4] == ["configuration", "runs", "seeds", "best objective (ms)"]
+    runs_col = gheads.index("runs")
+    counts = sorted(int(groups.locator(f"#glide-cell-{runs_col}-{r}").text_content()) for r in range(2))
+    assert counts == [1, 2]  # GA with seeds 1 and 2 together, MAP-Elites alone
     no_errors(pg)
