@@ -28,6 +28,7 @@ def main() -> None:
         st.Page("app_pages/archive.py", title="Archive", icon=":material/grid_view:"),
         st.Page("app_pages/trace.py", title="Trace", icon=":material/view_timeline:"),
         st.Page("app_pages/pipeline.py", title="Pipeline", icon=":material/stacked_bar_chart:"),
+        st.Page("app_pages/cluster.py", title="Cluster plan", icon=":material/hub:"),
         st.Page("app_pages/learned.py", title="Learned policies", icon=":material/psychology:"),
         st.Page("app_pages/benchmark.py", title="Benchmark", icon=":material/speed:"),
         st.Page("app_pages/runs.py", title="Runs", icon=":material/history:"),

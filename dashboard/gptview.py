@@ -18,7 +18,10 @@ def spec_of(layers: int, hidden: int, heads: int, seq: int, vocab: int, batch: i
 
 def label_of(spec: str) -> str:
     c = parse(spec)
-    return f"GPT, {c.parameters() / 1e9:.3g} B parameters ({c.layers} layers, hidden {c.hidden}, {c.precision})"
+    n = c.parameters()
+    size = next(f"{n / scale:.3g} {unit}" for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k"), (1, ""))
+                if n >= scale or scale == 1)
+    return f"GPT, {size} parameters ({c.layers} layers, hidden {c.hidden}, {c.precision})"
 
 
 def gpt_form() -> None:

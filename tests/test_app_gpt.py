@@ -18,8 +18,8 @@ def test_a_gpt_is_built_from_its_shape_and_the_other_pages_use_it():
     m = metrics(at)
     assert m["Ops"] == str(12 * 12 + 5)
     assert m["Parameters"] == "326 MB"  # 124,439,808 bf16 weights and the tied logit layer's copy, 2 bytes each
-    assert "GPT, 0.124 B parameters (12 layers, hidden 768, bf16)" in sidebar_text(at)
-    assert "Built GPT, 0.124 B parameters" in text(at)
+    assert "GPT, 124 M parameters (12 layers, hidden 768, bf16)" in sidebar_text(at)
+    assert "Built GPT, 124 M parameters" in text(at)
     goto(at, "trace", timeout=120)
     assert_clean(at)
     goto(at, "network")

@@ -31,13 +31,13 @@ def test_build_a_gpt_visit_the_trace_and_come_back(page):
         box.fill(str(value))  # inside a form: nothing reruns until Build
     main(pg).get_by_role("button", name="Build this GPT").click()
     settle(pg)
-    wait_text(pg, "GPT, 0.124 B parameters", scope=browser_util.sidebar(pg))
+    wait_text(pg, "GPT, 124 M parameters", scope=browser_util.sidebar(pg))
     text = main(pg).inner_text()
     assert "149" in text and "326 MB" in text  # ops; 124,439,808 bf16 weights and the tied copy
     open_page(pg, "Trace")
     no_errors(pg)
     open_page(pg, "Network")
-    assert "GPT, 0.124 B parameters" in sidebar_text(pg)
+    assert "GPT, 124 M parameters" in sidebar_text(pg)
     assert "326 MB" in main(pg).inner_text()
     no_errors(pg)
 
@@ -52,3 +52,36 @@ def test_a_shape_that_does_not_divide_is_refused(page):
     wait_text(pg, "hidden=1000 is not a multiple of heads=16")
     assert "is still loaded" in main(pg).inner_text()
     assert main(pg).locator("[data-testid='stException']").count() == 0
+
+
+def test_plan_a_gpt_on_a_cluster_pick_a_plan_and_come_back(page):
+    pg = page
+    open_page(pg, "Network")
+    _gpt_tab(pg)
+    for label, value in (("Layers", 2), ("Hidden size", 64), ("Attention heads", 4), ("Sequence length", 32),
+                         ("Vocabulary", 100), ("Sequences per batch", 8)):
+        main(pg).get_by_role("spinbutton", name=label, exact=True).first.fill(str(value))
+    main(pg).get_by_role("button", name="Build this GPT").click()
+    settle(pg)
+    open_page(pg, "Cluster plan")
+    main(pg).get_by_role("spinbutton", name="Nodes (8 GPUs each)", exact=True).first.fill("1")
+    main(pg).get_by_role("spinbutton", name="Global batch (sequences)", exact=True).first.fill("8")
+    main(pg).get_by_role("button", name="Plan").click()
+    wait_text(pg, "10 plans on dgx-a100:nodes=1 (8 GPUs), 10 fit in memory", timeout_s=120)
+    settle(pg)
+    charts = main(pg).locator("[data-testid='stPlotlyChart']")
+    charts.nth(2).scroll_into_view_if_needed()
+    charts.nth(2).wait_for(timeout=60_000)  # time, memory and the step's Gantt
+    assert charts.count() == 3
+    box = main(pg).locator("[data-testid='stSelectbox']").filter(has=pg.get_by_text("Plan", exact=True)).first
+    box.click()
+    option = pg.get_by_role("option").nth(3)
+    picked = option.inner_text()
+    option.click()
+    settle(pg)
+    step = picked.split(": ")[-1].split(" ms")[0]
+    assert f"{step}" in main(pg).inner_text()
+    open_page(pg, "Trace")
+    open_page(pg, "Cluster plan")
+    assert "10 plans on dgx-a100:nodes=1" in main(pg).inner_text()  # the plans stay with the session
+    no_errors(pg)

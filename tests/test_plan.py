@@ -104,3 +104,21 @@ def test_the_cli_prints_the_plans(capsys):
     text = capsys.readouterr().out
     assert "pp  dp" in text and "plans simulated" in text
     assert np.isfinite(best["step_time_s"])
+
+
+def test_a_gpus_memory_in_its_parts():
+    """One GPU, SGD: weights and gradients are the network's parameter bytes each, no optimizer state; the rest
+    of the peak is activations. Adam adds 6 bytes per bf16 weight byte; ZeRO-1 over a group of 4 a quarter."""
+    from placement_core.optimize.plans import memory_parts
+    graph = load_network(TINY)
+    params = sum(op.param_bytes for op in graph.ops)
+    p, problem = simulate_plan(graph, _one_gpu(), [0], 1, 1, 2, PlanRequest(global_batch=2, optimizer="sgd"))
+    parts = memory_parts(problem, p.placement)
+    assert parts["weights"][0] == pytest.approx(params) and parts["gradients"][0] == pytest.approx(params)
+    assert parts["optimizer"][0] == 0.0
+    assert sum(v[0] for v in parts.values()) == pytest.approx(p.peak_memory_bytes)
+    devices = load_devices("dgx-a100:nodes=1")
+    p, problem = simulate_plan(graph, devices, list(range(8)), 2, 4, 1, PlanRequest(global_batch=8, zero=1))
+    parts = memory_parts(problem, p.placement)
+    assert sum(parts["weights"]) == pytest.approx(4 * params)  # four replicas of each stage's weights
+    assert sum(parts["optimizer"]) == pytest.approx(6 * params)  # 6 per weight byte, a quarter on each replica

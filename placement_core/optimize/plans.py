@@ -177,3 +177,32 @@ def plan(graph: Graph, devices: DeviceGraph, req: PlanRequest) -> list[Plan]:
     plans = [simulate_plan(graph, devices, gpus, pp, dp, b, req)[0]
              for pp, dp, b in candidates(len(gpus), len(graph), req)]
     return sorted(plans, key=lambda p: (not p.fits, p.step_time_s, p.pp, p.micro_batch))
+
+
+def memory_parts(problem, placement) -> dict[str, np.ndarray]:
+    """Per device, what its training state holds, [devices] bytes each: ``weights``, ``gradients``,
+    ``optimizer`` (the plan's optimizer and ZeRO stage, cost.training_state); ``activations`` is the rest of its
+    simulated peak (outputs kept for the backward, messages, gathers)."""
+    from ..cost.training_state import state_parts
+
+    prof = problem.profile
+    optimizer, zero = getattr(prof, "optimizer", "sgd"), getattr(prof, "zero", 0)
+    w, g, o = state_parts(optimizer, problem.graph.precision)
+    n = problem.n_devices
+    parts = {"weights": np.zeros(n), "gradients": np.zeros(n), "optimizer": np.zeros(n)}
+    for op, gene in zip(problem.graph.ops, np.asarray(placement).tolist()):
+        if gene < n:
+            shares = [(gene, 1.0, 1)]
+        else:
+            s = problem.splits[gene - n]
+            k = len(s.devices)
+            shares = [(d, 1.0, k) if s.dim == "batch" else (d, 1.0 / k, 1) for d in s.devices]
+        for d, f, group in shares:
+            p = op.param_bytes * f
+            parts["weights"][d] += p * w
+            parts["gradients"][d] += p * g / (group if zero >= 2 else 1)
+            parts["optimizer"][d] += p * o / (group if zero >= 1 else 1)
+    peak = np.asarray(problem.simulate(placement).result.peak_memory, dtype=float)
+    static = parts["weights"] + parts["gradients"] + parts["optimizer"]
+    parts["activations"] = np.maximum(peak - static, 0.0)
+    return parts

@@ -1,0 +1,73 @@
+"""Cluster plan: the best ways to run the current network on a GPU cluster, and where each spends its time
+and memory."""
+
+import streamlit as st
+
+from dashboard import clusterview, state, ui
+from dashboard.charts.gantt import gantt_figure
+from placement_core.analysis.trace import gantt_rows, gantt_segments
+from placement_core.families import gpt
+
+ui.header("Cluster plan", "Pipeline stages across groups of GPUs, data parallelism inside each group, "
+          "micro-batches under a pipeline schedule: every plan of the current network on a DGX cluster is "
+          "simulated, the fastest that fits first. Build a GPT on the Network page (A GPT by its shape) to plan "
+          "a transformer; tensor parallelism is not simulated yet (docs/clusters.md).")
+s = state.session()
+g = state.graph()
+
+with ui.guarded("the plan form"):
+    st.markdown(f"##### {ui.esc(s.network_label)}: {len(g):,} ops, {g.precision}")
+    choices = clusterview.form()
+    if choices is not None:
+        clusterview.run(choices)
+
+result = s.get("cluster_result")
+if result is not None and result[0] != state.graph_key():
+    st.info("These plans were made for another network; press Plan to plan the current one.",
+            icon=":material/info:")
+elif result is not None:
+    _, choices, devices, plans = result
+    gpus = plans[0].pp * plans[0].dp
+    flops = None
+    key = s.base_graph_key
+    if gpt.is_gpt(key):
+        flops = gpt.parse(key, choices.global_batch).matmul_flops()
+    with ui.guarded("the plans"):
+        fitting = sum(p.fits for p in plans)
+        st.markdown(f"##### {len(plans)} plans on {ui.esc(choices.devices_spec)} ({gpus} GPUs), "
+                    f"{fitting} fit in memory")
+        if not fitting:
+            st.warning("No plan fits in memory: try more nodes, ZeRO, a smaller micro-batch or a smaller model.",
+                       icon=":material/warning:")
+        st.dataframe(clusterview.plans_table(plans, flops, gpus), hide_index=True, key="cluster_table",
+                     column_config={"step (ms)": st.column_config.NumberColumn(format="%.3f"),
+                                    "fullest GPU (GB)": st.column_config.NumberColumn(format="%.2f"),
+                                    "idle": st.column_config.NumberColumn(format="percent"),
+                                    "TFLOP/s per GPU": st.column_config.NumberColumn(format="%.0f")})
+        index = st.selectbox("Plan", range(len(plans)), format_func=lambda k: f"#{k + 1}: {clusterview.label(plans[k])}",
+                             key="cluster_pick")
+    p = plans[index or 0]
+    with ui.guarded("the plan's figures"):
+        problem, parts, trace = clusterview.details(state.graph_key(), choices, index or 0, g, devices, p)
+        c = st.columns(4)
+        c[0].metric("Step", f"{p.step_time_s * 1e3:.4g} ms")
+        c[1].metric("Fullest GPU", f"{p.peak_memory_bytes / 1e9:.1f} GB",
+                    help=f"of {clusterview.capacity(devices) / 1e9:.0f} GB")
+        c[2].metric("NVLink traffic", f"{p.breakdown['nvlink_bytes'] / 1e9:.1f} GB")
+        c[3].metric("InfiniBand traffic", f"{p.breakdown['infiniband_bytes'] / 1e9:.1f} GB")
+        st.markdown("##### Where the step's time goes")
+        st.plotly_chart(clusterview.time_figure(p), key="cluster_time", config={"displaylogo": False})
+        st.markdown("##### Memory per GPU")
+        st.plotly_chart(clusterview.memory_figure(parts, problem.devices.names, clusterview.capacity(devices)),
+                        key="cluster_memory", config={"displaylogo": False})
+        st.caption("Weights, gradients and the optimizer's state (Adam's moments and, for bf16 weights, an fp32 "
+                   "copy; ZeRO partitions them over each data-parallel group) and, on top, what the simulated "
+                   "peak holds besides: activations kept for the backward, messages.")
+        if trace is not None:
+            st.markdown("##### The step, GPU by GPU")
+            rows = gantt_rows(problem.devices.names, [ch.name for ch in problem.devices.channels])
+            fig = gantt_figure(gantt_segments(trace.trace, rows), rows, problem.n_devices, trace.makespan,
+                               unit="micro-batch")
+            st.plotly_chart(fig, key="cluster_gantt", config={"displaylogo": False, "scrollZoom": True})
+        else:
+            st.caption(f"The step's chart is drawn for clusters of up to {clusterview.GANTT_MAX_GPUS} GPUs.")

@@ -1,0 +1,132 @@
+"""The Cluster plan page's parts: the form, the search (cached per network and choices), the charts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import plotly.graph_objects as go
+import streamlit as st
+
+from placement_core.formats.clusters import KINDS, MAX_NODES
+from placement_core.optimize.plans import PlanRequest, memory_parts, plan, simulate_plan
+
+from . import state, ui
+from .charts.style import BASE_LAYOUT
+
+PARTS = (("weights", "#4c78a8"), ("gradients", "#f58518"), ("optimizer", "#e45756"), ("activations", "#72b7b2"))
+GANTT_MAX_GPUS = 32
+
+
+@dataclass(frozen=True)
+class Choices:
+    cluster: str
+    nodes: int
+    global_batch: int
+    schedule: str
+    optimizer: str
+    zero: int
+    pp: int  # 0: searched
+    micro_batch: int  # 0: searched
+
+    @property
+    def devices_spec(self) -> str:
+        return f"{self.cluster}:nodes={self.nodes}"
+
+    def request(self) -> PlanRequest:
+        return PlanRequest(global_batch=self.global_batch, pp=self.pp or None, micro_batch=self.micro_batch or None,
+                           schedule=self.schedule, optimizer=self.optimizer, zero=self.zero)
+
+
+def form() -> Choices | None:
+    g = state.graph()
+    with st.form("cluster_form", border=False):
+        c = st.columns(4)
+        cluster = c[0].selectbox("Cluster", list(KINDS), key="cluster_kind",
+                                 format_func=lambda k: {"dgx-a100": "DGX A100 nodes", "dgx-h100": "DGX H100 nodes"}[k])
+        nodes = c[1].number_input("Nodes (8 GPUs each)", 1, MAX_NODES, 2, key="cluster_nodes")
+        batch = c[2].number_input("Global batch (sequences)", 1, 1 << 20, int(g.batch_size) * 8,
+                                  key="cluster_batch", help="Samples per training step, over every replica.")
+        schedule = c[3].selectbox("Pipeline schedule", ["1f1b", "gpipe", "zb-h1"], key="cluster_schedule")
+        c = st.columns(4)
+        optimizer = c[0].selectbox("Optimizer", ["adam", "sgd"], key="cluster_optimizer",
+                                   help="Adam keeps two moments (and an fp32 copy of bf16 weights) per parameter.")
+        zero = c[1].selectbox("ZeRO stage", [0, 1, 2], key="cluster_zero",
+                              help="1: the optimizer state partitioned over each data-parallel group; 2: the "
+                                   "gradients too.")
+        pp = c[2].number_input("Pipeline stages (0 = search)", 0, 8 * MAX_NODES, 0, key="cluster_pp")
+        micro = c[3].number_input("Micro-batch (0 = search)", 0, 1 << 20, 0, key="cluster_micro",
+                                  help="Sequences per micro-batch and replica.")
+        go_ = st.form_submit_button("Plan", type="primary", icon=":material/search:")
+    if not go_:
+        return None
+    return Choices(cluster, int(nodes), int(batch), schedule, optimizer, int(zero), int(pp), int(micro))
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def _plans(graph_key: str, choices: Choices, _graph):
+    devices = state.builtin_device_graph(choices.devices_spec)
+    return devices, plan(_graph, devices, choices.request())
+
+
+def run(choices: Choices) -> None:
+    s = state.session()
+    with st.spinner(f"Simulating every plan on {choices.devices_spec}…"):
+        devices, plans = _plans(state.graph_key(), choices, state.graph())
+    s.cluster_result = (state.graph_key(), choices, devices, plans)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def details(graph_key: str, choices: Choices, index: int, _graph, _devices, _plan):
+    gpus = [i for i, d in enumerate(_devices.devices) if d.kind == "gpu"]
+    p, problem = simulate_plan(_graph, _devices, gpus, _plan.pp, _plan.dp, _plan.micro_batch, choices.request())
+    parts = memory_parts(problem, p.placement)
+    trace = problem.simulate(p.placement, trace=True).result if len(gpus) <= GANTT_MAX_GPUS else None
+    return problem, parts, trace
+
+
+def plans_table(plans, flops: float | None, gpus: int) -> list[dict]:
+    rows = []
+    for k, p in enumerate(plans):
+        row = {"#": k + 1, "pipeline stages": p.pp, "data-parallel": p.dp, "micro-batch": p.micro_batch,
+               "micro-batches": p.micro_batches, "step (ms)": p.step_time_s * 1e3,
+               "fullest GPU (GB)": p.peak_memory_bytes / 1e9, "fits": "yes" if p.fits else "no",
+               "idle": p.breakdown["bubble_fraction"]}
+        if flops is not None:
+            row["TFLOP/s per GPU"] = flops / p.step_time_s / gpus / 1e12
+        rows.append(row)
+    return rows
+
+
+def memory_figure(parts: dict, names: list[str], capacity: float) -> go.Figure:
+    used = [i for i in range(len(names)) if sum(parts[k][i] for k, _ in PARTS) > 0]
+    fig = go.Figure(layout=BASE_LAYOUT)
+    for key, colour in PARTS:
+        fig.add_bar(name=key, x=[names[i] for i in used], y=[parts[key][i] / 1e9 for i in used],
+                    marker_color=colour, hovertemplate="%{x}: %{y:.2f} GB " + key + "<extra></extra>")
+    fig.add_hline(y=capacity / 1e9, line_dash="dash", line_color="#888",
+                  annotation_text=f"capacity {capacity / 1e9:.0f} GB", annotation_position="top left")
+    fig.update_layout(barmode="stack", height=360, yaxis_title="GB", xaxis_title="GPU",
+                      legend=dict(orientation="h", y=1.12), margin=dict(t=50))
+    return fig
+
+
+def time_figure(p) -> go.Figure:
+    b = p.breakdown
+    fig = go.Figure(layout=BASE_LAYOUT)
+    fig.add_bar(y=["step"], x=[b["compute_s"] * 1e3], name=f"compute of the busiest GPU ({b['busiest_gpu']})",
+                orientation="h", marker_color="#4c78a8")
+    fig.add_bar(y=["step"], x=[b["other_s"] * 1e3], name="the rest: pipeline bubble and exposed communication",
+                orientation="h", marker_color="#bab0ac")
+    fig.update_layout(barmode="stack", height=160, xaxis_title="ms", legend=dict(orientation="h", y=1.5),
+                      margin=dict(t=40, b=40))
+    return fig
+
+
+def label(p) -> str:
+    return (f"{p.pp} stage(s) × {p.dp} replica(s), micro-batch {p.micro_batch} ({p.micro_batches} per step): "
+            f"{p.step_time_s * 1e3:.0f} ms" + ("" if p.fits else ", does not fit"))
+
+
+def capacity(devices) -> float:
+    return float(np.max([d.memory_bytes for d in devices.devices]))

@@ -1,0 +1,38 @@
+"""Cluster plan page (AppTest): plan a small GPT on one DGX node, read the table and the chosen plan's charts."""
+
+from __future__ import annotations
+
+import json
+
+from apptest_util import assert_clean, goto, start
+
+
+def _gpt(at):
+    for key, value in (("layers", 2), ("hidden", 64), ("heads", 4), ("seq", 32), ("vocab", 100), ("batch", 8)):
+        at.number_input(key=f"gpt_{key}").set_value(value)
+    at.button(key="FormSubmitter:net_gpt-Build this GPT").click().run()
+
+
+def test_plan_a_gpt_on_one_node():
+    at = start()
+    _gpt(at)
+    goto(at, "cluster", timeout=120)
+    assert_clean(at)
+    at.number_input(key="cluster_nodes").set_value(1)
+    at.number_input(key="cluster_batch").set_value(8)
+    at.button(key="FormSubmitter:cluster_form-Plan").click().run(timeout=180)
+    assert_clean(at)
+    table = at.dataframe[0].value
+    assert len(table) == 10  # pp 1, 2, 4, 8 with every micro-batch dividing a replica's share (tests/test_plan.py)
+    steps = list(table["step (ms)"])
+    assert steps == sorted(steps) and set(table["fits"]) == {"yes"}
+    specs = {e.proto.spec and json.loads(e.proto.spec)["layout"].get("yaxis", {}).get("title", {}).get("text")
+             for e in at.get("plotly_chart")}
+    assert "GB" in specs  # the memory chart
+    memory = next(json.loads(e.proto.spec) for e in at.get("plotly_chart")
+                  if json.loads(e.proto.spec)["layout"].get("yaxis", {}).get("title", {}).get("text") == "GB")
+    assert [t["name"] for t in memory["data"]] == ["weights", "gradients", "optimizer", "activations"]
+    assert len(at.get("plotly_chart")) == 3  # time, memory, the step's Gantt
+    at.selectbox(key="cluster_pick").set_value(3).run(timeout=120)
+    assert_clean(at)
+    assert at.metric[0].value == f"{steps[3]:.4g} ms"
