@@ -4,7 +4,7 @@ measured against simulated; the micro-batch sweep; a toy pipeline to teach with.
 import streamlit as st
 
 from dashboard import pipelineview, state, ui
-from dashboard.charts import pipeline_bars, pipeline_gantt
+from dashboard.charts import pipeline_bars
 from dashboard.lectureview import toy_section
 from dashboard.pipelineview import NAMES, SHORT
 from placement_core.analysis import fmt_bytes, fmt_seconds
@@ -17,6 +17,13 @@ ui.header("Pipeline", "Pipeline parallelism, schedule by schedule: the network i
           "backward; 1F1B alternates them to hold fewer activations; interleaved 1F1B gives every device V "
           "chunks to shrink the bubble V-fold; ZB-H1 splits each backward into B and W and lets W fill the "
           "bubble. Gaps in a row are the bubble.")
+
+
+def _ideal_on() -> None:
+    """The transfers line's button: the Ideal toggle on, before the rerun draws it."""
+    st.session_state["pipe_ideal"] = True
+
+
 s = state.session()
 g, d = state.graph(), state.devices()
 sim = s.sim
@@ -24,16 +31,21 @@ big = False
 
 with ui.guarded("the presentation mode"):
     big = st.toggle("Presentation mode", key=ui.persist("pipe_big"),
-                    help="Larger type and charts, for a projector.")
-    if big:  # a constant style sheet: nothing from the user lands in it
-        st.markdown("<style>.stMainBlockContainer {font-size: 1.3rem;} "
-                    "[data-testid='stMetricValue'] {font-size: 2.6rem;} "
-                    "[data-testid='stWidgetLabel'] p {font-size: 1.15rem;}</style>", unsafe_allow_html=True)
+                    help="Larger type and charts, for a projector: the page fits 1024 × 768 and 1280 × 720, "
+                         "charts under each other, without Plotly's toolbar.")
+    if big:
+        ui.presentation_style()
+CONFIG = ui.chart_config(big)
 
 placement_of = None  # each schedule's placement, once the stages are made
 with ui.guarded("the pipeline settings"):
     used = len(set(state.current_placement().tolist()))
-    c1, c2, c3, c5 = st.columns([3, 2, 2, 2])
+    if big:  # two rows: every label and the Ideal toggle whole on a projector
+        c1, c4 = st.columns([3, 2])
+        c2, c3, c5 = st.columns([1, 1, 1.2])
+    else:
+        c1, c2, c3, c5 = st.columns([3, 2, 2, 2])
+        c4 = c1
     sources = {"even": "Even split into p stages", "current": f"From the current placement ({ui.esc(s.placement_label)})"}
     source = c1.radio(
         "Stages", list(sources), index=0 if used < 2 else 1, horizontal=True, key=ui.persist("pipe_source"),
@@ -45,7 +57,7 @@ with ui.guarded("the pipeline settings"):
     top = max(1, min(len(d), len(g)))
     p_in = 1
     if source == "even":
-        p_in = c1.number_input("Stages p", 1, top, min(n_gpus, 4, top), key=ui.persist("pipe_stages", bounds=(1, top)),
+        p_in = c4.number_input("Stages p", 1, top, min(n_gpus, 4, top), key=ui.persist("pipe_stages", bounds=(1, top)),
                                help="Stages on the p fastest GPUs (all devices when there are fewer GPUs).")
     m_default = sim.micro_batches if g.batch_size % sim.micro_batches == 0 else 1
     m_in = c2.number_input(
@@ -74,7 +86,7 @@ with ui.guarded("the pipeline settings"):
     placement = next(iter(placement_of.values()))
     stages = stages_of(placement, g, d)
     p = len(stages)
-    c1, c2 = st.columns([4, 1])
+    c1, c2 = (st.container(), st.container()) if big else st.columns([4, 1])
     c1.dataframe([{"stage": st_.index + 1, "device": st_.device, "ops": st_.ops, "first op": st_.first_op,
                    "last op": st_.last_op} for st_ in stages], hide_index=True, key="pipe_stage_table")
     if source == "even":
@@ -89,7 +101,7 @@ with ui.guarded("the pipeline settings"):
         st.caption("The placement is not a clean pipeline split: some devices hold ops from several places in the "
                    "network, so micro-batches go back and forth between stages (interleaved 1F1B's chunks).")
 
-m, views = None, []
+m, views, parts = None, [], []
 with ui.guarded("the schedules"):
     m = check_micro_batches(g.batch_size, int(m_in)) if placement_of is not None else None
     if m is None:
@@ -108,6 +120,17 @@ with ui.guarded("the schedules"):
         st.markdown(f"##### {p} stage(s), {m} micro-batches of {g.batch_size // m}"
                     + (" · ideal pipeline (free transfers and weight updates)" if ideal else "")
                     + (f" · V = {v} chunks per device for interleaved 1F1B" if "interleaved-1f1b" in schedules else ""))
+        if not ideal:  # the bubble's parts: here for the line on transfers, below as a chart
+            parts = pipelineview.breakdowns(state.graph_key(), state.devices_key(), g, d,
+                                            {vw["run"].schedule: vw["placement"] for vw in views}, m, v,
+                                            state.cost_key(), state.cost_kw(g, sim), sim.penalty)
+            note = pipelineview.transfers_note(views, parts)
+            if note:
+                a, b = (st.container(), st.container()) if big else st.columns([4, 1.2], vertical_alignment="center")
+                a.warning(note, icon=":material/cable:")
+                b.button("Free transfers (Ideal pipeline)", key="pipe_free_transfers", on_click=_ideal_on,
+                         icon=":material/toggle_on:", help="Turns on *Ideal pipeline* above: transfers and weight "
+                                                           "updates take no time.")
         compare, memory_rows = [], []
         for vw in views:
             run = vw["run"]
@@ -118,11 +141,16 @@ with ui.guarded("the schedules"):
             closed = bubble_fraction(run.schedule, len(devs), run.micro_batches, t["t_f"], t["t_b"],
                                      v=run.virtual_stages, t_w=t["t_w"])
             with st.container(border=True):
-                left, right = st.columns([4, 1.25])
-                title = f"{NAMES[run.schedule]} · step {fmt_seconds(run.step_time)} · bubble {run.bubble_fraction:.1%}"
-                fig = pipeline_gantt.schedule_gantt(vw["blocks"], vw["rows"], len(devs), x_max, title, unit,
-                                                chunks=run.chunk_of is not None and run.virtual_stages > 1, big=big)
-                left.plotly_chart(fig, key=f"pipe_gantt_{run.schedule}", config={"displaylogo": False})
+                if big:  # the timeline across the page; the numbers and the memory under it
+                    left = st.container()
+                    right, mem_col = st.columns([1, 2])
+                else:
+                    left, right = st.columns([4, 1.25])
+                    mem_col = right
+                title = f"{(SHORT if big else NAMES)[run.schedule]} · step {fmt_seconds(run.step_time)} · bubble {run.bubble_fraction:.1%}"
+                fig = pipelineview.gantt_figure(vw, x_max, title, unit, run.chunk_of is not None and
+                                                run.virtual_stages > 1, big)
+                left.plotly_chart(fig, key=f"pipe_gantt_{run.schedule}", config=CONFIG)
                 right.metric("Step time", fmt_seconds(run.step_time),
                              help="One batch (all its micro-batches), from the first forward to the last weight "
                                   "update.")
@@ -132,11 +160,11 @@ with ui.guarded("the schedules"):
                              help=f"{FORMULAS[run.schedule]} over the step, for {len(devs)} equal stages with the "
                                   "stages' mean times (t_f, t_b, t_W per micro-batch) and free transfers.")
                 peaks = run.stage_peak_memory()
-                right.plotly_chart(pipeline_bars.stage_memory_figure(devs, peaks, [capacity[n] for n in devs], mem_max,
-                                                                  big=big),
-                                   key=f"pipe_memory_{run.schedule}", config={"displaylogo": False})
+                mem_col.plotly_chart(pipelineview.memory_figure(vw, devs, peaks, [capacity[n] for n in devs], mem_max,
+                                                                big),
+                                     key=f"pipe_memory_{run.schedule}", config=CONFIG)
                 if not run.evaluation.feasible:
-                    right.warning("Exceeds a device's memory.", icon=":material/warning:")
+                    mem_col.warning("Exceeds a device's memory.", icon=":material/warning:")
             compare.append({"schedule": NAMES[run.schedule], "micro-batches": run.micro_batches,
                             "step time (ms)": run.step_time * 1e3, "bubble (%)": run.bubble_fraction * 100,
                             "closed-form bubble (%)": closed * 100,
@@ -152,17 +180,14 @@ with ui.guarded("the schedules"):
                          "step time (ms)", "bubble (%)", "closed-form bubble (%)", "first-stage peak (GB)",
                          "highest stage peak (GB)")})
         st.plotly_chart(pipeline_bars.memory_by_schedule_figure(memory_rows, SHORT, capacity, big=big),
-                        key="pipe_memory_all", config={"displaylogo": False})
+                        key="pipe_memory_all", config=CONFIG)
 
-if views and not ideal:
+if views and parts:
     with ui.guarded("the bubble's parts"):
         st.markdown("##### Where the bubble comes from")
-        parts = pipelineview.breakdowns(state.graph_key(), state.devices_key(), g, d,
-                                        {vw["run"].schedule: vw["placement"] for vw in views}, m, v, state.cost_key(),
-                                        state.cost_kw(g, sim), sim.penalty)
         named = [(SHORT[vw["run"].schedule], pt) for vw, pt in zip(views, parts)]
         st.plotly_chart(pipeline_bars.breakdown_figure(named, big=big), key="pipe_breakdown",
-                        config={"displaylogo": False})
+                        config=CONFIG)
         st.dataframe([{"schedule": name, "idle, all stages (ms)": pt["idle_s"] * 1e3,
                        "schedule (ms)": pt["schedule_s"] * 1e3, "imbalance (ms)": pt["imbalance_s"] * 1e3,
                        "weight updates (ms)": pt["updates_s"] * 1e3, "transfers (ms)": pt["transfers_s"] * 1e3,
@@ -187,7 +212,7 @@ if views:
                        "`placement calibrate`); see docs/pipeline.md.")
         else:
             st.plotly_chart(pipeline_bars.measured_figure(measured, SHORT, big=big), key="pipe_measured",
-                            config={"displaylogo": False})
+                            config=CONFIG)
             st.dataframe([{"benchmark": r["id"], "schedule": SHORT.get(r["schedule"], r["schedule"]),
                            "stages": r["stages"], "V": r["virtual_stages"], "micro-batches": r["micro_batches"],
                            "batch": r["batch_size"], "measured step (ms)": (r["measured_step_s"] or 0) * 1e3,
@@ -211,8 +236,11 @@ if m is not None and schedules:
                                        {k: placement_of[k] for k in schedules}, counts, v, state.cost_key(),
                                        state.cost_kw(g, sim), sim.penalty, ideal)
         first = stages[0].device
-        fig = pipeline_bars.sweep_figure(rows, m, d.devices[d.index[first]].memory_bytes, NAMES)
-        st.plotly_chart(fig, key="pipe_sweep", config={"displaylogo": False})
+        fig = pipelineview.sweep_figure(state.graph_key(), state.devices_key(), g, d,
+                                        {k: placement_of[k] for k in schedules}, counts, v, state.cost_key(),
+                                        state.cost_kw(g, sim), sim.penalty, ideal, m,
+                                        d.devices[d.index[first]].memory_bytes)
+        st.plotly_chart(fig, key="pipe_sweep", config=CONFIG)
         best = best_micro_batches(rows)
         notes = [f"{SHORT[k]}: m = {r['micro_batches']} ({fmt_seconds(r['step_time_s'])} per batch, first stage "
                  f"{fmt_bytes(r['first_stage_peak_bytes'])})" if r else f"{SHORT[k]}: no m fits in memory"
@@ -224,6 +252,14 @@ if m is not None and schedules:
             st.caption(pipelineview.peak_stage_note(views, d.names, m) + " GPipe keeps all m micro-batches' "
                        "activations until their backward passes, 1F1B at most about p per stage.")
 
-with ui.guarded("the toy pipeline"), st.expander("Teach it: p equal stages, no network", expanded=False,
-                                                 key="toy_section"):
-    toy_section(big)
+with ui.guarded("the toy pipeline"):
+    # runs only while open: its animation (40 frames) is the page's most expensive figure
+    toy = st.expander("Teach it: p equal stages, no network", expanded=False, key="toy_section", on_change="rerun")
+    if toy.open:
+        with toy:
+            toy_section(big, CONFIG)
+
+if views:  # the next click on m finds its simulations done (after the page is drawn)
+    pipelineview.prefetch(state.graph_key(), state.devices_key(), g, d, {k: placement_of[k] for k in schedules},
+                          pipelineview.neighbours(g.batch_size, m), v, state.cost_key(), state.cost_kw(g, sim),
+                          sim.penalty, ideal)

@@ -27,18 +27,26 @@ def _toy(toy: Toy, schedule: str) -> dict:
             "parts": bubble_breakdown(toy, run)}
 
 
-def toy_section(big: bool) -> None:
+@st.cache_resource(max_entries=16, show_spinner=False)
+def _toy_figure(toy: Toy, schedule: str, title: str, chunks: bool, big: bool):
+    """The animation (40 frames: seconds to build), once per toy, schedule and type size."""
+    view = _toy(toy, schedule)
+    return pipeline_gantt.animated_gantt(view["blocks"], view["rows"], toy.p, view["run"].step_time, title,
+                                         chunks=chunks, big=big)
+
+
+def toy_section(big: bool, config: dict | None = None) -> None:
     st.caption("A pipeline with nothing but the schedule in it: p stages that each take t_f forward and t_b "
                "backward per micro-batch (t_W of it the weight gradient, for ZB-H1), simulated by the same "
                "simulator as your placements. With free transfers the step is exactly the schedule's closed form; "
                "press ▶ to watch it fill, the bubble shaded grey.")
-    c = st.columns(4)
+    c = st.columns(4) if not big else st.columns(2) + st.columns(2)
     toy_p = c[0].number_input("stages p", 1, 16, 4, key=ui.persist("toy_p", bounds=(1, 16)))
     toy_m = c[1].number_input("micro-batches m", 1, 64, 8, key=ui.persist("toy_m", bounds=(1, 64)))
     toy_v = c[2].number_input("virtual stages V", 1, 8, 2, key=ui.persist("toy_v", bounds=(1, 8)),
                               help="Interleaved 1F1B: each stage is V chunks, chunk c on stage c mod p.")
     hop = c[3].number_input("transfer per hop (ms)", 0.0, 1e4, 0.0, key=ui.persist("toy_hop", bounds=(0.0, 1e4)))
-    c = st.columns(4)
+    c = st.columns(4) if not big else st.columns(2) + st.columns(2)
     t_f = c[0].number_input("t_f (ms)", 0.0, 1e4, 1.0, key=ui.persist("toy_tf", bounds=(0.0, 1e4)))
     t_b = c[1].number_input("t_b (ms)", 0.0, 1e4, 2.0, key=ui.persist("toy_tb", bounds=(0.0, 1e4)))
     t_w = c[2].number_input("of it t_W (ms)", 0.0, 1e4, 1.0, key=ui.persist("toy_tw", bounds=(0.0, 1e4)),
@@ -55,11 +63,10 @@ def toy_section(big: bool) -> None:
     v = toy.v if schedule == "interleaved-1f1b" else 1
     title = (f"{NAMES[schedule]} · {toy.p} equal stages" + (f" × {v} chunks" if v > 1 else "")
              + f" · {toy.m} micro-batches")
-    fig = pipeline_gantt.animated_gantt(view["blocks"], view["rows"], toy.p, run.step_time, title,
-                                    chunks=v > 1, big=big)
-    st.plotly_chart(fig, key="toy_gantt", config={"displaylogo": False})
+    fig = _toy_figure(toy, schedule, title, v > 1, big)
+    st.plotly_chart(fig, key="toy_gantt", config=config or ui.chart_config(big))
     closed = closed_form_step(toy.p, toy.m, toy.t_f, toy.t_b, toy.t_u, schedule=schedule, v=v, t_w=toy.t_w)
-    m1, m2, m3 = st.columns(3)
+    m1, m2, m3 = st.columns(3) if not big else (st.columns(2) + [st.container()])
     m1.metric("Step (simulated)", fmt_seconds(run.step_time),
               delta=None if hop == 0 else f"{(run.step_time - closed) * 1e3:+.4g} ms against the closed form",
               delta_color="inverse")

@@ -3,6 +3,13 @@ on p V chunks), the bubble's parts, the micro-batch sweep, and the stored pipeli
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import Future
+from contextlib import nullcontext
+
 import numpy as np
 import streamlit as st
 
@@ -12,6 +19,8 @@ from placement_core.analysis.pipeline import (ScheduleRun, divisors, even_stages
 from placement_core.model.devices import DeviceGraph
 from placement_core.base.errors import InputError
 from placement_core.model.graph import Graph
+
+log = logging.getLogger("placement.dashboard")
 
 SWEEP_MAX_M = 64  # the sweep tries every divisor of the batch up to this (and the chosen m)
 NAMES = {"thesis": "Thesis scheme (whole batch)", "gpipe": "GPipe", "1f1b": "1F1B (PipeDream-flush)",
@@ -52,27 +61,94 @@ def placements(graph_key: str, devices_key: str, cost_key: str, graph: Graph, de
     return out
 
 
-@st.cache_resource(max_entries=8, show_spinner="Simulating the schedules…")
-def _runs(graph_key: str, devices_key: str, placement_keys: tuple, m: int, v: int, cost_key: str, penalty: str,
-          ideal: bool, _graph: Graph, _devices: DeviceGraph, _placements: dict, _cost: dict) -> list[dict]:
-    out = []
-    for schedule, _ in placement_keys:
-        run = run_schedule(_graph, _devices, _placements[schedule], schedule, m, trace=True, virtual_stages=v,
-                           **problem_kw(_cost, penalty, ideal))
-        rows = schedule_rows(run, _devices)
-        out.append({"run": run, "rows": rows, "placement": _placements[schedule],
-                    "blocks": schedule_blocks(run.evaluation.result.trace, rows, chunk_of=run.chunk_of)})
-    return out
+# The traced runs behind the timelines (the reference simulator: the page's slowest work, about a second for
+# four schedules of ResNet-50 at m = 8), one entry per schedule and inputs, shared by every session. A plain
+# cache rather than st.cache_resource so that a thread outside any script run can fill it: after a page is
+# drawn, :func:`prefetch` simulates the micro-batch counts next to the chosen one, so the next click on m finds
+# them done. An entry being computed is a Future: a second asker waits for it instead of simulating again.
+_RUNS: OrderedDict = OrderedDict()
+_RUNS_LOCK = threading.Lock()
+RUNS_KEPT = 48  # entries (a schedule at one m): four schedules at a dozen settings
+
+
+def _cached_run(key: tuple, compute):
+    with _RUNS_LOCK:
+        future = _RUNS.get(key)
+        mine = future is None
+        if mine:
+            future = _RUNS[key] = Future()
+            while len(_RUNS) > RUNS_KEPT:
+                _RUNS.popitem(last=False)
+        else:
+            _RUNS.move_to_end(key)
+    if mine:
+        try:
+            future.set_result(compute())
+        except BaseException as e:
+            with _RUNS_LOCK:
+                if _RUNS.get(key) is future:
+                    del _RUNS[key]
+            future.set_exception(e)
+    return future.result()
+
+
+def _one_run(graph_key: str, devices_key: str, schedule: str, placement: np.ndarray, m: int, v: int, cost_key: str,
+             penalty: str, ideal: bool, graph: Graph, devices: DeviceGraph, cost: dict) -> dict:
+    def compute():
+        run = run_schedule(graph, devices, placement, schedule, m, trace=True, virtual_stages=v,
+                           **problem_kw(cost, penalty, ideal))
+        rows = schedule_rows(run, devices)
+        return {"run": run, "rows": rows, "placement": placement,
+                "blocks": schedule_blocks(run.evaluation.result.trace, rows, chunk_of=run.chunk_of)}
+    key = (graph_key, devices_key, schedule, placement.tobytes(), m, v, cost_key, penalty, ideal)
+    return _cached_run(key, compute)
+
+
+def _is_cached(graph_key, devices_key, schedule, placement, m, v, cost_key, penalty, ideal) -> bool:
+    key = (graph_key, devices_key, schedule, placement.tobytes(), m, v, cost_key, penalty, ideal)
+    with _RUNS_LOCK:
+        return key in _RUNS
 
 
 def schedule_runs(graph_key: str, devices_key: str, graph: Graph, devices: DeviceGraph, placement_of: dict,
                   m: int, v: int, cost_key: str, cost: dict, penalty: str, ideal: bool) -> list[dict]:
-    """For each schedule: its :class:`ScheduleRun` (traced), Gantt rows and blocks. Cached per inputs
-    (``cost_key`` names ``cost``: the profile and the calibration file, if any)."""
+    """For each schedule: its :class:`ScheduleRun` (traced), Gantt rows and blocks. Cached per schedule and
+    inputs (``cost_key`` names ``cost``: the profile and the calibration file, if any)."""
     placement_of = {s: np.asarray(p, dtype=np.int32) for s, p in placement_of.items()}
-    keys = tuple((s, p.tobytes()) for s, p in placement_of.items())
-    return _runs(graph_key, devices_key, keys, int(m), int(v), cost_key, penalty, bool(ideal), graph, devices,
-                 placement_of, cost)
+    args = (int(m), int(v), cost_key, penalty, bool(ideal))
+    todo = [s for s, p in placement_of.items() if not _is_cached(graph_key, devices_key, s, p, *args)]
+    with st.spinner("Simulating the schedules…") if todo else nullcontext():
+        return [_one_run(graph_key, devices_key, s, p, *args, graph, devices, cost) for s, p in placement_of.items()]
+
+
+def prefetch(graph_key: str, devices_key: str, graph: Graph, devices: DeviceGraph, placement_of: dict, counts,
+             v: int, cost_key: str, cost: dict, penalty: str, ideal: bool, delay_s: float = 1.0) -> None:
+    """Simulate the schedules at the micro-batch ``counts`` (the page passes the neighbours of the chosen m) in
+    one background thread, ``delay_s`` after the page is drawn (its browser draws first)."""
+    placement_of = {s: np.asarray(p, dtype=np.int32) for s, p in placement_of.items()}
+    jobs = [(s, p, int(c)) for c in counts for s, p in placement_of.items()
+            if not _is_cached(graph_key, devices_key, s, p, int(c), int(v), cost_key, penalty, bool(ideal))]
+    if not jobs:
+        return
+
+    def work():
+        time.sleep(delay_s)
+        for s, p, c in jobs:
+            try:
+                _one_run(graph_key, devices_key, s, p, c, int(v), cost_key, penalty, bool(ideal), graph, devices, cost)
+            except Exception:  # noqa: BLE001 - the page simulates it again when asked, and shows the error there
+                log.debug("prefetching %s at m = %d failed", s, c, exc_info=True)
+
+    threading.Thread(target=work, name="pipeline-prefetch", daemon=True).start()
+
+
+def neighbours(batch_size: int, m: int) -> list[int]:
+    """The micro-batch counts next to ``m`` among the divisors of the batch (up to the sweep's largest), the
+    larger first: where a user goes from m."""
+    options = divisors(batch_size, max(SWEEP_MAX_M, int(m)))
+    above = [c for c in options if c > m][:1]
+    below = [c for c in options if c < m][-1:]
+    return above + below
 
 
 @st.cache_data(max_entries=8, show_spinner="Splitting the bubble into its parts…")
@@ -111,6 +187,67 @@ def sweep_rows(graph_key: str, devices_key: str, graph: Graph, devices: DeviceGr
     keys = tuple((s, p.tobytes()) for s, p in placement_of.items())
     return _sweep(graph_key, devices_key, keys, tuple(int(c) for c in counts), int(v), cost_key, penalty,
                   bool(ideal), graph, devices, placement_of, cost)
+
+
+def gantt_figure(view: dict, x_max: float, title: str, unit: str, chunks: bool, big: bool):
+    """The schedule's timeline, built once per view and drawing settings: ``view`` is one of
+    :func:`schedule_runs`' cached dicts, so a rerun that changes nothing on it (the sweep, another schedule's
+    setting, a click elsewhere) reuses its figure."""
+    from .charts import pipeline_gantt
+    return _memo(view, ("gantt", x_max, title, unit, chunks, big), lambda: pipeline_gantt.schedule_gantt(
+        view["blocks"], view["rows"], len(view["run"].stage_devices), x_max, title, unit, chunks=chunks, big=big))
+
+
+def memory_figure(view: dict, devices: list[str], peaks: list[float], capacity: list[float], x_max: float,
+                  big: bool):
+    """The view's peak memory per stage (:func:`.charts.pipeline_bars.stage_memory_figure`), built once."""
+    from .charts import pipeline_bars
+    return _memo(view, ("memory", tuple(devices), tuple(capacity), x_max, big), lambda: pipeline_bars.
+                 stage_memory_figure(devices, peaks, capacity, x_max, big=big))
+
+
+def _memo(view: dict, key: tuple, build):
+    figures = view.setdefault("figures", {})
+    if key not in figures:
+        if len(figures) >= 8:  # a few drawing settings per view at most (presentation mode, x range)
+            figures.clear()
+        figures[key] = build()
+    return figures[key]
+
+
+TRANSFERS_DOMINATE = 0.5  # the transfers' share of the stages' idle time from which the page says so
+
+
+def transfers_note(views: list[dict], parts: list[dict]) -> str | None:
+    """One line when transfers are at least half of the stages' idle time under some schedule shown (``parts``:
+    :func:`breakdowns` of ``views``), naming the schedules and shares; else None."""
+    hit = [(SHORT.get(v["run"].schedule, v["run"].schedule), pt["transfers_share"]) for v, pt in zip(views, parts)
+           if pt["transfers_share"] >= TRANSFERS_DOMINATE]
+    if not hit:
+        return None
+    shares = ", ".join(f"{name} {share:.0%}" for name, share in hit)
+    return (f"Transfers dominate: they are most of the stages' idle time ({shares}); the links, not the schedule, "
+            "set this step. Turn them off to see the schedules alone:")
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def _sweep_figure(graph_key: str, devices_key: str, placement_keys: tuple, counts: tuple, v: int, cost_key: str,
+                  penalty: str, ideal: bool, m: int, capacity: float, _graph: Graph, _devices: DeviceGraph,
+                  _placements: dict, _cost: dict):
+    from .charts import pipeline_bars
+    rows = _sweep(graph_key, devices_key, placement_keys, counts, v, cost_key, penalty, ideal, _graph, _devices,
+                  _placements, _cost)
+    return pipeline_bars.sweep_figure(rows, m, capacity, NAMES)
+
+
+def sweep_figure(graph_key: str, devices_key: str, graph: Graph, devices: DeviceGraph, placement_of: dict, counts,
+                 v: int, cost_key: str, cost: dict, penalty: str, ideal: bool, m: int, capacity: float):
+    """:func:`.charts.pipeline_bars.sweep_figure` of :func:`sweep_rows`, built once per inputs (a subplot
+    figure, slow to build, that a change of V or of another setting would otherwise rebuild unchanged)."""
+    placement_of = {s: np.asarray(p, dtype=np.int32) for s, p in placement_of.items()}
+    keys = tuple((s, p.tobytes()) for s, p in placement_of.items())
+    return _sweep_figure(graph_key, devices_key, keys, tuple(int(c) for c in counts), int(v), cost_key, penalty,
+                         bool(ideal), int(m), float(capacity), graph, devices, placement_of, cost)
 
 
 def peak_stage_note(views: list[dict], device_names: list[str], m: int) -> str:
@@ -163,5 +300,6 @@ def measured_pipelines(graph: Graph) -> list[dict]:
     return out
 
 
-__all__ = ["NAMES", "SHORT", "ScheduleRun", "breakdowns", "measured_pipelines", "peak_stage_note", "placements",
-           "problem_kw", "schedule_runs", "sweep_counts", "sweep_rows"]
+__all__ = ["NAMES", "SHORT", "TRANSFERS_DOMINATE", "ScheduleRun", "breakdowns", "gantt_figure", "measured_pipelines",
+           "memory_figure", "neighbours", "peak_stage_note", "placements", "prefetch", "problem_kw", "schedule_runs",
+           "sweep_counts", "sweep_figure", "sweep_rows", "transfers_note"]

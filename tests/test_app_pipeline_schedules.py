@@ -166,6 +166,8 @@ def toy_figure(at):
 def test_the_lecture_animation_reveals_the_step_with_the_bubble_shaded():
     at = start()
     goto(at, "pipeline")
+    at.session_state["toy_section"] = True  # the lecture, opened
+    at.run()
     for key, value in (("toy_p", 3), ("toy_m", 6), ("toy_tw", 0.0)):
         at.number_input(key=key).set_value(value)
     at.radio(key="toy_schedule").set_value("1f1b").run()
@@ -200,6 +202,8 @@ def test_the_lecture_shows_each_schedules_closed_form(schedule, want):
     8·3 + 3·3/2 = 28.5 ms, ZB-H1 8·3 + 3·(1 + 1 − 1) = 27 ms."""
     at = start()
     goto(at, "pipeline")
+    at.session_state["toy_section"] = True  # the lecture, opened
+    at.run()
     at.radio(key="toy_schedule").set_value(schedule).run()
     assert_clean(at)
     shown = metrics(at)
@@ -225,6 +229,8 @@ def test_sixteen_micro_batches_get_sixteen_colours_that_stay_apart():
     assert min(gaps) > 20  # CIE76: clearly different colours, not shades of one
     at = start()
     goto(at, "pipeline")
+    at.session_state["toy_section"] = True  # the lecture, opened
+    at.run()
     at.number_input(key="toy_m").set_value(16)
     at.radio(key="toy_schedule").set_value("gpipe").run()
     forward = {label: c for label, cs in labels(toy_figure(at)).items() for c, _ in cs if label.startswith("F")}
@@ -237,6 +243,8 @@ def test_the_shades_legend_is_not_drawn_in_a_micro_batchs_colour():
     from dashboard.charts.pipeline_gantt import UNIT_PALETTE
     at = start()
     goto(at, "pipeline")
+    at.session_state["toy_section"] = True  # the lecture, opened
+    at.run()
     at.number_input(key="toy_m").set_value(4)
     at.radio(key="toy_schedule").set_value("gpipe").run()
     fig = toy_figure(at)

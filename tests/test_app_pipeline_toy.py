@@ -10,6 +10,10 @@ def toy_page():
     at = start()
     goto(at, "pipeline")
     assert_clean(at)
+    assert "Step (simulated)" not in metrics(at)  # closed, the lecture is not computed
+    at.session_state["toy_section"] = True  # opened (the expander reruns the page)
+    at.run()
+    assert_clean(at)
     return at
 
 

@@ -8,59 +8,60 @@ import plotly.graph_objects as go
 
 from placement_core.analysis import fmt_bytes
 
-from .pipeline_gantt import SCHEDULE_COLORS, font_sizes
-from .style import BASE_LAYOUT
+from .pipeline_gantt import SCHEDULE_COLORS, _axis, font_sizes
+from .style import BASE_LAYOUT, fast_figure
 
 
 def stage_memory_figure(devices: list[str], peaks: list[float], capacity: list[float], x_max: float | None = None,
                         title: str = "Peak memory per stage", big: bool = False) -> go.Figure:
-    """Horizontal bars: each stage device's peak memory (GB), red past its capacity (a black tick)."""
+    """Horizontal bars: each stage device's peak memory (GB), red past its capacity (a black tick). Built
+    unvalidated (:func:`.style.fast_figure`): the page draws one per schedule at every change of m."""
     gb = [p / 1e9 for p in peaks]
     caps = [c / 1e9 for c in capacity]
     top = x_max / 1e9 if x_max else max(gb + [1e-9]) * 1.25
-    fig = go.Figure(go.Bar(
-        orientation="h", y=devices, x=gb, marker_color=["#E45756" if p > c else "#5B7FA6" for p, c in zip(gb, caps)],
-        text=[f"{p:.3g} GB · {p / c:.0%}" if c else f"{p:.3g} GB" for p, c in zip(gb, caps)],
-        textposition="auto", name="peak", showlegend=False, hovertemplate="%{y}: peak %{x:.4g} GB<extra></extra>"))
+    fonts = font_sizes(big)
+    data = [dict(type="bar", orientation="h", y=devices, x=gb,
+                 marker=dict(color=["#E45756" if p > c else "#5B7FA6" for p, c in zip(gb, caps)]),
+                 text=[f"{p:.3g} GB · {p / c:.0%}" if c else f"{p:.3g} GB" for p, c in zip(gb, caps)],
+                 textposition="auto", name="peak", showlegend=False,
+                 hovertemplate="%{y}: peak %{x:.4g} GB<extra></extra>")]
     shown = [(d, c) for d, c in zip(devices, caps) if c <= top]
     if shown:
-        fig.add_trace(go.Scatter(x=[c for _, c in shown], y=[d for d, _ in shown], mode="markers", name="capacity",
-                                 marker=dict(symbol="line-ns", size=22, line=dict(width=3, color="#222")),
-                                 showlegend=False, hovertemplate="%{y}: capacity %{x:.4g} GB<extra></extra>"))
-    fonts = font_sizes(big)
-    fig.update_layout(**{**BASE_LAYOUT, "font": dict(size=fonts["base"])}, height=95 + (42 if big else 30) * len(devices),
-                      title=dict(text=title, x=0, font=dict(size=fonts["base"])),
-                      xaxis=dict(title="memory (GB; tick: capacity)", range=[0, top]),
-                      yaxis=dict(autorange="reversed", type="category"))
-    fig.update_layout(margin=dict(l=10, r=10, t=35, b=10))
-    return fig
+        data.append(dict(type="scatter", x=[c for _, c in shown], y=[d for d, _ in shown], mode="markers",
+                         name="capacity", marker=dict(symbol="line-ns", size=22, line=dict(width=3, color="#222")),
+                         showlegend=False, hovertemplate="%{y}: capacity %{x:.4g} GB<extra></extra>"))
+    return fast_figure(data, {**BASE_LAYOUT, "font": dict(size=fonts["base"]),
+                              "height": 95 + (42 if big else 30) * len(devices),
+                              "title": dict(text=title, x=0, font=dict(size=fonts["base"])),
+                              "xaxis": _axis(big, title=dict(text="memory (GB; tick: capacity)"), range=[0, top]),
+                              "yaxis": _axis(big, title=dict(text=""), autorange="reversed", type="category"),
+                              "margin": dict(l=10, r=10, t=35, b=10)})
 
 
 def memory_by_schedule_figure(rows: list[dict], names: dict, capacity: dict, big: bool = False) -> go.Figure:
     """Peak memory of every stage (y) under every schedule (a bar each), capacities as ticks. ``rows``:
     {"schedule", "device", "peak"} dicts in stage order."""
     fonts = font_sizes(big)
-    fig = go.Figure()
+    data = []
     devices = list(dict.fromkeys(r["device"] for r in rows))
     for schedule in dict.fromkeys(r["schedule"] for r in rows):
         rs = [r for r in rows if r["schedule"] == schedule]
-        fig.add_trace(go.Bar(orientation="h", y=[r["device"] for r in rs], x=[r["peak"] / 1e9 for r in rs],
-                             name=names.get(schedule, schedule), marker_color=SCHEDULE_COLORS.get(schedule, "#555"),
-                             text=[fmt_bytes(r["peak"]) for r in rs], textposition="auto",
-                             hovertemplate=f"{names.get(schedule, schedule)} · %{{y}}: %{{x:.4g}} GB<extra></extra>"))
+        data.append(dict(type="bar", orientation="h", y=[r["device"] for r in rs], x=[r["peak"] / 1e9 for r in rs],
+                         name=names.get(schedule, schedule), marker=dict(color=SCHEDULE_COLORS.get(schedule, "#555")),
+                         text=[fmt_bytes(r["peak"]) for r in rs], textposition="auto",
+                         hovertemplate=f"{names.get(schedule, schedule)} · %{{y}}: %{{x:.4g}} GB<extra></extra>"))
     peak = max((r["peak"] for r in rows), default=0.0) / 1e9
     caps = [(d, capacity[d] / 1e9) for d in devices if capacity.get(d) and capacity[d] / 1e9 <= 1.5 * max(peak, 1e-9)]
     if caps:
-        fig.add_trace(go.Scatter(x=[c for _, c in caps], y=[d for d, _ in caps], mode="markers", name="capacity",
-                                 marker=dict(symbol="line-ns", size=28, line=dict(width=3, color="#222")),
-                                 hovertemplate="%{y}: capacity %{x:.4g} GB<extra></extra>"))
-    fig.update_layout(**{**BASE_LAYOUT, "font": dict(size=fonts["base"])}, barmode="group",
-                      height=140 + (26 if big else 18) * len(devices) * max(1, len(fig.data)),
-                      title=dict(text="Peak memory per stage, every schedule", x=0),
-                      xaxis=dict(title="peak memory (GB)", rangemode="tozero"),
-                      yaxis=dict(title="stage device", autorange="reversed", type="category"),
-                      legend=dict(orientation="h", y=-0.2, x=0))
-    return fig
+        data.append(dict(type="scatter", x=[c for _, c in caps], y=[d for d, _ in caps], mode="markers",
+                         name="capacity", marker=dict(symbol="line-ns", size=28, line=dict(width=3, color="#222")),
+                         hovertemplate="%{y}: capacity %{x:.4g} GB<extra></extra>"))
+    return fast_figure(data, {**BASE_LAYOUT, "font": dict(size=fonts["base"]), "barmode": "group",
+                              "height": 140 + (26 if big else 18) * len(devices) * max(1, len(data)),
+                              "title": dict(text="Peak memory per stage, every schedule", x=0),
+                              "xaxis": dict(title=dict(text="peak memory (GB)"), rangemode="tozero"),
+                              "yaxis": dict(title=dict(text="stage device"), autorange="reversed", type="category"),
+                              "legend": dict(orientation="h", y=-0.2, x=0)})
 
 
 PART_NAMES = {"schedule_s": "the schedule (equal stages)", "imbalance_s": "imbalance between stages",
@@ -72,18 +73,19 @@ def breakdown_figure(parts: list[tuple[str, dict]], big: bool = False) -> go.Fig
     """Each schedule's bubble (seconds idle, summed over the stages) split into its parts, stacked
     (:func:`placement_core.analysis.bubble.bubble_breakdown`)."""
     fonts = font_sizes(big)
-    fig = go.Figure()
+    data = []
     for key, label in PART_NAMES.items():
-        fig.add_trace(go.Bar(orientation="h", y=[n for n, _ in parts], x=[p[key] * 1e3 for _, p in parts],
-                             name=label, marker_color=PART_COLORS[key],
-                             text=[f"{p[key] * 1e3:.3g} ms" if abs(p[key]) > 0.04 * max(p["idle_s"], 1e-12) else ""
-                                   for _, p in parts], textposition="inside",
-                             hovertemplate=f"{label}: %{{x:.4g}} ms<extra>%{{y}}</extra>"))
-    fig.update_layout(**{**BASE_LAYOUT, "font": dict(size=fonts["base"])}, barmode="relative",
-                      height=140 + (60 if big else 44) * len(parts), title=dict(text="Where the bubble comes from", x=0),
-                      xaxis=dict(title="idle time, summed over the stages (ms)"),
-                      yaxis=dict(autorange="reversed", type="category"), legend=dict(orientation="h", y=-0.3, x=0))
-    return fig
+        data.append(dict(type="bar", orientation="h", y=[n for n, _ in parts], x=[p[key] * 1e3 for _, p in parts],
+                         name=label, marker=dict(color=PART_COLORS[key]),
+                         text=[f"{p[key] * 1e3:.3g} ms" if abs(p[key]) > 0.04 * max(p["idle_s"], 1e-12) else ""
+                               for _, p in parts], textposition="inside",
+                         hovertemplate=f"{label}: %{{x:.4g}} ms<extra>%{{y}}</extra>"))
+    return fast_figure(data, {**BASE_LAYOUT, "font": dict(size=fonts["base"]), "barmode": "relative",
+                              "height": 140 + (60 if big else 44) * len(parts),
+                              "title": dict(text="Where the bubble comes from", x=0),
+                              "xaxis": dict(title=dict(text="idle time, summed over the stages (ms)")),
+                              "yaxis": dict(autorange="reversed", type="category"),
+                              "legend": dict(orientation="h", y=-0.3, x=0)})
 
 
 def measured_figure(rows: list[dict], names: dict, big: bool = False) -> go.Figure:

@@ -15,7 +15,7 @@ from plotly.colors import qualitative
 
 from placement_core.analysis.bubble import frame_times, idle_intervals, until
 
-from .style import BASE_LAYOUT, OVERHEAD_COLOR, OVERHEAD_NAME, mix
+from .style import BASE_LAYOUT, OVERHEAD_COLOR, OVERHEAD_NAME, fast_figure, mix
 
 UNIT_PALETTE = list(qualitative.Dark24)
 SCHEDULE_COLORS = {"thesis": "#7F7F7F", "gpipe": "#3A5FA0", "1f1b": "#C0392B", "interleaved-1f1b": "#1E8449",
@@ -46,7 +46,16 @@ LEGEND_BASE = "#5B6770"  # the shades' legend swatches: a slate grey no micro-ba
 
 
 def font_sizes(big: bool) -> dict:
-    return {"base": 20 if big else 13, "bar": 16 if big else 12, "row": 62 if big else 40, "legend": 16 if big else 11}
+    return {"base": 20 if big else 13, "bar": 16 if big else 12, "row": 54 if big else 40, "legend": 16 if big else 11}
+
+
+def _axis(big: bool, **kw) -> dict:
+    """An axis; in presentation mode with its tick labels and title as large as the legend's (Streamlit's
+    theme would draw them at its small default)."""
+    if big:
+        kw["tickfont"] = dict(size=16)
+        kw["title"] = {**kw["title"], "font": dict(size=18)}
+    return kw
 
 
 def block_label(b, chunks: bool) -> str:
@@ -58,14 +67,15 @@ def block_label(b, chunks: bool) -> str:
 
 def _bar_traces(blocks, labels: list[str], chunks: bool, unit: str, fonts: dict, legend: bool = True) -> list:
     """One trace per phase (per-bar colours), work bars full height, transfers thinner: a fixed set of traces,
-    so that animation frames can replace their data."""
+    so that animation frames can replace their data. Plain dicts, spelled as Plotly's validation leaves them
+    (tests/test_pipeline_figures.py compares them): the page builds these figures at every change of m."""
     traces = []
     for phase in ("fwd", "bwd", "wgrad", "update"):
         for kind in ("op", "transfer"):
             bs = [b for b in blocks if b.phase == phase and b.kind == kind]
             op = kind == "op"
-            traces.append(go.Bar(
-                orientation="h", y=[labels[b.row] for b in bs], base=[b.start * 1e3 for b in bs],
+            traces.append(dict(
+                type="bar", orientation="h", y=[labels[b.row] for b in bs], base=[b.start * 1e3 for b in bs],
                 x=[(b.end - b.start) * 1e3 for b in bs], width=0.78 if op else 0.4,
                 marker=dict(color=[shade(b.unit, phase) for b in bs], line=dict(width=0.6, color="white"),
                             pattern=dict(shape="/" if phase == "wgrad" else "", fgcolor="#333", size=6, solidity=0.25)),
@@ -86,37 +96,44 @@ def _bar_traces(blocks, labels: list[str], chunks: bool, unit: str, fonts: dict,
 def _legend(units: list[int], unit: str, has_w: bool, fonts: dict, per_unit_max: int = 24) -> list:
     entries = []
     if len(units) <= per_unit_max:
-        entries += [go.Bar(orientation="h", y=[None], x=[None], name=f"{unit} {u + 1}", marker_color=unit_color(u),
-                           hoverinfo="skip", showlegend=True) for u in units]
+        entries += [dict(type="bar", orientation="h", y=[None], x=[None], name=f"{unit} {u + 1}",
+                         marker=dict(color=unit_color(u)), hoverinfo="skip", showlegend=True) for u in units]
     shades = [("fwd", "F k: forward (full colour)"), ("bwd", "B k: backward (lighter)")]
     if has_w:
         shades.append(("wgrad", "W k: weight gradient (lightest, hatched)"))
     for phase, text in shades:
-        entries.append(go.Bar(orientation="h", y=[None], x=[None], name=text, hoverinfo="skip", showlegend=True,
-                              marker=dict(color=_phase_shade(LEGEND_BASE, phase),
-                                          pattern=dict(shape="/" if phase == "wgrad" else "", fgcolor="#333"))))
-    entries.append(go.Bar(orientation="h", y=[None], x=[None], name="U: weight update", marker_color=UPDATE_COLOR,
-                          hoverinfo="skip", showlegend=True))
+        entries.append(dict(type="bar", orientation="h", y=[None], x=[None], name=text, hoverinfo="skip",
+                            showlegend=True, marker=dict(color=_phase_shade(LEGEND_BASE, phase),
+                                                         pattern=dict(shape="/" if phase == "wgrad" else "",
+                                                                      fgcolor="#333"))))
+    entries.append(dict(type="bar", orientation="h", y=[None], x=[None], name="U: weight update",
+                        marker=dict(color=UPDATE_COLOR), hoverinfo="skip", showlegend=True))
     return entries
 
 
-def _layout(fig, rows: list[str], labels: list[str], n_devices: int, x_max: float, title: str, fonts: dict,
-            legend_entries: int, big: bool) -> None:
+PROJECTOR_HEIGHT = 640  # px: presentation mode keeps a timeline within a 1280 × 720 window below its header
+
+
+def _layout(rows: list[str], labels: list[str], n_devices: int, x_max: float, title: str, fonts: dict,
+            legend_entries: int, big: bool, extra: int = 0) -> dict:
     shapes = []
     if 0 < n_devices < len(rows):
         shapes.append(dict(type="line", xref="paper", x0=0, x1=1, y0=n_devices - 0.5, y1=n_devices - 0.5,
                            line=dict(color="#999", width=1, dash="dot")))
     legend_rows = -(-legend_entries // (4 if big else 6))
-    fig.update_layout(
-        **{**BASE_LAYOUT, "font": dict(size=fonts["base"])}, barmode="overlay", bargap=0, shapes=shapes,
-        height=160 + fonts["row"] * len(rows) + (30 if big else 22) * legend_rows,
-        title=dict(text=title, x=0, xanchor="left", font=dict(size=24 if big else 16)),
-        uniformtext=dict(minsize=9, mode="hide"),
-        xaxis=dict(title="time (ms)", range=[0, x_max * 1e3 * 1.01], showgrid=True, zeroline=False),
-        yaxis=dict(title="stage device", type="category", categoryorder="array", categoryarray=labels,
-                   range=[len(rows) - 0.5, -0.5], showgrid=False),
-        legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0, font=dict(size=fonts["legend"])))
-    fig.update_layout(margin=dict(l=10, r=10, t=50 if big else 45, b=10))
+    fixed = 160 + (30 if big else 22) * legend_rows + extra
+    row = fonts["row"] if not big else max(28, min(fonts["row"], (PROJECTOR_HEIGHT - fixed) // max(1, len(rows))))
+    return {**BASE_LAYOUT, "font": dict(size=fonts["base"]), "barmode": "overlay", "bargap": 0, "shapes": shapes,
+            "height": fixed - extra + row * len(rows),
+            "title": dict(text=title, x=0, xanchor="left", font=dict(size=24 if big else 16)),
+            "uniformtext": dict(minsize=9, mode="hide"),
+            "xaxis": _axis(big, title=dict(text="time (ms)"), range=[0, x_max * 1e3 * 1.01], showgrid=True,
+                           zeroline=False),
+            "yaxis": _axis(big, title=dict(text="stage device"), type="category", categoryorder="array",
+                           categoryarray=labels, range=[len(rows) - 0.5, -0.5], showgrid=False),
+            "legend": dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0,
+                           font=dict(size=fonts["legend"])),
+            "margin": dict(l=10, r=10, t=50 if big else 45, b=10)}
 
 
 def schedule_gantt(blocks, rows: list[str], n_devices: int, x_max: float, title: str, unit: str = "micro-batch",
@@ -129,20 +146,18 @@ def schedule_gantt(blocks, rows: list[str], n_devices: int, x_max: float, title:
     labels = [r if i < n_devices else f"{r} (link)" for i, r in enumerate(rows)]
     overhead = [b for b in blocks if b.kind == "overhead"]
     work = [b for b in blocks if b.kind != "overhead"]
-    fig = go.Figure(_bar_traces(work, labels, chunks, unit, fonts))
+    data = _bar_traces(work, labels, chunks, unit, fonts)
     if overhead:
-        fig.add_trace(go.Bar(
-            orientation="h", y=[labels[b.row] for b in overhead], base=[b.start * 1e3 for b in overhead],
+        data.append(dict(
+            type="bar", orientation="h", y=[labels[b.row] for b in overhead], base=[b.start * 1e3 for b in overhead],
             x=[(b.end - b.start) * 1e3 for b in overhead], width=0.25, marker=dict(color=OVERHEAD_COLOR),
             name=OVERHEAD_NAME, showlegend=True,
             hovertemplate="<b>message overhead</b><br>%{y}: %{base:.4g} ms, %{x:.4g} ms<extra></extra>"))
     units = sorted({b.unit for b in work if b.phase != "update"})
     has_w = any(b.phase == "wgrad" for b in work)
     legend = _legend(units, unit, has_w, fonts)
-    for t in legend:
-        fig.add_trace(t)
-    _layout(fig, rows, labels, n_devices, x_max, title, fonts, len(legend) + bool(overhead), big)
-    return fig
+    return fast_figure(data + legend, _layout(rows, labels, n_devices, x_max, title, fonts,
+                                              len(legend) + bool(overhead), big))
 
 
 def animated_gantt(blocks, rows: list[str], n_devices: int, end: float, title: str, unit: str = "micro-batch",
@@ -158,28 +173,25 @@ def animated_gantt(blocks, rows: list[str], n_devices: int, end: float, title: s
     def data_at(t: float) -> list:
         shown = until(work, t)
         gaps = idle_intervals(shown, n_devices, t)
-        bubble = go.Bar(orientation="h", y=[labels[r] for r, _, _ in gaps], base=[a * 1e3 for _, a, _ in gaps],
-                        x=[(b - a) * 1e3 for _, a, b in gaps], width=0.9, name="bubble (idle)",
-                        marker=dict(color=BUBBLE_COLOR, pattern=dict(shape="x", fgcolor="#888", size=8)),
-                        showlegend=True, hovertemplate="<b>idle</b> %{y}: %{base:.4g} ms, %{x:.4g} ms<extra></extra>")
+        bubble = dict(type="bar", orientation="h", y=[labels[r] for r, _, _ in gaps],
+                      base=[a * 1e3 for _, a, _ in gaps], x=[(b - a) * 1e3 for _, a, b in gaps], width=0.9,
+                      name="bubble (idle)",
+                      marker=dict(color=BUBBLE_COLOR, pattern=dict(shape="x", fgcolor="#888", size=8)),
+                      showlegend=True, hovertemplate="<b>idle</b> %{y}: %{base:.4g} ms, %{x:.4g} ms<extra></extra>")
         idle = sum(b - a for _, a, b in gaps)
-        cursor = go.Scatter(x=[t * 1e3, t * 1e3], y=[labels[0], labels[-1]], mode="lines", name="now",
-                            line=dict(color="#222", width=2, dash="dot"), showlegend=False,
-                            hovertemplate=f"{t * 1e3:.4g} ms: idle so far {idle * 1e3:.4g} ms over the stages"
-                                          "<extra></extra>")
+        cursor = dict(type="scatter", x=[t * 1e3, t * 1e3], y=[labels[0], labels[-1]], mode="lines", name="now",
+                      line=dict(color="#222", width=2, dash="dot"), showlegend=False,
+                      hovertemplate=f"{t * 1e3:.4g} ms: idle so far {idle * 1e3:.4g} ms over the stages"
+                                    "<extra></extra>")
         return [bubble] + _bar_traces(shown, labels, chunks, unit, fonts) + [cursor]
 
-    fig = go.Figure(data=data_at(times[-1]),
-                    frames=[go.Frame(data=data_at(t), name=f"{t * 1e3:.4g}") for t in times])
     units = sorted({b.unit for b in work if b.phase != "update"})
     legend = _legend(units, unit, any(b.phase == "wgrad" for b in work), fonts)
-    for t in legend:
-        fig.add_trace(t)
-    _layout(fig, rows, labels, n_devices, end, title, fonts, len(legend) + 1, big)
+    layout = _layout(rows, labels, n_devices, end, title, fonts, len(legend) + 1, big, extra=90)
     play = dict(frame=dict(duration=140 if len(times) > 30 else 220, redraw=True), fromcurrent=False,
                 transition=dict(duration=0), mode="immediate")
-    fig.update_layout(
-        height=fig.layout.height + 90,
+    layout.update(
+        height=layout["height"] + 90,
         updatemenus=[dict(type="buttons", direction="left", x=0, y=1.0, xanchor="left", yanchor="bottom",
                           pad=dict(t=0, b=8), showactive=False,
                           buttons=[dict(label="▶ Play", method="animate", args=[None, play]),
@@ -189,7 +201,10 @@ def animated_gantt(blocks, rows: list[str], n_devices: int, end: float, title: s
                       currentvalue=dict(prefix="time: ", suffix=" ms", font=dict(size=fonts["legend"])),
                       steps=[dict(label=f"{t * 1e3:.3g}", method="animate",
                                   args=[[f"{t * 1e3:.4g}"], dict(frame=dict(duration=0, redraw=True),
-                                                                  mode="immediate")]) for t in times])])
-    fig.update_layout(margin=dict(l=10, r=10, t=90 if big else 80, b=10),
-                      title=dict(text=title, x=0, xanchor="left", y=0.98, yanchor="top", font=dict(size=24 if big else 16)))
-    return fig
+                                                                  mode="immediate")]) for t in times])],
+        margin=dict(l=10, r=10, t=90 if big else 80, b=10),
+        title=dict(text=title, x=0, xanchor="left", y=0.98, yanchor="top", font=dict(size=24 if big else 16)))
+    fig = fast_figure(data_at(times[-1]) + legend, layout)
+    # the frames unvalidated too: 40 frames of every bar are most of this figure's cost
+    return go.Figure({"data": fig._data, "layout": fig._layout,
+                      "frames": [dict(data=data_at(t), name=f"{t * 1e3:.4g}") for t in times]}, _validate=False)

@@ -1,0 +1,73 @@
+"""The Pipeline page's figures, built without Plotly's validation (speed: the page builds them at every change
+of m, and the lecture's animation has 40 frames), must be exactly what validation would build: each is compared
+with ``go.Figure(its dict)``. Their content is checked against hand-worked schedules."""
+
+import json
+from dataclasses import replace
+
+import plotly.graph_objects as go
+import plotly.io as pio
+import pytest
+from helpers import devices, op
+
+from dashboard.charts import pipeline_bars, pipeline_gantt
+from placement_core.analysis.pipeline import run_schedule, schedule_blocks, schedule_rows
+from placement_core.analysis.toy_pipeline import Toy, run_toy, toy_network
+from placement_core.model.devices import DeviceGraph
+from placement_core.model.graph import Graph
+
+
+def _same_as_validated(fig: go.Figure) -> dict:
+    fast = json.loads(pio.to_json(fig, validate=False))
+    checked = json.loads(pio.to_json(go.Figure(fig.to_dict()), validate=False))  # raises on an unknown property
+    assert fast == checked
+    return fast
+
+
+def _two_stage_run(schedule: str, overhead: float = 0.0):
+    d = devices(2)
+    d = DeviceGraph(d.name, [replace(x, message_overhead=overhead) for x in d.devices], list(d.channels))
+    graph = Graph("g", [op("a", fwd=1, bwd=2, params=1e6), op("b", ["a"], fwd=1, bwd=2, params=1e6)], batch_size=4)
+    run = run_schedule(graph, d, [0, 1], schedule, 2, trace=True, comm_efficiency=1.0)
+    rows = schedule_rows(run, d)
+    return run, rows, schedule_blocks(run.evaluation.result.trace, rows, chunk_of=run.chunk_of)
+
+
+@pytest.mark.parametrize("schedule, overhead, big", [("gpipe", 0.0, False), ("zb-h1", 0.0, True),
+                                                     ("1f1b", 0.25, False)])
+def test_schedule_gantt_is_what_validation_builds(schedule, overhead, big):
+    run, rows, blocks = _two_stage_run(schedule, overhead)
+    fig = _same_as_validated(pipeline_gantt.schedule_gantt(blocks, rows, 2, run.step_time, "a · step", big=big))
+    # two micro-batches on two stages, 1 ms forward per op and batch: F1 and F2 on each stage, B1 and B2 too
+    labels = sorted(label for t in fig["data"] if t["type"] == "bar" for label in t.get("text") or [] if label)
+    backward = ["B1", "B2"] * 2
+    assert labels == sorted(["F1", "F2"] * 2 + backward + (["W1", "W2"] * 2 if schedule == "zb-h1" else [])
+                            + ["U", "U"])
+    assert fig["layout"]["font"]["size"] == (20 if big else 13)
+    assert fig["layout"]["title"]["text"] == "a · step"
+    assert fig["layout"]["xaxis"]["range"] == pytest.approx([0, run.step_time * 1e3 * 1.01])
+
+
+def test_lecture_animation_is_what_validation_builds():
+    toy = Toy(3, 4, 1e-3, 2e-3, 0.0, 0.0, 1, 0.0)
+    run = run_toy(toy, "gpipe")
+    _, d, _ = toy_network(toy, "gpipe")
+    rows = schedule_rows(run, d)
+    blocks = schedule_blocks(run.evaluation.result.trace, rows)
+    fig = _same_as_validated(pipeline_gantt.animated_gantt(blocks, rows, 3, run.step_time, "toy", frames=6))
+    assert len(fig["frames"]) == 6 and float(fig["frames"][-1]["name"]) == pytest.approx(18)  # (4 + 3 − 1) · 3 ms
+    last = next(t for t in fig["frames"][-1]["data"] if t.get("name") == "bubble (idle)")
+    assert sum(last["x"]) == pytest.approx(3 * 2 * 3.0)  # every stage idles (p − 1)(t_f + t_b)
+
+
+def test_memory_and_breakdown_bars_are_what_validation_builds():
+    fig = _same_as_validated(pipeline_bars.stage_memory_figure(["gpu0", "gpu1"], [2e9, 9e9], [8e9, 8e9], 10e9))
+    assert fig["data"][0]["marker"]["color"] == ["#5B7FA6", "#E45756"]  # the second is past its capacity
+    assert fig["data"][0]["text"] == ["2 GB · 25%", "9 GB · 112%"]
+    rows = [{"schedule": s, "device": dev, "peak": pk} for s in ("gpipe", "1f1b")
+            for dev, pk in (("gpu0", 3e9), ("gpu1", 1e9))]
+    _same_as_validated(pipeline_bars.memory_by_schedule_figure(rows, {"gpipe": "GPipe"}, {"gpu0": 4e9, "gpu1": 4e9},
+                                                               big=True))
+    parts = {"schedule_s": 0.003, "imbalance_s": 0.001, "updates_s": 0.0, "transfers_s": 0.006, "idle_s": 0.01}
+    fig = _same_as_validated(pipeline_bars.breakdown_figure([("GPipe", parts)]))
+    assert [t["x"] for t in fig["data"]] == [[pytest.approx(3)], [pytest.approx(1)], [0.0], [pytest.approx(6)]]
