@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from dashboard import state, ui
+from dashboard import archive_bins, state, ui
 from dashboard.charts import archive as archive_charts
 from dashboard.archiveview import archive_sources, clicked_cell, fits_in_memory
 from placement_core.analysis import (archive_heatmap, compare_placements, elite_label, fmt_bytes, fmt_seconds,
@@ -32,17 +32,36 @@ def map_section(run, pick_key) -> None:
     s.setdefault(ui.persist("arch_scale", list(SCALES)), "clipped")
     scale = c3.radio("Colour scale", list(SCALES), format_func=SCALES.get, key="arch_scale", horizontal=True,
                      help="Clipped: the colours span the elites that fit in memory (up to their 95th "
-                          "percentile); slower cells, e.g. placements penalised for exceeding memory, take "
-                          "the top colour and a ▲. Log: every cell on a logarithmic scale. Hover a cell for "
-                          "its true objective.")
+                          "percentile); slower cells that fit take the top colour and a ▲, cells whose elite "
+                          "is over memory (penalised) a red ✕ on any scale. Log: every cell on a logarithmic "
+                          "scale. Hover a cell for its true objective.")
     heat = archive_heatmap(archive, x_dim, y_dim, fits=fits_in_memory(archive))
+    x_of, y_of = list(range(heat.z.shape[1])), list(range(heat.z.shape[0]))
+    many = [a for a, n in ((1, heat.z.shape[1]), (0, heat.z.shape[0])) if n > archive_bins.MANY_BINS]
+    if many:
+        s.setdefault(ui.persist("arch_bins", ["quantile", "all"]), "quantile")
+        binning = st.radio("Bins", ["quantile", "all"], key="arch_bins", horizontal=True,
+                           format_func={"quantile": f"{archive_bins.GROUPS} quantile groups",
+                                        "all": "every bin"}.get,
+                           help=f"A dimension of over {archive_bins.MANY_BINS} bins is shown as at most "
+                                f"{archive_bins.GROUPS} groups of adjacent bins holding about the same number of "
+                                "elites; each cell shows the best elite of the bins it merges.")
+        if binning == "quantile":
+            for axis in many:
+                group = archive_bins.quantile_groups(heat.count.sum(axis=1 - axis), archive_bins.GROUPS)
+                heat = archive_bins.coarsen(heat, axis, group)
+                if axis == 1:
+                    x_of = group.tolist()
+                else:
+                    y_of = group.tolist()
     others = [labels[i] for i in dims if i not in (x_dim, y_dim)]
     picked = s[pick_key]
     st.markdown("##### Map of the archive")
-    st.caption(f"Each cell: the best elite over {', '.join(others) or 'nothing else'}; darker is slower; grey "
-               "cells with a dot are empty niches. Click a cell to inspect its elite (outlined in red), or "
+    st.caption(f"Each cell: the best elite over {', '.join(others) or 'nothing else'}; darker is slower; a red ✕ "
+               "marks an elite over memory (its objective includes the penalty), a ▲ one slower than the colour "
+               "scale that fits; grey cells with a dot are empty niches. Click a cell to inspect its elite (outlined in red), or "
                "choose one from the list below.")
-    event = st.plotly_chart(archive_charts.heatmap_figure(heat, (picked[y_dim], picked[x_dim]), scale),
+    event = st.plotly_chart(archive_charts.heatmap_figure(heat, (y_of[picked[y_dim]], x_of[picked[x_dim]]), scale),
                             key=f"arch_heat_{run.key}", on_select="rerun", selection_mode="points",
                             config={"displaylogo": False})
     points = ((event or {}).get("selection") or {}).get("points") or []

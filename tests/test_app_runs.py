@@ -164,6 +164,9 @@ def test_a_stored_archive_opens_on_the_archive_page():
     assert at.title[0].value == "Archive"
     assert at.selectbox(key="arch_run").value == f"stored:{run_id}"
     assert metrics(at)["Elites"] == f"{len(result.archive):,}"
+    goto(at, "archive")  # AppTest reruns the page it was told to open: the Archive page, as switched to
+    at.radio(key="arch_bins").set_value("all").run()  # every bin (the default groups the 40 into 8 quantiles)
+    assert at.selectbox(key="arch_run").value == f"stored:{run_id}"
     heat = figures(at)[0]["data"][0]
     z = np.array([[math.nan if v is None else v for v in row] for row in decode(heat["z"])], dtype=float)
     projected = {(e.niche[0], e.niche[2]) for e in result.archive.elites.values()}

@@ -115,13 +115,15 @@ def test_the_figure_clips_colours_marks_outliers_and_keeps_their_true_value_in_t
     archive = six_cell_archive()
     h = archive_heatmap(archive, 2, 0, fits=lambda n: n != (1, 1, 39))
     fig = heatmap_figure(h, (1, 39))
-    heat, marks, empty, outline = [t.to_plotly_json() for t in fig.data]
+    heat, marks, empty, over, outline = [t.to_plotly_json() for t in fig.data]
     z = np.array(heat["z"], dtype=float)
     expected = {(0, 0): 1000, (1, 0): 2000, (0, 20): 3000, (1, 20): 4000, (0, 39): 4800, (1, 39): 4800}
     assert {(int(a), int(b)): v for (a, b), v in np.ndenumerate(z) if np.isfinite(v)} == pytest.approx(expected)
     assert (heat["zmin"], heat["zmax"]) == (pytest.approx(1000), pytest.approx(4800))
     above = {(int(a), int(b)) for (a, b), t in np.ndenumerate(np.array(heat["text"])) if t == "▲"}
-    assert above == {(0, 39), (1, 39)}  # 5 s and 100 s lie above 4.8 s
+    assert above == {(0, 39)}  # 5 s lies above 4.8 s; 100 s too, but it is over memory: a red cross instead
+    assert (list(over["x"]), list(over["y"]), over["marker"]["symbol"]) == ([39], [1], "x-thin-open")
+    assert over["name"].startswith("✕ over memory") and over["showlegend"]
     bar = heat["colorbar"]
     assert "clipped" in bar["title"]["text"] and bar["ticktext"] == ["1,000", "2,000", "3,000", "4,000", "≥ 4,800"]
     # the clickable markers: one per cell, row-major, customdata [row, column] as plain lists; the hover holds
@@ -130,7 +132,7 @@ def test_the_figure_clips_colours_marks_outliers_and_keeps_their_true_value_in_t
     assert cells == [(a, b) for a in range(2) for b in range(40)]
     assert [list(c) for c in marks["customdata"]] == [[a, b] for a, b in cells]
     hover = dict(zip(cells, marks["hovertext"]))
-    assert hover[(1, 39)].startswith("objective 100 s (above the colour scale)<br>")
+    assert hover[(1, 39)].startswith("objective 100 s<br>") and "over memory" in hover[(1, 39)]
     assert hover[(0, 0)].startswith("objective 1 s<br>")
     assert hover[(1, 7)].startswith("<b>empty niche</b>") and "cross-device edges none" in hover[(1, 7)]
     assert "cross-device edges 1" in hover[(1, 20)]  # the bin's label, not its index 20

@@ -89,6 +89,8 @@ def test_click_a_cell_compare_and_come_back(page, app_home):
     wait_text(pg, "Map of the archive")
     wait_text(pg, "Elite #1")
     no_errors(pg)
+    main(pg).get_by_text("every bin", exact=True).click()  # the 40 bins of cross-device edges, not 8 groups
+    settle(pg)
     x, y = cell_centre(pg, target, (5, 40))
     pg.mouse.move(x, y)
     hover = pg.locator(".hoverlayer .hovertext").first

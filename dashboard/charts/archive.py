@@ -12,6 +12,9 @@ from placement_core.analysis.archive_view import HeatmapData
 
 from .style import BASE_LAYOUT, color
 
+OVER_MEMORY = "✕ over memory (penalised)"
+
+
 def _fmt_ms(v: float) -> str:
     return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
 
@@ -64,8 +67,8 @@ def heatmap_figure(h: HeatmapData, selected: tuple[int, int] | None = None, scal
         r = color_range(h)
         low, high = r.low * 1e3, r.high * 1e3
         colour = np.minimum(ms, high)
-        above = filled & (ms > high)
-        marks[above] = "▲"
+        above = filled & (ms > high) & (h.fits if h.fits is not None else True)
+        marks[above] = "▲"  # slow but fits: above the colour scale
         ticks = [t for t in _nice_ticks(low, high) if t < high - (high - low) * 0.08] + [high]
         # the blank last line keeps the title clear of the top tick ("≥ ...") that sits at the bar's end
         bar = dict(title=f"best objective (ms)<br>clipped at the<br>{r.basis}<br> " if r.clipped
@@ -92,6 +95,12 @@ def heatmap_figure(h: HeatmapData, selected: tuple[int, int] | None = None, scal
         colorscale=[[0, "#ececec"], [1, "#ececec"]], showscale=False, xgap=1, ygap=1,
         text=np.where(filled, "", "·"), texttemplate="%{text}", textfont=dict(color="#9a9a9a", size=12),
         hoverinfo="skip", name="empty niches"))
+    over = np.argwhere(filled & ~h.fits) if h.fits is not None else np.zeros((0, 2), int)
+    if len(over):  # over memory: a cross on the cell, whatever its colour, never taken for merely slow
+        fig.add_trace(go.Scatter(
+            x=over[:, 1].tolist(), y=over[:, 0].tolist(), mode="markers", name=OVER_MEMORY, hoverinfo="skip",
+            marker=dict(symbol="x-thin-open", size=15, color="#d62728", line=dict(width=2.5, color="#d62728")),
+            showlegend=True))
     if selected is not None:
         fig.add_trace(go.Scatter(x=[selected[1]], y=[selected[0]], mode="markers", hoverinfo="skip",
                                  showlegend=False, marker=dict(symbol="square-open", size=18,
@@ -104,7 +113,8 @@ def heatmap_figure(h: HeatmapData, selected: tuple[int, int] | None = None, scal
                       yaxis=dict(title=h.y_title, tickmode="array", tickvals=list(range(ny)),
                                  ticktext=[html.escape(t) for t in h.y_labels], showgrid=False, zeroline=False,
                                  range=[-0.5, ny - 0.5]),
-                      plot_bgcolor="white")
+                      plot_bgcolor="white", showlegend=bool(len(over)),
+                      legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom"))
     return fig
 
 
