@@ -195,8 +195,8 @@ with ui.guarded("the topology"):
     else:
         st.iframe(nodelink.current_devices_html(), height=nodelink.HEIGHT,
                   alt=f"The device graph as an explorable graph ({len(d)} devices, {len(d.channels)} channels)")
-        st.caption(f"Devices (boxes) and channels (diamonds: a channel is a hub its routes pass through; routes on "
-                   f"one channel contend). Arrows: device → channel for a route's source, channel → device for its "
+        st.caption(f"Devices (dark boxes) and channels (rounded boxes in the channel's colour: a channel is a hub "
+                   f"its routes pass through; routes on one channel contend). Arrows: device → channel for a route's source, channel → device for its "
                    f"destination; edge width ∝ bandwidth. Each channel says how much it carries under the current "
                    f"placement ({ui.esc(s.placement_label)}, one simulated step). Click a device or a channel for "
                    f"its card; scroll to zoom.")

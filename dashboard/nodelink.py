@@ -30,6 +30,7 @@ HEIGHT = 640  # pixels of the iframe
 LABEL_PX, FONT_PX = 9, 12  # an op's name is drawn once its 12-pixel font would be 9 pixels tall (zoom 0.75)
 OPEN_SCALE = LABEL_PX / FONT_PX  # a network that fits only below OPEN_BELOW opens at its input end, named
 OPEN_BELOW = 0.2
+DEVICE_FONT, DEVICE_LABEL_PX = 15, 12  # the device graph's type, and the least it is drawn at (pixels)
 
 
 def _edge_colour(c: str, opacity: float) -> dict:
@@ -142,15 +143,22 @@ def network_html(graph, layout, colour_by: str, placement, device_names, costs, 
 
 def devices_html(devices, result, placement, graph, identity: str) -> str:
     """The device graph's page: devices (boxes) and channels (diamond hubs)."""
+    from .charts.gantt import ink
+
     view = device_graph_view(devices, result, placement, graph)
     net = Network(height=f"{HEIGHT}px", directed=True, cdn_resources="in_line")
+    # every label inside its own opaque box (channels too): edges end at a box's border and pass under the
+    # others, so none crosses a label; the type grows with the layout (its radius grows past 5 devices), and
+    # the page never opens it below DEVICE_LABEL_PX (nodelink.html's openView)
+    font = DEVICE_FONT
     for n in view["nodes"]:
         d = n["role"] == "device"
         dev = devices.devices[int(n["id"][1:])] if d else None
-        net.add_node(n["id"], label=n["label"], x=n["x"], y=n["y"], shape="box" if d else "diamond",
-                     size=14 if not d else 25, title=n["name"], role=n["role"], name=n["name"], card=n["card"],
-                     color=("#37474F" if dev.kind == "gpu" else "#90A4AE") if d else color(int(n["id"][1:])),
-                     font={"color": "#ffffff" if d else "#1f2330", "size": 15})
+        fill = ("#37474F" if dev.kind == "gpu" else "#90A4AE") if d else color(int(n["id"][1:]))
+        net.add_node(n["id"], label=n["label"], x=n["x"], y=n["y"], shape="box", size=25 if d else 14,
+                     title=n["name"], role=n["role"], name=n["name"], card=n["card"], color=fill,
+                     font={"color": "#ffffff" if d else ink(fill), "size": font},
+                     shapeProperties={"borderRadius": 2 if d else 12})
     for e in view["edges"]:
         c = int((e["to"] if e["to"].startswith("c") else e["from"])[1:])
         net.add_edge(e["from"], e["to"], width=e["width"], color=_edge_colour(color(c), 0.8),
@@ -160,7 +168,7 @@ def devices_html(devices, result, placement, graph, identity: str) -> str:
             "legend": [["GPU", "#37474F"], ["CPU", "#90A4AE"], ["channel (hub)", color(0)]],
             "crossLabel": "", "crossStyle": {}, "plainStyle": {}, "maxBytes": 0, "curveAbove": 0,
             "focusScale": 1.0, "searchHint": "Find a device or channel", "inWord": "Connected", "outWord": "",
-            "openBelow": 0, "openScale": 0}
+            "openBelow": 0, "openScale": 0, "minLabelPx": DEVICE_LABEL_PX}
     return _render(net, meta)
 
 

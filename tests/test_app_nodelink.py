@@ -145,7 +145,8 @@ def test_the_devices_page_draws_devices_and_channels_with_what_each_carries():
     assert_clean(at)
     _, meta, nodes, edges, _ = view(at)
     assert [n["name"] for n in nodes] == d.names + [c.name for c in d.channels]
-    assert [n["shape"] for n in nodes] == ["box"] * 5 + ["diamond"] * 4
+    assert [n["shape"] for n in nodes] == ["box"] * 9  # every label inside its box: no edge crosses one
+    assert {n["font"]["size"] for n in nodes} == {15} and meta["minLabelPx"] == 12
     res = ProblemSpec().build(g, d).simulate(placement).result  # the shared default settings
     for c, ch in enumerate(d.channels):
         node = nodes[5 + c]
