@@ -17,11 +17,13 @@ parallelism (every op split by batch over all the GPUs): what split ops cost.
 with the system cc at -O2, as the kernel) over the same task graph, which does what any simulator of the step
 must do and nothing more (message tables, FIFO queues, an event heap; no memory, statistics, units in flight,
 priorities). Both run the same random placements, one batch under the thesis scheme, in C loops (the kernel
-through ``run_many``); ``Problem.evaluate`` (one placement per call, validated, objective with the memory
-penalty) is timed on the same placements. Before timing, the floor's makespans are checked equal to the
-kernel's on every placement (the semantics coincide there: no message overhead, no transfer curves). Rounds
-alternate floor, kernel and evaluate, and the best round of each counts; the ratios are printed. Graphs:
-ResNet-50 and Inception-V3 on malvik-4gpu, and synthetic graphs of 10,000 and 100,000 ops on nvlink-8gpu
+through ``run_many``); ``Problem.evaluate`` (one placement per call, checked, objective with the memory
+penalty: the kernel's objective entry) and ``Problem.evaluate_valid`` (the whole batch in one call, for
+placements an optimizer built itself) are timed on the same placements. Before timing, the floor's makespans
+are checked equal to the kernel's on every placement (the semantics coincide there: no message overhead, no
+transfer curves). Rounds alternate floor, kernel, evaluate and evaluate_valid, and the best round of each
+counts; the ratios are printed, with the load average before and after. Graphs: ResNet-50 and Inception-V3
+on malvik-4gpu, and synthetic graphs of 10,000 and 100,000 ops on nvlink-8gpu
 (benchmarks/optimizer.py's generator), whose milliseconds per placement are printed too.
 """
 
@@ -158,7 +160,7 @@ def measure_floor(name: str, lib, rounds: int, clock, evaluations: int | None = 
     if same != count:
         raise SystemExit(f"{name}: the floor's makespans differ from the kernel's on {count - same} of {count} "
                          "placements")
-    best = {"floor": float("inf"), "kernel": float("inf"), "evaluate": float("inf")}
+    best = {"floor": float("inf"), "kernel": float("inf"), "evaluate": float("inf"), "evaluate_valid": float("inf")}
     evaluate = problem.evaluate
     for _ in range(rounds):
         t = clock()
@@ -171,9 +173,13 @@ def measure_floor(name: str, lib, rounds: int, clock, evaluations: int | None = 
         for p in placements:
             evaluate(p)
         best["evaluate"] = min(best["evaluate"], (clock() - t) / count)
+        t = clock()
+        problem.evaluate_valid(placements)
+        best["evaluate_valid"] = min(best["evaluate_valid"], (clock() - t) / count)
     return {"ops": problem.n_ops, "devices": FLOOR_GRAPHS[name][1], "placements": count, "same_makespans": same,
             **{f"{k}_s": v for k, v in best.items()},
-            "kernel_ratio": best["kernel"] / best["floor"], "evaluate_ratio": best["evaluate"] / best["floor"]}
+            "kernel_ratio": best["kernel"] / best["floor"], "evaluate_ratio": best["evaluate"] / best["floor"],
+            "evaluate_valid_ratio": best["evaluate_valid"] / best["floor"]}
 
 
 def floor_main(args) -> None:
@@ -185,16 +191,19 @@ def floor_main(args) -> None:
         raise SystemExit(f"unknown floor graph {unknown[0]!r}; known: {', '.join(FLOOR_GRAPHS)}")
     results = {"load_average": os.getloadavg(), "clock": "cpu" if args.cpu_time else "wall",
                **{name: measure_floor(name, lib, args.rounds, clock) for name in names}}
+    results["load_average_after"] = os.getloadavg()
     if args.json:
         print(json.dumps(results, indent=1))
         return
     print(f"kernel and Problem.evaluate against the floor (benchmarks/floor.c); best of {args.rounds} alternating "
-          f"rounds per {results['clock']} second; load average {results['load_average'][0]:.2f}")
+          f"rounds per {results['clock']} second; load average {results['load_average'][0]:.2f} before, "
+          f"{results['load_average_after'][0]:.2f} after")
     for name in names:
         r = results[name]
         print(f"{name:14s} {r['ops']:6d} ops on {r['devices']:12s} floor {r['floor_s'] * 1e6:10.1f} us  "
               f"kernel {r['kernel_s'] * 1e6:10.1f} us (x{r['kernel_ratio']:.2f})  "
               f"evaluate {r['evaluate_s'] * 1e6:10.1f} us (x{r['evaluate_ratio']:.2f})  "
+              f"evaluate_valid {r['evaluate_valid_s'] * 1e6:10.1f} us (x{r['evaluate_valid_ratio']:.2f})  "
               f"[{r['same_makespans']}/{r['placements']} makespans equal]")
 
 
