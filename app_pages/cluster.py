@@ -6,7 +6,9 @@ import streamlit as st
 from dashboard import clusterview, state, ui
 from dashboard.charts.gantt import gantt_figure
 from placement_core.analysis.trace import gantt_rows, gantt_segments
+from placement_core import InputError
 from placement_core.families import gpt
+from placement_core.optimize.plan_export import export
 
 ui.header("Cluster plan", "Pipeline stages across groups of GPUs, data parallelism inside each group, "
           "micro-batches under a pipeline schedule: every plan of the current network on a DGX cluster is "
@@ -55,6 +57,21 @@ elif result is not None:
                     help=f"of {clusterview.capacity(devices) / 1e9:.0f} GB")
         c[2].metric("NVLink traffic", f"{p.breakdown['nvlink_bytes'] / 1e9:.1f} GB")
         c[3].metric("InfiniBand traffic", f"{p.breakdown['infiniband_bytes'] / 1e9:.1f} GB")
+        with ui.guarded("the plan's export"):
+            config = gpt.parse(key) if gpt.is_gpt(key) else None
+            nodes = choices.nodes
+            stages = export("stages", g, config, p, nodes, 8, choices.global_batch, choices.optimizer)
+            c = st.columns([3, 1])
+            if config is not None:
+                try:
+                    command = export("megatron", g, config, p, nodes, 8, choices.global_batch, choices.optimizer)
+                except InputError as e:
+                    c[0].caption(f"Megatron-LM: {ui.esc(str(e))}")
+                else:
+                    c[0].code(command, language="bash", wrap_lines=True)
+            c[1].download_button("Stage split (JSON)", stages, file_name="stages.json", mime="application/json",
+                                 key="cluster_stages", icon=":material/download:",
+                                 help="Each pipeline chunk's first and last op and the layers it holds.")
         st.markdown("##### Where the step's time goes")
         st.plotly_chart(clusterview.time_figure(p), key="cluster_time", config={"displaylogo": False})
         st.markdown("##### Memory per GPU")

@@ -33,6 +33,9 @@ def test_plan_a_gpt_on_one_node():
                   if json.loads(e.proto.spec)["layout"].get("yaxis", {}).get("title", {}).get("text") == "GB")
     assert [t["name"] for t in memory["data"]] == ["weights", "gradients", "optimizer", "activations"]
     assert len(at.get("plotly_chart")) == 3  # time, memory, the step's Gantt
+    [code] = at.code
+    assert code.value.startswith("torchrun --nnodes=1 --nproc-per-node=8 pretrain_gpt.py")
+    assert f"--pipeline-model-parallel-size {table['pipeline stages'][0]}" in code.value
     at.selectbox(key="cluster_pick").set_value(3).run(timeout=120)
     assert_clean(at)
     assert at.metric[0].value == f"{steps[3]:.4g} ms"

@@ -122,3 +122,48 @@ def test_a_gpus_memory_in_its_parts():
     parts = memory_parts(problem, p.placement)
     assert sum(parts["weights"]) == pytest.approx(4 * params)  # four replicas of each stage's weights
     assert sum(parts["optimizer"]) == pytest.approx(6 * params)  # 6 per weight byte, a quarter on each replica
+
+
+def test_a_transformer_is_cut_evenly_by_layers_as_megatron_does():
+    from placement_core.optimize.plans import even_layer_cuts
+    g = load_network("gpt:layers=4,hidden=64,heads=4,seq=32,vocab=100")
+    starts = [i for i, op in enumerate(g.ops) if op.name.endswith(".ln1")]
+    assert even_layer_cuts(g, 2) == [0, starts[2], len(g)]  # tokens, embed, l0, l1 | l2, l3, ln_f, logits, loss
+    assert even_layer_cuts(g, 3) is None and even_layer_cuts(load_network("resnet50"), 2) is None
+
+
+def test_exports_of_a_plan():
+    from placement_core.families.gpt import parse
+    from placement_core.optimize.plan_export import export
+    spec = "gpt:layers=4,hidden=64,heads=4,seq=32,vocab=100"
+    graph, devices = load_network(spec), load_devices("dgx-a100:nodes=2")
+    p, _ = simulate_plan(graph, devices, list(range(16)), 2, 8, 1, PlanRequest(global_batch=32, zero=1))
+    config = parse(spec)
+    cmd = export("megatron", graph, config, p, 2, 8, 32, "adam")
+    assert cmd == ("torchrun --nnodes=2 --nproc-per-node=8 pretrain_gpt.py --tensor-model-parallel-size 1 "
+                   "--pipeline-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 32 --num-layers 4 "
+                   "--hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32 --bf16 "
+                   "--use-distributed-optimizer")
+    nemo = export("nemo", graph, config, p, 2, 8, 32, "adam")
+    assert "model.pipeline_model_parallel_size=2" in nemo and "trainer.num_nodes=2" in nemo
+    stages = json.loads(export("stages", graph, config, p, 2, 8, 32, "adam"))
+    assert [(c["first_op"], c["last_op"], c["layers"]) for c in stages["chunks"]] == [
+        ("tokens", "l1.add2", [0, 1]), ("l2.ln1", "loss", [2, 3])]
+    with pytest.raises(InputError, match="Megatron-LM trains with Adam"):
+        export("megatron", graph, config, p, 2, 8, 32, "sgd")
+    with pytest.raises(InputError, match="need a gpt: network"):
+        export("megatron", graph, None, p, 2, 8, 32, "adam")
+    odd = load_network("gpt:layers=3,hidden=64,heads=4,seq=32,vocab=100")
+    q, _ = simulate_plan(odd, devices, list(range(16)), 2, 8, 1, PlanRequest(global_batch=32))
+    with pytest.raises(InputError, match="unevenly"):
+        export("megatron", odd, parse("gpt:layers=3,hidden=64,heads=4,seq=32,vocab=100"), q, 2, 8, 32, "adam")
+
+
+def test_the_cli_exports_the_picked_plan(capsys):
+    from placement_core.cli import main
+    base = ["plan", "--network", TINY, "--devices", "dgx-a100:nodes=1", "--global-batch", "8"]
+    assert main(base + ["--pp", "2", "--micro-batch", "2", "--export", "megatron"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("torchrun --nnodes=1 --nproc-per-node=8 pretrain_gpt.py") and "--micro-batch-size 2" in out
+    assert main(base + ["--export", "stages", "--pick", "11"]) == 2
+    assert "there are 10 plans, not 11" in capsys.readouterr().err

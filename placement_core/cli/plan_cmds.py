@@ -29,6 +29,10 @@ def register(sub) -> None:
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help="default: the network's own")
     p.add_argument("--comm-efficiency", type=float, help="share of link bandwidth transfers reach (default 0.25)")
     p.add_argument("--top", type=positive_int, default=10, help="plans listed (default 10)")
+    p.add_argument("--export", choices=["megatron", "nemo", "stages"],
+                   help="print what a training stack needs to run a plan instead of the table: Megatron-LM's "
+                        "launch command, NeMo's overrides, or the stage split as JSON")
+    p.add_argument("--pick", type=positive_int, default=1, metavar="K", help="the plan to export (default 1: the best)")
     p.add_argument("--json", action="store_true", help='print {"best": {...}, "candidates": [...]}')
     p.set_defaults(handler=cmd_plan)
 
@@ -51,6 +55,17 @@ def cmd_plan(args) -> int:
                       optimizer=args.optimizer, zero=args.zero, comm_efficiency=args.comm_efficiency)
     plans = plan(graph, devices, req)
     gpus = plans[0].pp * plans[0].dp
+    if args.export:
+        from ..optimize.plan_export import export
+        if args.pick > len(plans):
+            raise InputError(f"there are {len(plans)} plans, not {args.pick}", field="--pick",
+                             fix=f"Pick 1 to {len(plans)}")
+        chosen = plans[args.pick - 1]
+        config = gpt.parse(args.network) if gpt.is_gpt(args.network) else None
+        per_node = 8 if args.devices.strip().lower().startswith("dgx-") else gpus
+        print(export(args.export, graph, config, chosen, max(1, gpus // per_node), min(per_node, gpus),
+                     args.global_batch, args.optimizer))
+        return 0
     model = {"network": graph.name, "ops": len(graph), "precision": graph.precision, "gpus": gpus,
              "global_batch": args.global_batch}
     flops = None

@@ -2,8 +2,9 @@
 
 A plan is a placement like any other, so the event simulator runs it (every trace, critical path and what-if
 works on it): the GPUs in ``pp`` groups of ``dp`` consecutive ones (a node's GPUs stay together while a group
-fits in a node), the network cut into ``pp`` contiguous stages balanced on their compute (``expert``'s cut,
-:func:`.baselines.balanced_stages`; under interleaved 1F1B ``pp · v`` chunks dealt round-robin), every op of a
+fits in a node), the network cut into ``pp`` contiguous stages (a transformer's layers evenly, as Megatron-LM
+cuts them, when they divide; otherwise balanced on compute, ``expert``'s cut, :func:`.baselines.balanced_stages`;
+under interleaved 1F1B ``pp · v`` chunks dealt round-robin), every op of a
 stage split by batch over its group (weights replicated, gradients all-reduced on a ring; ZeRO partitions the
 training state), and the global batch in micro-batches of ``micro_batch`` sequences per replica under the
 chosen pipeline schedule. Every dimension not given is searched: ``pp · dp`` = the GPUs, ``dp`` divides the
@@ -60,6 +61,7 @@ class Plan:
     fits: bool = False
     breakdown: dict = field(default_factory=dict)
     placement: np.ndarray | None = None
+    cuts: tuple[int, ...] = ()  # chunk k runs ops cuts[k] .. cuts[k + 1] - 1 (chunk k on stage k mod pp)
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("tp", "pp", "dp", "micro_batch", "micro_batches", "schedule",
@@ -138,7 +140,9 @@ def simulate_plan(graph: Graph, devices: DeviceGraph, gpus: list[int], pp: int, 
     c = problem.costs
     work = np.asarray(c.fwd + c.bwd + c.update, dtype=float)
     chunks = [groups[k % pp] for k in range(pp * v)]  # interleaved: chunk k on group k mod pp
-    cuts = balanced_stages(np.stack([work[:, g[0]] / len(g) for g in chunks], axis=1))
+    cuts = even_layer_cuts(problem.graph, pp * v)
+    if cuts is None:
+        cuts = balanced_stages(np.stack([work[:, g[0]] / len(g) for g in chunks], axis=1))
     x = np.empty(problem.n_ops, dtype=np.int32)
     for k, g in enumerate(chunks):
         lo, hi = cuts[k], cuts[k + 1]
@@ -165,8 +169,20 @@ def simulate_plan(graph: Graph, devices: DeviceGraph, gpus: list[int], pp: int, 
                            "busiest_gpu": names[used[int(np.argmax(busy[used]))]],
                            "nvlink_bytes": level["nvlink"], "infiniband_bytes": level["infiniband"],
                            "other_link_bytes": level["other"]},
-                placement=x)
+                placement=x, cuts=tuple(int(c) for c in cuts))
     return plan, problem
+
+
+def even_layer_cuts(graph: Graph, chunks: int) -> list[int] | None:
+    """Megatron-LM's cut of a transformer (ops ``l<i>.ln1`` ... ``l<i>.add2``, a ``gpt:`` network): the same number
+    of layers per chunk, the embedding with the first and the head with the last; None when the graph has no
+    such layers or their count does not divide evenly (then the cut is balanced on compute)."""
+    starts = [i for i, op in enumerate(graph.ops) if op.name.startswith("l") and op.name.endswith(".ln1")]
+    layers = len(starts)
+    if not layers or layers % chunks or [graph.ops[i].name for i in starts] != [f"l{k}.ln1" for k in range(layers)]:
+        return None
+    per = layers // chunks
+    return [0] + [starts[k * per] for k in range(1, chunks)] + [len(graph)]
 
 
 def plan(graph: Graph, devices: DeviceGraph, req: PlanRequest) -> list[Plan]:
