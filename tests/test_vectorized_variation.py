@@ -204,3 +204,27 @@ def test_archive_batch_insert_is_insertion_one_by_one():
         niches, xs_a, fs_a = batch_wise.arrays()
         assert niches == sorted(one_by_one.elites) and fs_a.tolist() == [one_by_one.elites[k].objective for k in niches]
         assert np.array_equal(xs_a, np.stack([one_by_one.elites[k].placement for k in niches]))
+
+
+def test_an_automatic_batch_leaves_the_search_a_thousand_rounds():
+    # Dask's pacing asks for 50 ms of work per task: about 1,100 ResNet-50 placements, 1,500 once a probe is slow.
+    # Batches that large left a 20,000-evaluation search 13 rounds and cost ga-steady half its quality
+    # (asynchronous.QUALITY_ROUNDS); the automatic batch is now the pacing's size capped at max(50, budget / 1000).
+    from placement_core.optimize.asynchronous import quality_cap
+    from placement_core.parallel import Pacing
+    assert [quality_cap(b) for b in (1000, 20_000, 50_000, 60_000, 300_000)] == [50, 50, 50, 60, 300]
+    assert quality_cap(None) == 500
+
+    class Slow:  # what the driver sees of a 2-worker Dask backend: 46 us a placement, 2 ms a task, 50 ms floor
+        workers = 2
+        pacing = Pacing(2, eval_s=4.6e-5, task_overhead_s=2e-3, floor_s=0.05)
+
+    pr = tiny()
+    assert Slow.pacing.task_size() == 1087  # 0.05 / 4.6e-5, rounded up
+    for budget, batch in ((20_000, 50), (300_000, 300), (5_000_000, 1087), (None, 500)):
+        opt = make_optimizer(pr, "ga-steady", seed=0)
+        opt.configure(Slow(), budget)
+        assert (opt.params["batch"], opt.params["pending"]) == (batch, 4)
+    opt = make_optimizer(pr, "map-elites-async", seed=0, params={"batch": 1500})  # explicit: as given
+    opt.configure(Slow(), 20_000)
+    assert opt.params["batch"] == 1500
