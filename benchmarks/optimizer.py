@@ -1,22 +1,32 @@
-"""Optimizer speed on every backend: evaluations per second, serial against 2 worker processes and a 2-worker Dask
-cluster, for the GA and MAP-Elites, on ResNet-50 and on a 10,000-op synthetic graph.
+"""Optimizer speed on every backend, like for like: each variant on 2 worker processes and on a 2-worker Dask cluster
+against the same variant on one process, for the GA and MAP-Elites, on ResNet-50 and on a 10,000-op synthetic graph;
+and quality per evaluation, synchronous against asynchronous.
 
     python benchmarks/optimizer.py [--json] [--graphs resnet50,synthetic10k] [--budget-resnet N] [--budget-10k N]
+                                   [--quality-budget N] [--quality-seeds N]
     python benchmarks/optimizer.py --overhead [--repeats N] [--json]
 
 For each graph and algorithm it runs the synchronous algorithm (ga, map-elites) and its asynchronous variant
-(ga-steady, map-elites-async) on each backend, with the same seed. Keys:
+(ga-steady, map-elites-async) on each backend, with the same seed. Keys, per algorithm:
 
-* ``serial``: the synchronous algorithm on one core, as a user runs it by default;
-* ``workers_2`` / ``dask_2``: the asynchronous variant on 2 local worker processes / a 2-worker Dask
-  LocalCluster (batch sizes auto: from the backend's measured costs, recorded);
-* ``serial_async``, ``workers_2_sync``, ``dask_2_sync``: the other combinations, so a speed-up can be told
-  apart from the variant's own (vectorized) speed.
+* ``serial`` / ``workers_2`` / ``dask_2``: the synchronous algorithm on one process, on 2 local worker processes,
+  on a 2-worker Dask LocalCluster;
+* ``serial_async`` / ``workers_2_async`` / ``dask_2_async``: the asynchronous variant on the same three (batch
+  sizes auto: from the backend's measured costs, capped for quality, recorded).
+
+``speedup`` is like for like: a row's evaluations per second over the SAME variant's on one process (the
+synchronous rows over ``serial``, the asynchronous ones over ``serial_async``); ``vs_sync_serial`` is over
+``serial`` whatever the variant (what a user switching variant and backend at once sees). ``best_at`` is each run's
+best objective at a tenth, half and all of the budget. ``quality`` (ResNet-50 only, several seeds, one process,
+``--quality-budget`` evaluations): the best objective at equal evaluations of the synchronous algorithm, of the
+asynchronous variant with its one-process batch, with the batch and pending the Dask run chose (the same result
+on every backend: batch and pending fix it), and with the batch the automatic rule gave before it was capped.
 
 Evaluations per second exclude starting the backend (the pool's processes; the cluster is started once,
 outside the timing, as a user's would be running), which is reported as ``start_s``. ``model`` holds the
 measured costs behind the scaling projection of docs/scaling.md: seconds per evaluation, per task round
-trip, of the driver per evaluation, and of the Dask scheduler per task.
+trip, of the driver per evaluation, and of the Dask scheduler per task. ``--overhead`` measures only the share
+of one-core runs spent outside the simulator.
 """
 
 from __future__ import annotations
@@ -82,7 +92,7 @@ def timed_run(problem, algorithm, budget, make_evaluator) -> dict:
     finally:
         evaluator.close()
     return {"algorithm": algorithm, "evals_per_s": r.evaluations / wall, "wall_s": wall, "start_s": start_s,
-            "best_objective_s": r.best_objective, "evaluations": r.evaluations,
+            "best_objective_s": r.best_objective, "evaluations": r.evaluations, "best_at": best_at(r.history, budget),
             "batch": r.params.get("batch"), "pending": r.params.get("pending"),
             # the driver's own CPU per evaluation in this very run (on a parallel backend: everything but the
             # simulations, which run elsewhere): the c_driver of docs/scaling.md's model
@@ -130,6 +140,29 @@ def overhead_report(budget: int, repeats: int) -> dict:
     return out
 
 
+def best_at(history, budget, fractions=(0.1, 0.5, 1.0)) -> list:
+    """[evaluations, best objective so far] at each fraction of the budget (history rows: evaluations, best, current)."""
+    out = []
+    for f in fractions:
+        rows = history[history[:, 0] <= f * budget]
+        out.append([int(f * budget), float(rows[-1, 1]) if len(rows) else None])
+    return out
+
+
+def quality(problem, budget: int, seeds: int, dask_params: dict, old_batch: dict) -> dict:
+    """Best objective at ``budget`` evaluations, seeds 0..seeds-1, on one process: the synchronous algorithm, the
+    asynchronous variant as on one process (batch 50, 1 pending), with the batch and pending the Dask run used, and
+    with the batch the automatic rule gave before its quality cap (min(Dask's task size, budget / (10 pending)))."""
+    out = {}
+    for sync, variant in ALGORITHMS.items():
+        cases = {"sync": (sync, None), "async_serial": (variant, {"batch": 50, "pending": 1}),
+                 "async_dask_auto": (variant, dask_params[sync]), "async_uncapped": (variant, old_batch[sync])}
+        out[sync] = {k: {"params": params, "best": [run(problem, a, evaluations=budget, seed=s, params=params)
+                                                    .best_objective for s in range(seeds)]}
+                     for k, (a, params) in cases.items()}
+    return out
+
+
 def driver_cost(problem, algorithm, budget) -> float:
     """Seconds the driver spends per evaluation outside the simulator (asking, telling)."""
     opt = make_optimizer(problem, algorithm, seed=0, evaluations=budget,
@@ -162,9 +195,9 @@ def projection(entry: dict, dask_task_s: float, workers=(8, 64, 512)) -> dict:
     driver shared: 2 = R_2 (w + c). The efficiency is R(W) against W bare simulators, R(W) t / W."""
     out = {}
     for sync, variant in ALGORITHMS.items():
-        for backend, key in (("workers_2", "processes"), ("dask_2", "dask")):
+        for backend, key in (("workers_2_async", "processes"), ("dask_2_async", "dask")):
             run_ = entry[sync][backend]
-            pace = entry["pacing"][backend]
+            pace = entry["pacing"][backend.removesuffix("_async")]
             t, b, c = pace["eval_s"], run_["batch"], run_["driver_cpu_s_per_eval"]
             s = dask_task_s if key == "dask" else 0.0
             w_s = 2.0 / run_["evals_per_s"] - c
@@ -184,6 +217,8 @@ def main() -> None:
     ap.add_argument("--graphs", default="resnet50,synthetic10k")
     ap.add_argument("--budget-resnet", type=int, default=300_000)
     ap.add_argument("--budget-10k", type=int, default=3_000)
+    ap.add_argument("--quality-budget", type=int, default=20_000)
+    ap.add_argument("--quality-seeds", type=int, default=3, help="0: no quality comparison")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--overhead", action="store_true",
                     help="only the share of one-core runs spent outside the simulator (20,000 evaluations of "
@@ -211,10 +246,8 @@ def main() -> None:
 
     def measure(name, problem, backend, make) -> None:
         for sync, variant in ALGORITHMS.items():
-            mine, other = (sync, variant) if backend == "serial" else (variant, sync)
-            suffix = "_async" if backend == "serial" else "_sync"
-            rows[name, sync][backend] = timed_run(problem, mine, budgets[name], make)
-            rows[name, sync][backend + suffix] = timed_run(problem, other, budgets[name], make)
+            rows[name, sync][backend] = timed_run(problem, sync, budgets[name], make)
+            rows[name, sync][backend + "_async"] = timed_run(problem, variant, budgets[name], make)
 
     # One core and the local pool first, with no cluster alive: an idle Dask cluster (its scheduler, nannies
     # and workers' 10 ms profiler) took a quarter off the pool's rate on the 10,000-op graph.
@@ -235,17 +268,32 @@ def main() -> None:
         entry = {"ops": problem.n_ops, "budget": budgets[name], "pacing": pacing[name]}
         for sync, variant in ALGORITHMS.items():
             table = rows[name, sync]
-            order = ["serial", "serial_async", "workers_2", "workers_2_sync", "dask_2", "dask_2_sync"]
+            order = ["serial", "workers_2", "dask_2", "serial_async", "workers_2_async", "dask_2_async"]
             entry[sync] = {k: table[k] for k in order}
-            for row in entry[sync].values():
-                row["speedup"] = row["evals_per_s"] / table["serial"]["evals_per_s"]
+            for key, row in entry[sync].items():  # like for like: over the same variant on one process
+                same = "serial_async" if key.endswith("_async") else "serial"
+                row["speedup"] = row["evals_per_s"] / table[same]["evals_per_s"]
+                row["vs_sync_serial"] = row["evals_per_s"] / table["serial"]["evals_per_s"]
             entry[sync + "_driver_s_per_eval"] = {a: driver_cost(problem, a, budgets[name]) for a in (sync, variant)}
         entry["projection"] = projection(entry, results["dask_task_s"])
         results[name] = entry
+    if "resnet50" in graphs and args.quality_seeds:
+        from placement_core.optimize.asynchronous import quality_cap
+        entry = results["resnet50"]
+        task_size = entry["pacing"]["dask_2"]["task_size"]
+        results["quality"] = {"budget": args.quality_budget, "seeds": args.quality_seeds, "graph": "resnet50",
+                              "load_average": os.getloadavg(),
+                              **quality(graphs["resnet50"], args.quality_budget, args.quality_seeds,
+                                        {s: {"batch": min(task_size, quality_cap(args.quality_budget)),
+                                             "pending": 4} for s in ALGORITHMS},
+                                        {s: {"batch": min(task_size, args.quality_budget // 40), "pending": 4}
+                                         for s in ALGORITHMS})}
+    results["load_average_end"] = os.getloadavg()
     if args.json:
         print(json.dumps(results, indent=1))
         return
-    print(f"{results['cores']} cores, load average {results['load_average'][0]:.2f} at the start; "
+    print(f"{results['cores']} cores, load average {results['load_average'][0]:.2f} at the start, "
+          f"{results['load_average_end'][0]:.2f} at the end; "
           f"Dask: {results['dask_task_s'] * 1e3:.2f} ms per empty task")
     for name in args.graphs.split(","):
         entry = results[name]
@@ -258,7 +306,8 @@ def main() -> None:
                   f"{ALGORITHMS[sync]} {entry[sync + '_driver_s_per_eval'][ALGORITHMS[sync]] * 1e6:.1f} us/eval")
             for key, r in entry[sync].items():
                 sizes = f", batch {r['batch']} x {r['pending']} pending" if r["pending"] else ""
-                print(f"    {key:15s} {r['algorithm']:17s} {r['evals_per_s']:9,.0f} evals/s  x{r['speedup']:.2f}  "
+                print(f"    {key:15s} {r['algorithm']:17s} {r['evals_per_s']:9,.0f} evals/s  x{r['speedup']:.2f} like for "
+                      f"like, x{r['vs_sync_serial']:.2f} over serial sync  "
                       f"(start {r['start_s']:.2f} s, best {r['best_objective_s']:.6g} s{sizes}, "
                       f"driver CPU {r['driver_cpu_s_per_eval'] * 1e6:.1f} us/eval)")
         print("  projection (docs/scaling.md): placements/s and efficiency at W workers, the binding ceiling")
@@ -267,6 +316,17 @@ def main() -> None:
                               for w, r in proj["workers"].items())
             print(f"    {key:28s} t {proj['t'] * 1e6:.0f} us, w {proj['w'] * 1e6:.0f} us, b {proj['b']}, "
                   f"c {proj['c'] * 1e6:.1f} us (measured at W=2: {proj['measured_2']:,.0f}/s)\n      {cells}")
+    if "quality" in results:
+        print_quality(results["quality"])
+
+
+def print_quality(q: dict) -> None:
+    print(f"\nquality: best objective (s) after {q['budget']:,} evaluations of {q['graph']}, seeds 0-{q['seeds'] - 1}, "
+          "one process (batch and pending fix the result on every backend)")
+    for sync in ALGORITHMS:
+        for key, r in q[sync].items():
+            params = ", ".join(f"{k} {v}" for k, v in (r["params"] or {}).items())
+            print(f"  {sync:10s} {key:16s} {' '.join(f'{f:.3f}' for f in r['best'])}  {params}")
 
 
 if __name__ == "__main__":
