@@ -86,7 +86,6 @@ def archive_section(run, ranked, rank_of, pick_key) -> None:
         c[3].metric("Evaluations", f"{run.evaluations:,}")
 
         map_section(run, pick_key)  # MAP-Elites archives have two dimensions or more
-
         niche = st.selectbox("Elite", options, key=pick_key,
                              format_func=lambda n: f"#{rank_of[n]} · {fmt_seconds(archive.elites[n].objective)} · "
                                                    f"{elite_label(archive, archive.elites[n])}")
@@ -112,6 +111,16 @@ def archive_section(run, ranked, rank_of, pick_key) -> None:
             if b2.button("Use it and show its trace", key="arch_trace"):
                 run.adopt(elite.placement, label)
                 st.switch_page("app_pages/trace.py")
+        st.markdown("##### Coverage and QD-score")
+        if run.quality:
+            st.plotly_chart(archive_charts.quality_figure(run.quality), key="arch_quality",
+                            config={"displaylogo": False})
+            st.caption("Coverage and QD-score over the run, as pyribs reports them: the QD-score sums, over the "
+                       "elites, how much faster each is than the slowest objective any elite had (pyribs' offset), "
+                       "so it grows as niches fill and elites improve.")
+        else:
+            st.caption("Coverage and QD-score over time are recorded for MAP-Elites runs this dashboard computes; "
+                       "a stored run keeps only its best-so-far curve (Runs page).")
 
 
 def top_section(archive) -> None:

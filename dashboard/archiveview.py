@@ -29,6 +29,7 @@ class ArchiveSource:
     adopt: Callable[[np.ndarray, str], None]  # make a placement current, with this run's problem
     others: dict[str, np.ndarray] = field(default_factory=dict)  # other runs' bests on the same problem
     current_problem: bool = False  # made for the current network, devices and settings
+    quality: list = field(default_factory=list)  # background_runs.Run.quality, then the final archive's point
 
 
 def _live_sources() -> list[ArchiveSource]:
@@ -47,8 +48,22 @@ def _live_sources() -> list[ArchiveSource]:
                         f"{len(r.result.archive)} elites",
             archive=r.result.archive, evaluations=r.result.evaluations,
             adopt=lambda p, label, r=r: state.adopt_run(r, p, label), others=others,
-            current_problem=r.spec.graph_key == state.graph_key() and r.spec.devices_key == state.devices_key()))
+            current_problem=r.spec.graph_key == state.graph_key() and r.spec.devices_key == state.devices_key(),
+            quality=final_quality(r)))
     return out
+
+
+def final_quality(run) -> list:
+    """A live run's coverage and QD-score series, ending with its final archive (the last snapshot may
+    precede the last batch)."""
+    with run.lock:
+        points = list(run.quality)
+    archive = run.result.archive
+    fs = [e.objective for e in archive.elites.values()]
+    end = (run.result.evaluations, float(archive.coverage), len(fs), float(sum(fs)), float(max(fs, default=0.0)))
+    if not points or points[-1][0] < end[0] or points[-1][2:4] != end[2:4]:
+        points.append(end)
+    return points
 
 
 def _stored_sources(skip: set[int]) -> list[ArchiveSource]:

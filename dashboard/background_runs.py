@@ -124,6 +124,9 @@ class Run:
     fraction: float | None = 0.0
     curve: BestCurve = field(default_factory=BestCurve)  # (evaluations, best so far) at every improvement
     snapshot: dict | None = None
+    # MAP-Elites: (evaluations, coverage, elites, sum and max of their objectives) at every snapshot, for the
+    # Archive page's coverage and QD-score over time
+    quality: list = field(default_factory=list)
     result: Any = None  # OptimizeResult when finished
     error: str | None = None
     store_id: int | None = None  # the run's id in the run store, once recorded
@@ -181,6 +184,10 @@ class Run:
             self.curve.add(p.evaluations, p.best)
             if p.snapshot is not None:
                 self.snapshot = p.snapshot
+                fs = p.snapshot.get("objectives")
+                if "coverage" in p.snapshot and fs is not None:
+                    self.quality.append((p.evaluations, float(p.snapshot["coverage"]), len(fs), float(sum(fs)),
+                                         float(max(fs, default=0.0))))
 
     def view(self) -> dict:
         """A consistent copy of the live fields for drawing."""

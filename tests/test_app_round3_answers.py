@@ -164,6 +164,19 @@ def test_the_archive_map_groups_40_bins_into_quantiles_and_crosses_elites_over_m
     assert set(cross["y"]) <= over and cross["marker"]["symbol"] == "x-thin-open"
     text_marks = np.array(fig["data"][0]["text"])
     assert all(text_marks[y, x] != "▲" for x, y in zip(cross["x"], cross["y"]))  # never also merely slow
+    # coverage and QD-score over time, ending at the final archive (worked out from its elites)
+    quality = next(f for f in figures_of(at) if any(t.get("name") == "QD-score" for t in f["data"]))
+    cov = next(t for t in quality["data"] if t["name"] == "coverage")
+    qd = next(t for t in quality["data"] if t["name"] == "QD-score")
+    xs, cs, qs = decode(cov["x"]), decode(cov["y"]), decode(qd["y"])
+    fs = [e.objective for e in archive.elites.values()]
+    assert xs[-1] == 1500 and len(xs) >= 2
+    assert cs[-1] == pytest.approx(100 * len(fs) / np.prod(archive.shape))
+    shown = float(quality["layout"]["yaxis2"]["title"]["text"].split("(")[1].split(" s")[0])  # 3 digits
+    ref = (qs[-1] + sum(fs)) / len(fs)  # QD-score = sum over the final elites of (ref - objective)
+    assert ref == pytest.approx(shown, rel=5e-3) and ref >= max(fs) - 1e-12  # the slowest any elite had
+    assert all(b >= a - 1e-9 for a, b in zip(cs, cs[1:]))  # an archive never loses a niche
+    assert all(b >= a - 1e-6 * abs(a) for a, b in zip(qs, qs[1:]))  # elites only fill niches or improve
     at.radio(key="arch_bins").set_value("all").run()
     fig = next(f for f in figures_of(at) if f["data"][0]["type"] == "heatmap")
     assert np.array(decode(fig["data"][0]["z"])).shape[1] == 40

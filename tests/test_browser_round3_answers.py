@@ -243,3 +243,86 @@ def test_runs_columns_and_group_by_configuration(page, home):
     counts = sorted(int(groups.locator(f"#glide-cell-{runs_col}-{r}").text_content()) for r in range(2))
     assert counts == [1, 2]  # GA with seeds 1 and 2 together, MAP-Elites alone
     no_errors(pg)
+
+
+# -- Devices: labels legible, never crossed by an edge -----------------------------------------------------
+
+GEOMETRY = """() => { const net = window.graphView.network, s = net.getScale(), pos = net.getPositions();
+  const out = {nodes: {}, crossings: [], overlaps: []}, boxes = {};
+  for (const id of Object.keys(pos)) {
+    const n = net.body.nodes[id], bb = net.getBoundingBox(id);
+    boxes[id] = [bb.left, bb.top, bb.right, bb.bottom];
+    out.nodes[id] = {px: n.labelModule.fontOptions.size * s, shape: n.options.shape}; }
+  function hits(x1, y1, x2, y2, b) {  // does the segment pass through the box (Liang-Barsky)
+    let t0 = 0, t1 = 1; const dx = x2 - x1, dy = y2 - y1, p = [-dx, dx, -dy, dy],
+          q = [x1 - b[0], b[2] - x1, y1 - b[1], b[3] - y1];
+    for (let i = 0; i < 4; i++) {
+      if (p[i] === 0) { if (q[i] < 0) return false; continue; }
+      const r = q[i] / p[i];
+      if (p[i] < 0) { if (r > t1) return false; t0 = Math.max(t0, r); } else { if (r < t0) return false; t1 = Math.min(t1, r); } }
+    return true; }
+  for (const e of Object.values(net.body.edges)) {  // a label outside its node's opaque box can be crossed
+    const a = pos[e.fromId], b = pos[e.toId];
+    for (const [id, bx] of Object.entries(boxes))
+      if (out.nodes[id].shape !== "box" && hits(a.x, a.y, b.x, b.y, [bx[0] + 1, bx[1] + 1, bx[2] - 1, bx[3] - 1]))
+        out.crossings.push([e.fromId, e.toId, id]); }
+  const ids = Object.keys(boxes);
+  for (let i = 0; i < ids.length; i++) for (let j = i + 1; j < ids.length; j++) {
+    const p = boxes[ids[i]], q = boxes[ids[j]];
+    if (p[0] < q[2] && q[0] < p[2] && p[1] < q[3] && q[1] < p[3]) out.overlaps.push([ids[i], ids[j]]); }
+  return out; }"""
+
+
+@pytest.mark.parametrize("preset", ["malvik-4gpu", "nvlink-8gpu"])
+def test_device_graph_labels_are_at_least_12_px_and_never_crossed_by_an_edge(page, preset):
+    pg = page
+    open_page(pg, "Devices")
+    if preset != "malvik-4gpu":
+        choose(pg, "Start from a preset", preset)
+    frame = pg.frame_locator("iframe[title^='The device graph as an explorable graph']")
+    frame.locator("body[data-drawn='1']").wait_for(timeout=60_000)
+    g = frame.locator("body").evaluate(GEOMETRY.replace("() =>", "(_) =>"))
+    d = load_devices(preset)
+    assert len(g["nodes"]) == len(d) + len(d.channels)
+    assert min(n["px"] for n in g["nodes"].values()) >= 12 - 1e-9
+    assert {n["shape"] for n in g["nodes"].values()} == {"box"}  # every label inside its node's box
+    assert g["crossings"] == [] and g["overlaps"] == []
+    no_errors(pg)
+
+
+# -- Archive: over memory crossed, 8 quantile groups ----------------------------------------------------
+
+def test_archive_marks_over_memory_and_groups_bins_into_quantiles(page):
+    from browser_util import type_number
+    pg = page
+    open_page(pg, "Devices")
+    choose(pg, "Start from a preset", "malvik-4gpu-limited-resnet50")
+    open_page(pg, "Optimize")
+    _algorithms(pg, ["MAP-Elites"])
+    type_number(pg, "Evaluations per algorithm", 1500)
+    main(pg).get_by_role("button", name="Start").click()
+    main(pg).get_by_role("button", name="Use this placement").first.wait_for(timeout=120_000)
+    open_page(pg, "Archive")
+    wait_text(pg, "Map of the archive")
+    settle(pg)
+    chart = main(pg).locator("[data-testid='stPlotlyChart']").first
+    plot = chart.locator(".js-plotly-plot").first
+    plot.wait_for()
+    info = plot.evaluate("""gd => { const heat = gd._fullData[0];
+        const over = gd._fullData.find(t => (t.name || '').startsWith('✕ over memory'));
+        return {cols: heat.z[0].length, text: heat.text,
+                over: over ? over.x.map((x, k) => [over.y[k], x]) : [],
+                legend: [...gd.querySelectorAll('.legendtext')].map(e => e.textContent)}; }""")
+    assert info["cols"] <= 8
+    assert info["over"], "no cell over memory is marked"  # the seed, all on gpu0, does not fit this preset
+    assert all(info["text"][r][c] != "▲" for r, c in info["over"])
+    assert any(t.startswith("✕ over memory") for t in info["legend"])
+    # coverage and QD-score over time: two rising step curves ending at 1,500 evaluations
+    curves = main(pg).locator("[data-testid='stPlotlyChart']").filter(has_text="QD-score").first
+    ends = curves.locator(".js-plotly-plot").first.evaluate(
+        "gd => gd._fullData.map(t => [t.name, t.x[t.x.length - 1], t.y[0] <= t.y[t.y.length - 1]])")
+    assert ends == [["coverage", 1500, True], ["QD-score", 1500, True]]
+    main(pg).get_by_text("every bin", exact=True).click()
+    settle(pg)
+    assert plot.evaluate("gd => gd._fullData[0].z[0].length") == 40
+    no_errors(pg)

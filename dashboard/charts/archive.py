@@ -177,3 +177,28 @@ def placement_strip_figure(placements: list, labels: list[str], device_names: li
                       xaxis=dict(title="op (topological order)"), yaxis=dict(autorange="reversed"),
                       legend=dict(orientation="h", y=-0.55), plot_bgcolor="white")
     return fig
+
+
+def quality_figure(points: list) -> go.Figure:
+    """Coverage and QD-score against evaluations, as pyribs reports them. ``points``: (evaluations, coverage,
+    elites, sum of their objectives, their largest objective). The objective is minimised, so an elite scores
+    ``ref - objective`` with ``ref`` the largest objective any elite had during the run (fixed for the whole
+    curve, like pyribs' qd_score_offset): QD-score = elites x ref - sum of objectives, in seconds."""
+    from plotly.subplots import make_subplots
+
+    ref = max((p[4] for p in points), default=0.0)
+    x = [p[0] for p in points]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Coverage (niches filled)", "QD-score"),
+                        horizontal_spacing=0.12)
+    fig.add_trace(go.Scatter(x=x, y=[p[1] * 100 for p in points], mode="lines", name="coverage",
+                             line=dict(shape="hv", color=color(0)), showlegend=False,
+                             hovertemplate="%{x:,} evaluations: %{y:.3g}% of niches<extra></extra>"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=x, y=[p[2] * ref - p[3] for p in points], mode="lines", name="QD-score",
+                             line=dict(shape="hv", color=color(1)), showlegend=False,
+                             hovertemplate="%{x:,} evaluations: QD-score %{y:.4g} s<extra></extra>"), row=1, col=2)
+    fig.update_xaxes(title_text="evaluations")
+    fig.update_yaxes(title_text="coverage (%)", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text=f"Σ ({ref:.3g} s − objective) (s)", rangemode="tozero", row=1, col=2)
+    fig.update_layout(**BASE_LAYOUT, height=280)
+    fig.update_layout(margin=dict(l=10, r=10, t=40, b=10))
+    return fig
