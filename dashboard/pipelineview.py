@@ -69,6 +69,7 @@ def placements(graph_key: str, devices_key: str, cost_key: str, graph: Graph, de
 _RUNS: OrderedDict = OrderedDict()
 _RUNS_LOCK = threading.Lock()
 RUNS_KEPT = 48  # entries (a schedule at one m): four schedules at a dozen settings
+_ASKED = [0]  # how many times a page asked for runs: a prefetch stops when this moves
 
 
 def _cached_run(key: tuple, compute):
@@ -116,6 +117,7 @@ def schedule_runs(graph_key: str, devices_key: str, graph: Graph, devices: Devic
     inputs (``cost_key`` names ``cost``: the profile and the calibration file, if any)."""
     placement_of = {s: np.asarray(p, dtype=np.int32) for s, p in placement_of.items()}
     args = (int(m), int(v), cost_key, penalty, bool(ideal))
+    _ASKED[0] += 1  # a prefetch under way stops after its current run: this page's work comes first
     todo = [s for s, p in placement_of.items() if not _is_cached(graph_key, devices_key, s, p, *args)]
     with st.spinner("Simulating the schedules…") if todo else nullcontext():
         return [_one_run(graph_key, devices_key, s, p, *args, graph, devices, cost) for s, p in placement_of.items()]
@@ -124,16 +126,22 @@ def schedule_runs(graph_key: str, devices_key: str, graph: Graph, devices: Devic
 def prefetch(graph_key: str, devices_key: str, graph: Graph, devices: DeviceGraph, placement_of: dict, counts,
              v: int, cost_key: str, cost: dict, penalty: str, ideal: bool, delay_s: float = 1.0) -> None:
     """Simulate the schedules at the micro-batch ``counts`` (the page passes the neighbours of the chosen m) in
-    one background thread, ``delay_s`` after the page is drawn (its browser draws first)."""
+    one background thread, ``delay_s`` after the page is drawn (its browser draws first). It stops, between
+    two runs, as soon as any page asks for runs again, so it never holds up what a user asked for by more
+    than one schedule's simulation."""
     placement_of = {s: np.asarray(p, dtype=np.int32) for s, p in placement_of.items()}
     jobs = [(s, p, int(c)) for c in counts for s, p in placement_of.items()
             if not _is_cached(graph_key, devices_key, s, p, int(c), int(v), cost_key, penalty, bool(ideal))]
     if not jobs:
         return
 
+    asked = _ASKED[0]
+
     def work():
         time.sleep(delay_s)
         for s, p, c in jobs:
+            if _ASKED[0] != asked:  # a page (any session) was drawn since: leave the processor to it
+                return
             try:
                 _one_run(graph_key, devices_key, s, p, c, int(v), cost_key, penalty, bool(ideal), graph, devices, cost)
             except Exception:  # noqa: BLE001 - the page simulates it again when asked, and shows the error there
