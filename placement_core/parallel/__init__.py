@@ -120,7 +120,7 @@ class _Shipping(SerialEvaluator):
         placements = self.problem.checked(placements)
         parts = self._parts(len(placements))
         if parts == 0:
-            return self.problem.evaluate_many(placements)
+            return self.problem.evaluate_valid(placements)  # checked just above
         handles = [self._ship(c) for c in np.array_split(placements, parts) if len(c)]
         return np.concatenate([self._receive(h) for h in handles])
 
