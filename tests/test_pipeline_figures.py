@@ -3,6 +3,8 @@ of m, and the lecture's animation has 40 frames), must be exactly what validatio
 with ``go.Figure(its dict)``. Their content is checked against hand-worked schedules."""
 
 import json
+
+import numpy as np
 from dataclasses import replace
 
 import plotly.graph_objects as go
@@ -71,3 +73,40 @@ def test_memory_and_breakdown_bars_are_what_validation_builds():
     parts = {"schedule_s": 0.003, "imbalance_s": 0.001, "updates_s": 0.0, "transfers_s": 0.006, "idle_s": 0.01}
     fig = _same_as_validated(pipeline_bars.breakdown_figure([("GPipe", parts)]))
     assert [t["x"] for t in fig["data"]] == [[pytest.approx(3)], [pytest.approx(1)], [0.0], [pytest.approx(6)]]
+
+
+def test_the_neighbours_of_m_are_the_next_divisors_of_the_batch_larger_first():
+    from dashboard.pipelineview import neighbours
+    assert neighbours(128, 8) == [16, 4]
+    assert neighbours(128, 64) == [32]  # the sweep's largest: nothing above
+    assert neighbours(96, 1) == [2]
+    assert neighbours(96, 12) == [16, 8]
+
+
+def test_a_prefetched_run_is_the_one_the_page_gets_and_a_page_stops_a_prefetch():
+    import time
+
+    from dashboard import pipelineview as pv
+    d = devices(2)
+    graph = Graph("prefetch-g", [op("a", fwd=1, bwd=2), op("b", ["a"], fwd=1, bwd=2)], batch_size=4)
+    placements = {"gpipe": [0, 1], "1f1b": [0, 1]}
+    cost = {"profile": "default"}
+    pv.prefetch("pg", "pd", graph, d, placements, [2], 1, "c", cost, "thesis", False, delay_s=0.0)
+    deadline = time.time() + 30
+    while not all(pv._is_cached("pg", "pd", s, arr, 2, 1, "c", "thesis", False)
+                  for s, arr in ((s, np.asarray(p, dtype="int32"))
+                                          for s, p in placements.items())):
+        assert time.time() < deadline, "the prefetch did not simulate m = 2"
+        time.sleep(0.05)
+    key = ("pg", "pd", "gpipe", np.asarray([0, 1], dtype="int32").tobytes(), 2, 1, "c", "thesis",
+           False)
+    before = pv._RUNS[key].result()
+    [view, _] = pv.schedule_runs("pg", "pd", graph, d, placements, 2, 1, "c", cost, "thesis", False)
+    assert view is before  # not simulated again
+    assert view["run"].step_time == run_schedule(graph, d, [0, 1], "gpipe", 2).step_time
+    # a page asking for runs before the prefetch starts: it simulates nothing
+    pv.prefetch("pg", "pd", graph, d, placements, [4], 1, "c", cost, "thesis", False, delay_s=0.5)
+    pv.schedule_runs("pg", "pd", graph, d, placements, 2, 1, "c", cost, "thesis", False)
+    time.sleep(1.5)
+    assert not pv._is_cached("pg", "pd", "gpipe", np.asarray([0, 1], dtype="int32"), 4, 1, "c",
+                             "thesis", False)
