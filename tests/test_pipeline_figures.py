@@ -3,10 +3,9 @@ of m, and the lecture's animation has 40 frames), must be exactly what validatio
 with ``go.Figure(its dict)``. Their content is checked against hand-worked schedules."""
 
 import json
-
-import numpy as np
 from dataclasses import replace
 
+import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
