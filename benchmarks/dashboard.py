@@ -18,7 +18,7 @@ done. The actions, in one browser session on a fresh dashboard with its own PLAC
   wall time), and their ratio;
 - a click on an Archive heatmap cell (the MAP-Elites run above made the archive);
 - Trace with 10 batches, 4 in flight (Inception-V3, every op on gpu0: about 8,000 events);
-- Pipeline (ResNet-50, right after the first load): opening it (its first visit on this server), m = 4 -> 8 two
+- Pipeline (ResNet-50, right after the first load): opening it (its first visit on this server), m = 4 -> 8 six
   seconds after it finished (a neighbour of m, simulated in the background while the user reads), then
   m = 8 -> 32 at once (nothing done beforehand).
 
@@ -239,7 +239,7 @@ def open_pipeline(pg) -> float:
     return finished(pg, t0)
 
 
-def pipeline_m(pg, m: int = 8, think_s: float = 2.0) -> float:
+def pipeline_m(pg, m: int = 8, think_s: float = 6.0) -> float:
     """Micro-batches m set to ``m`` (Enter), ``think_s`` after the page finished (a person reading it; the page
     simulates the neighbours of the chosen m meanwhile)."""
     if not bu.main(pg).get_by_role("heading", name="Pipeline", exact=True).count():
@@ -284,7 +284,7 @@ def measure(algorithm: str, budget: int, only=ACTIONS) -> dict:
             step("first_load_s", first_load, pg, url)
             if "pipeline" in only:  # ResNet-50, the default network, before the switch below
                 step("open_pipeline_s", open_pipeline, pg)
-                step("pipeline_m8_s", pipeline_m, pg, 8)  # m 4 -> 8: a neighbour, simulated while the user read
+                step("pipeline_m8_s", pipeline_m, pg, 8)  # m 4 -> 8 after 6 s: a neighbour, simulated meanwhile
                 step("pipeline_m32_s", pipeline_m, pg, 32, 0.0)  # 8 -> 32 at once: nothing done beforehand
             if "network" in only:
                 step("switch_network_s", switch_network, pg, "Inception-V3", "Inception-V3  (inception_v3)")

@@ -124,7 +124,7 @@ def schedule_runs(graph_key: str, devices_key: str, graph: Graph, devices: Devic
 
 
 def prefetch(graph_key: str, devices_key: str, graph: Graph, devices: DeviceGraph, placement_of: dict, counts,
-             v: int, cost_key: str, cost: dict, penalty: str, ideal: bool, delay_s: float = 1.0) -> None:
+             v: int, cost_key: str, cost: dict, penalty: str, ideal: bool, delay_s: float = 3.0) -> None:
     """Simulate the schedules at the micro-batch ``counts`` (the page passes the neighbours of the chosen m) in
     one background thread, ``delay_s`` after the page is drawn (its browser draws first). It stops, between
     two runs, as soon as any page asks for runs again, so it never holds up what a user asked for by more
