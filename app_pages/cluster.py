@@ -24,10 +24,12 @@ with ui.guarded("the plan form"):
         clusterview.run(choices)
 
 result = s.get("cluster_result")
-if result is not None and result[0] != state.graph_key():
-    st.info("These plans were made for another network; press Plan to plan the current one.",
-            icon=":material/info:")
-elif result is not None:
+with ui.guarded("the plans' network"):
+    if result is not None and result[0] != state.graph_key():
+        st.info("These plans were made for another network; press Plan to plan the current one.",
+                icon=":material/info:")
+        result = None
+if result is not None:
     _, choices, devices, plans = result
     gpus = plans[0].pp * plans[0].dp
     flops = None
