@@ -153,6 +153,21 @@ def open_page(pg, title: str) -> None:
     settle(pg)
 
 
+def open_list(pg, box, nth: int = 0, tries: int = 3) -> None:
+    """Open a selectbox's list (``box``: its locator) until option ``nth`` shows: a click while the page still
+    reruns (a fragment, a chart settling) can be lost, leaving the box focused and closed."""
+    for attempt in range(tries):
+        settle(pg)
+        box.click()
+        try:
+            pg.get_by_role("option").nth(nth).wait_for(timeout=10_000)
+            return
+        except Exception:  # noqa: BLE001 - not open yet: close whatever opened and try again
+            if attempt == tries - 1:
+                raise
+            pg.keyboard.press("Escape")
+
+
 def choose(pg, label: str, option: str, scope=None) -> None:
     """Pick ``option`` in the selectbox labelled ``label``."""
     scope = scope or pg

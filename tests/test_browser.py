@@ -11,10 +11,11 @@ installs Chromium; `.venv/bin/pip install -e ".[app,test]"` installs playwright.
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
-from browser_util import ARTIFACTS, choose, no_errors, open_page, settle, shot
+from browser_util import ARTIFACTS, choose, no_errors, open_list, open_page, settle, shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
 
@@ -64,7 +65,7 @@ def test_whole_workflow_in_a_browser(page):
     open_page(pg, "Archive")
     pg.get_by_text("Map of the archive").first.wait_for()
     box = pg.locator("[data-testid='stSelectbox']").filter(has=pg.get_by_text("Elite", exact=True)).first
-    box.click()
+    open_list(pg, box, nth=1)
     pg.get_by_role("option").nth(1).click()
     settle(pg)
     pg.get_by_text("Elite #2").first.wait_for()
@@ -78,7 +79,8 @@ def test_whole_workflow_in_a_browser(page):
     settle(pg)
     pg.get_by_text("Time per batch").first.wait_for()
     pg.get_by_text("Bottlenecks").first.wait_for()
-    pg.locator("[data-testid='stSidebar']").get_by_text("elite #2 of MAP-Elites").first.wait_for()
+    # the run is named by its number in the run store ("run 3 · MAP-Elites")
+    pg.locator("[data-testid='stSidebar']").get_by_text(re.compile(r"elite #2 of run \d+ · MAP-Elites")).first.wait_for()
     pg.get_by_text("Highlight the critical path").first.click()
     pg.get_by_text("Critical path:").first.wait_for()
     no_errors(pg)
