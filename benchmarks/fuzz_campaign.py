@@ -419,9 +419,11 @@ class Campaign:
         pl, shard = self.file(PLACEMENT, "pl.json"), self.file(SHARDED, "sh.json")
         fifo = self.work / "fifo"
         os.mkfifo(fifo)
+        # paths stay inside the campaign's folder: as root a hostile "/" or "/nonexistent/x.json" became files and
+        # folders in / (graphs generate --out /, runs --home /), which later runs and tests then found there
         values = ["", "-1", "0", "1", "2", "3", "x", "1e999", "nan", "inf", "-0", "1_000", "٣", "0x10", "9" * 30,
-                  str(2**63), str(2**31), "10000", "1000000000", "\x1b[31m", "a" * 300, "/", "/dev/full",
-                  "/dev/null", str(fifo), "/nonexistent/x.json", "n" * 300, net, dev, pl, shard, "stages:0",
+                  str(2**63), str(2**31), "10000", "1000000000", "\x1b[31m", "a" * 300, str(self.work), "/dev/full",
+                  "/dev/null", str(fifo), str(self.work / "missing" / "x.json"), "n" * 300, net, dev, pl, shard, "stages:0",
                   "stages:2x0", "stages:9999x9999", "stages:2x2", "stages:x", "random:-1", "random:" + "9" * 25,
                   "single:nope", "single:gpu1", "bayes:100000", "random:100000", "heft,bayes:5", "data-parallel",
                   "channel", "channel,batch", "sideways", "gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "thesis",
