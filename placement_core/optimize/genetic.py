@@ -100,7 +100,8 @@ class GeneticAlgorithm(Optimizer):
 
     def _children(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """k children from consecutive pairs of parents, the whole generation at once (numpy over the batch)."""
-        parents = self._parents(k + (k % 2))
+        need = k + (k % 2)
+        parents = self._parents(need)[:need]  # more elites than children asked for: an even count all the same
         a, b = parents[0::2], parents[1::2]
         kids, rates = variation.ga_pair_children(self.rng, self.pop[a], self.pop[b], self.pop_rate[a],
                                                  self.pop_rate[b], self.params, self.space)

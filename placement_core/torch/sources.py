@@ -183,6 +183,9 @@ def _import_file(path: Path):
     sys.modules[name] = module
     # Let the file import its neighbours, as it would when run from its own folder.
     sys.path.insert(0, str(resolved.parent))
+    # Never write bytecode beside a user's file: an uploaded model's private folder holds exactly the confirmed
+    # bytes, and a user's own folder gets no __pycache__ from us.
+    kept_flag, sys.dont_write_bytecode = sys.dont_write_bytecode, True
     try:
         spec.loader.exec_module(module)
     except Exception as e:  # noqa: BLE001 - syntax errors, missing imports, anything at import time
@@ -191,6 +194,7 @@ def _import_file(path: Path):
                          fix="Fix the error in that file (it is imported as a module)") from None
     finally:
         sys.path.remove(str(resolved.parent))
+        sys.dont_write_bytecode = kept_flag
     return module
 
 
