@@ -107,7 +107,8 @@ def test_with_code_upload_off_there_is_no_file_option_and_torchvision_still_impo
         pg.get_by_role("heading", name="Network", exact=True).first.wait_for()
         settle(pg)
         pg.get_by_role("tab", name="Import a PyTorch model").click()
-        form = pg.locator("[data-testid='stForm']")
+        # the import's form (the page has others: the GPT's, in its own tab)
+        form = pg.locator("[data-testid='stForm']").filter(has=pg.get_by_role("textbox", name="torchvision name"))
         wait_text(pg, "Importing a model from a Python file is turned off on this server "
                       "(PLACEMENT_ALLOW_CODE_UPLOAD=0)", scope=form)
         assert form.get_by_role("radio").count() == 1 and form.get_by_role("radio", name="torchvision model").count()
