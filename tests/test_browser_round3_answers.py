@@ -235,13 +235,18 @@ def test_runs_columns_and_group_by_configuration(page, home):
         assert float(cell(r, "wall time (s)")) == pytest.approx(records[i].wall_s, rel=1e-6)
         assert cell(r, "elites") == (str(sizes[i]) if algorithm == "map-elites" else "")
     groups = main(pg).locator("[data-testid='stDataFrame']").first
-    for _ in range(3):  # a click while the page still reruns can be lost: click until the table is grouped
+    switch = pg.locator(".st-key-runs_grouped input[type='checkbox']").first
+    for _ in range(5):  # a click while the page still reruns can be lost: click while the switch reads off
         settle(pg)
+        if switch.is_checked():
+            break
         main(pg).get_by_text("Group by configuration").click()
         settle(pg)
-        gheads = groups.locator("[role='columnheader']").all_inner_texts()
-        if gheads[:1] == ["configuration"]:
-            break
+    assert switch.is_checked()
+    deadline = time.time() + 30
+    while (gheads := groups.locator("[role='columnheader']").all_inner_texts())[:1] != ["configuration"] \
+            and time.time() < deadline:
+        time.sleep(0.2)
     assert gheads[:4] == ["configuration", "runs", "seeds", "best objective (ms)"]
     runs_col = gheads.index("runs")
     counts = sorted(int(groups.locator(f"#glide-cell-{runs_col}-{r}").text_content()) for r in range(2))
