@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from placement_core.model.devices import Channel, Device, DeviceGraph
+from placement_core.model.devices import Channel, Collective, Device, DeviceGraph
 from placement_core.base.errors import InputError
 from placement_core.model.graph import Graph, Op
 from placement_core.problem import Problem
@@ -176,6 +176,17 @@ def sharded_instances(draw):
     graph = Graph("random", ops, BATCH)
     table = list(search_splits(dg, ["channel", "batch"], nd))
     table.append(Split("batch", (nd - 1, 0), (3, 5)))  # uneven sizes, devices out of order
+    # measured all-reduce curves for some batch splits' device sets, and resources the devices share
+    from test_simulator_properties import shared_resources
+    groups = sorted({tuple(sorted(set(s.devices))) for s in table if s.dim == "batch" and len(set(s.devices)) > 1})
+    collectives = []
+    for g in groups:
+        if draw(st.booleans()):
+            t0 = draw(st.floats(0.0, 0.5))
+            t1 = t0 + draw(st.floats(0.0, 2.0))
+            busy = (t0 * 2, t1 * 2 + draw(st.floats(0.0, 1.0))) if draw(st.booleans()) else ()
+            collectives.append(Collective(tuple(f"dev{j}" for j in g), "allreduce", (100.0, 600.0), (t0, t1), busy))
+    dg = DeviceGraph("random", devs, chans, collectives=collectives, shared=draw(shared_resources(nd)))
     ok = applicable(graph, dg, table)
     placement = []
     for i in range(n):

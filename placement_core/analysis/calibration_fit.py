@@ -114,7 +114,7 @@ def without_curves(devices: DeviceGraph) -> DeviceGraph:
     """A copy whose channels use latency + bytes / bandwidth (their transfer curves dropped)."""
     from dataclasses import replace
     return DeviceGraph(devices.name, list(devices.devices), [replace(c, transfer_curve=()) for c in devices.channels],
-                       source=devices.source)
+                       source=devices.source, collectives=devices.collectives, shared=devices.shared)
 
 
 def _fit_overhead(devices: DeviceGraph, timings: dict, graph, overhead_devices: list[str], runs):
@@ -154,7 +154,8 @@ def with_message_overhead(devices: DeviceGraph, names, overhead: float) -> Devic
     from dataclasses import replace
     chosen = set(names)
     return DeviceGraph(devices.name, [replace(d, message_overhead=overhead) if d.name in chosen else d
-                                      for d in devices.devices], list(devices.channels), source=devices.source)
+                                      for d in devices.devices], list(devices.channels), source=devices.source,
+                       collectives=devices.collectives, shared=devices.shared)
 
 
 def fastest(rounds: list[dict]) -> dict:

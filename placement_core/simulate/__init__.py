@@ -33,7 +33,9 @@ def _split_table(shards) -> dict:
             "split_dev": i32(shards.opt_dev), "split_entry": i32(shards.entry), "shard_blo": f64(shards.blo),
             "shard_bhi": f64(shards.bhi), "shard_cf": f64(shards.cf), "shard_fwd": f64(shards.fwd),
             "shard_bwd": f64(shards.bwd), "shard_upd": f64(shards.upd), "shard_static": f64(shards.static),
-            "allreduce_bytes": f64(shards.ar_bytes), "gather_rate": f64(shards.gather_rate)}
+            "allreduce_bytes": f64(shards.ar_bytes), "gather_rate": f64(shards.gather_rate),
+            **({} if shards.ar_alone is None else {"allreduce_alone": f64(shards.ar_alone),
+                                                    "allreduce_busy": f64(shards.ar_busy)})}
 
 
 class Simulator:
@@ -62,7 +64,7 @@ class Simulator:
                 msg_overhead=np.ascontiguousarray(c.msg_overhead, dtype=float),
                 bwd_w=np.ascontiguousarray(c.bwd_w, dtype=float), has_w=np.ascontiguousarray(c.has_w, dtype=np.uint8),
                 schedule_kind=int(settings.kind), virtual_stages=int(settings.virtual_stages),
-                **_split_table(shards),
+                **_split_table(shards), **c.shared_arrays(),
                 **({} if c.curve_ptr is None else {
                     "curve_ptr": np.ascontiguousarray(c.curve_ptr, dtype=np.int32),
                     "curve_bytes": np.ascontiguousarray(c.curve_bytes, dtype=float),

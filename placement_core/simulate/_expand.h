@@ -11,6 +11,9 @@ typedef struct {
     int T;                       /* splits in the table */
     const int *opt_dim, *opt_ptr, *opt_dev, *entry;
     const double *blo, *bhi, *cf, *fwd, *bwd, *bwdw, *upd, *stat, *ar_bytes, *gather_rate;
+    /* [n * T] an op's measured all-reduce seconds under a batch split (alone, while a member computes), -1:
+     * none, the ring of messages; NULL: no split has a measured curve (shards.allreduce_times) */
+    const double *ar_alone, *ar_busy;
 } ShardTable;
 
 typedef struct {
@@ -24,6 +27,7 @@ typedef struct {
     int *ring_first, *ring_count, *ring_msg_ptr;    /* per ring: its shards, its messages */
     int *ring_src, *ring_dst;
     double *ring_bytes;
+    double *ring_talone, *ring_tbusy;               /* per ring: its measured seconds, -1: a ring of messages */
     char *mem;                                      /* one allocation holding everything */
 } Expanded;
 
@@ -68,6 +72,7 @@ static int expand(int n, int nd, const int *par_ptr, const int *par_idx, const d
     need += room(nf, mv_nd) + room(nf, MV) + room(nf, MV) + room(nu, MV);
     need += room(nu, MV) + room(ni, MV) + room(ni, n) + room(ni, n) + room(ni, n + 1);
     need += room(ni, (size_t)n * 64) + room(ni, (size_t)n * 64) + room(nf, (size_t)n * 64);
+    need += room(nf, n) + room(nf, n);
     need += room(nf, MV) + room(nf, MV) + room(nf, MV) + room(ni, n) + room(ni, n) + room(ni, MV + 1);
     Arena ar = {malloc(need), 0, need};
     if (!ar.base) return -2;
@@ -99,6 +104,8 @@ static int expand(int n, int nd, const int *par_ptr, const int *par_idx, const d
     x->ring_src = TAKE(&ar, int, (size_t)n * 64);
     x->ring_dst = TAKE(&ar, int, (size_t)n * 64);
     x->ring_bytes = TAKE(&ar, double, (size_t)n * 64);
+    x->ring_talone = TAKE(&ar, double, n);
+    x->ring_tbusy = TAKE(&ar, double, n);
     double *vblo = TAKE(&ar, double, MV), *vbhi = TAKE(&ar, double, MV), *vcf = TAKE(&ar, double, MV);
     int *first = TAKE(&ar, int, n), *count = TAKE(&ar, int, n);
     int *pcount = TAKE(&ar, int, MV + 1);  /* parents per virtual op, then children's fill positions */
@@ -201,8 +208,25 @@ static int expand(int n, int nd, const int *par_ptr, const int *par_idx, const d
         }
         if (batch && training && s->ar_bytes[i] > 0.0) {
             const double nbytes = 2.0 * (k - 1) / k * s->ar_bytes[i];
+            const size_t at = (size_t)i * s->T + t;
             x->ring_first[n_rings] = first[i];
             x->ring_count[n_rings] = k;
+            x->ring_talone[n_rings] = x->ring_tbusy[n_rings] = -1.0;
+            if (s->ar_alone && s->ar_alone[at] >= 0.0) {
+                /* a measured all-reduce: one message of the weights' bytes from the first device to the next
+                 * different one, lasting the measured time (shards.expand) */
+                const int a = s->opt_dev[s->opt_ptr[t]];
+                int b = a;
+                for (int j = 1; j < k && b == a; j++) b = s->opt_dev[s->opt_ptr[t] + j];
+                for (int j = 0; j < k; j++) x->ring_of[first[i] + j] = n_rings;
+                x->ring_talone[n_rings] = s->ar_alone[at];
+                x->ring_tbusy[n_rings] = s->ar_busy[at];
+                x->ring_src[n_msgs] = a; x->ring_dst[n_msgs] = b; x->ring_bytes[n_msgs] = s->ar_bytes[i];
+                n_msgs++;
+                n_rings++;
+                x->ring_msg_ptr[n_rings] = n_msgs;
+                continue;
+            }
             for (int j = 0; j < k; j++) {
                 const int a = s->opt_dev[s->opt_ptr[t] + j], b = s->opt_dev[s->opt_ptr[t] + (j + 1) % k];
                 x->ring_of[first[i] + j] = n_rings;

@@ -135,7 +135,13 @@ typedef struct {
      * ring_first[r] .. + ring_count[r], its messages ring_msg_ptr[r] .. ring_msg_ptr[r + 1] */
     const int *ring_of, *ring_first, *ring_count, *ring_msg_ptr, *ring_src, *ring_dst;
     const double *ring_bytes;
+    const double *ring_talone, *ring_tbusy;  /* per ring: measured seconds (alone, a member busy); -1: none */
     int n_rings;
+    /* resources devices share (shared_*; sr_ptr NULL: none): resource r's devices sr_dev[sr_ptr[r] ..
+     * sr_ptr[r + 1]], their demands sr_dem, its capacity sr_cap[r] */
+    const int *sr_ptr, *sr_dev;
+    const double *sr_dem, *sr_cap;
+    int n_sr;
     /* the objective (set_objective; problem.Problem.objective): per-device capacities, batches per run, penalty */
     double *capacity, batches;
     int penalty;
@@ -216,6 +222,7 @@ typedef struct {
     char *active;                     /* per resource: running a task, a send/receive or a transfer */
     char *is_open;
     double *busy, *mem, *peak, *ch_bytes_out, *ch_busy_out;
+    double *until;                    /* per device: when its current (or last) task ends */
     Heap *q, *events;                 /* PQ: a heap per resource; the events (time, creation order) */
     int *fq, *fq_head, *fq_tail;      /* without PQ: the queues' items in arrival order */
     Item *stash;
@@ -360,19 +367,43 @@ STEP int capped(const Sim *s, const int SCHED, int d, int uu, int ph, int o) {
            || (SCHED == SCHED_INTERLEAVED && il_index(&s->ilo, 1, uu, o) != s->next_f[d]);
 }
 
+/* Shared resources: a task starting on device d runs slower by demand / capacity of the most contended
+ * resource d shares, counting d and the devices whose task ends after now (reference.py's ``stretched``, in
+ * the same order of operations). */
+STEP double stretched(const Sim *s, int d, double len) {
+    const KernelObject *k = s->k;
+    double factor = 1.0;
+    for (int r = 0; r < k->n_sr; r++) {
+        int in = 0;
+        for (int j = k->sr_ptr[r]; j < k->sr_ptr[r + 1]; j++) if (k->sr_dev[j] == d) { in = 1; break; }
+        if (!in) continue;
+        double total = 0.0;
+        for (int j = k->sr_ptr[r]; j < k->sr_ptr[r + 1]; j++) {
+            const int m = k->sr_dev[j];
+            if (m == d || s->until[m] > s->now) total += k->sr_dem[j];
+        }
+        if (total > k->sr_cap[r] && total / k->sr_cap[r] > factor) factor = total / k->sr_cap[r];
+    }
+    return factor > 1.0 ? len * factor : len;
+}
+
 /* Device d starts item ``chosen``, taken off its queue. */
 STEP void start_on_device(Sim *s, const int SCHED, int d, int chosen) {
     const KernelObject *k = s->k;
     if (chosen >= s->ovh_base) {
+        const double len = k->n_sr ? stretched(s, d, k->ovh[d]) : k->ovh[d];
         s->active[d] = 1;
-        s->busy[d] += k->ovh[d];
-        new_event(s, s->now + k->ovh[d], chosen);
+        s->until[d] = s->now + len;
+        s->busy[d] += len;
+        new_event(s, s->now + len, chosen);
         return;
     }
     const int G = s->G;
     if (!s->cap) {  /* the duration is all it needs: at (ph << sh) | op, the id itself when u = 0 */
-        const double len = s->dur[s->U == 1 ? chosen : chosen - (((chosen >> s->sh) / phases(SCHED)) * phases(SCHED) << s->sh)];
+        double len = s->dur[s->U == 1 ? chosen : chosen - (((chosen >> s->sh) / phases(SCHED)) * phases(SCHED) << s->sh)];
+        if (k->n_sr) len = stretched(s, d, len);
         s->active[d] = 1;
+        s->until[d] = s->now + len;
         s->busy[d] += len;
         new_event(s, s->now + len, chosen);
         return;
@@ -389,8 +420,10 @@ STEP void start_on_device(Sim *s, const int SCHED, int d, int chosen) {
                    || (s->next_f[d] / (p * vd)) * p + s->next_f[d] % p >= s->U)) s->next_f[d]++;
         }
     }
-    const double len = duration(s, SCHED, ph, op);
+    double len = duration(s, SCHED, ph, op);
+    if (k->n_sr) len = stretched(s, d, len);
     s->active[d] = 1;
+    s->until[d] = s->now + len;
     s->busy[d] += len;
     new_event(s, s->now + len, chosen);
 }
@@ -447,8 +480,17 @@ STEP int dispatch_channel(Sim *s, const int PQ, int j, int instant_only) {
     if (s->active[r] || q_len(s, PQ, r) == 0) return 0;
     const int xi = PQ ? s->q[r].a[0].id : s->fq[s->fq_head[r]];
     const Xfer *x = &s->xf[xi];
-    double len = k->cv_ptr && k->cv_ptr[j + 1] > k->cv_ptr[j] ? curve_len(k, j, x->bytes)
-                                                              : k->ch_lat[j] + x->bytes * k->ch_inv[j];
+    double len;
+    if (x->dir == AR && k->ring_talone && k->ring_talone[x->entry] >= 0.0) {
+        /* a measured all-reduce: its curve's time, the busy one if a member's device runs a task past now */
+        int busy = 0;
+        for (int v = k->ring_first[x->entry]; v < k->ring_first[x->entry] + k->ring_count[x->entry]; v++)
+            if (s->until[s->place[v]] > s->now) { busy = 1; break; }
+        len = busy ? k->ring_tbusy[x->entry] : k->ring_talone[x->entry];
+    } else {
+        len = k->cv_ptr && k->cv_ptr[j + 1] > k->cv_ptr[j] ? curve_len(k, j, x->bytes)
+                                                           : k->ch_lat[j] + x->bytes * k->ch_inv[j];
+    }
     if (len < k->min_xfer[x->src]) len = k->min_xfer[x->src];
     if (instant_only && len > 0.0) return 0;
     if (PQ) heap_pop(&s->q[r]);
@@ -707,7 +749,7 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
     need += room(ni, UT) + room(ni, UN) + room(ni, UE);                    /* deps, activation/recv refs */
     need += room(ni, U) + room(ni, UG) + room(ni, UG) + room(1, UG);       /* units, open tracking per group */
     need += room(sizeof(Heap), 1) + room(sizeof(Item), NR + 2);           /* events */
-    need += room(nf, nd) + room(nf, nd) + room(nf, nd);
+    need += room(nf, nd) + room(nf, nd) + room(nf, nd) + room(nf, nd);
     need += room(ni, nd) + room(ni, nd) + room(ni, nd) + room(ni, nd);
     need += room(ni, (size_t)RU * R * 2);                                  /* rings */
 
@@ -855,6 +897,7 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
     Heap *events_h = TAKE(&ar, Heap, 1);
     Item *ev_items = TAKE(&ar, Item, NR + 2);
     double *busy = TAKE(&ar, double, nd), *mem = TAKE(&ar, double, nd), *peak = TAKE(&ar, double, nd);
+    double *until = TAKE(&ar, double, nd);
     int *open_count = TAKE(&ar, int, nd), *input_dev = TAKE(&ar, int, nd);
     int *cap_buf = TAKE(&ar, int, nd);
     int *ovh_msgs = TAKE(&ar, int, nd);  /* per device: send and receive tasks per unit */
@@ -949,7 +992,7 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
         for (j = 0; j < R; j++) { ring_left[u * R + j] = k->ring_count[j] * (k->upd_step ? U : 1);
                                   ring_pend[u * R + j] = 0; }
     for (d = 0; d < nd; d++) {
-        busy[d] = 0.0; mem[d] = 0.0; open_count[d] = 0; input_dev[d] = 0;
+        busy[d] = 0.0; until[d] = 0.0; mem[d] = 0.0; open_count[d] = 0; input_dev[d] = 0;
     }
     for (i = 0; i < n; i++) mem[place[i]] += k->static_mem[i];
     for (d = 0; d < nd; d++) peak[d] = mem[d];
@@ -991,7 +1034,7 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
         .dep = dep, .act_refs = act_refs, .recv_refs = recv_refs, .unit_left = unit_left, .done_on = done_on,
         .fdone_on = fdone_on, .open_count = open_count, .ring_left = ring_left, .ring_pend = ring_pend,
         .active = active, .is_open = is_open,
-        .busy = busy, .mem = mem, .peak = peak, .ch_bytes_out = ch_bytes_out, .ch_busy_out = ch_busy_out,
+        .busy = busy, .until = until, .mem = mem, .peak = peak, .ch_bytes_out = ch_bytes_out, .ch_busy_out = ch_busy_out,
         .q = q, .events = events_h, .fq = fq, .fq_head = fq_head, .fq_tail = fq_tail, .stash = stash,
         .dirty = dirty, .n_words = n_words, .xf = xf,
         .n_xf = 0, .admitted = 0, .units_in_flight = 0, .oldest = 0, .step_left = step_left, .qseq = 0, .seq = 0,
@@ -1052,6 +1095,7 @@ static int simulate_sharded(const KernelObject *k, const int *place, double *out
     v.out_bytes = x.out_bytes; v.static_mem = x.static_mem; v.prio = prio;
     v.ring_of = x.ring_of; v.ring_first = x.ring_first; v.ring_count = x.ring_count;
     v.ring_msg_ptr = x.ring_msg_ptr; v.ring_src = x.ring_src; v.ring_dst = x.ring_dst; v.ring_bytes = x.ring_bytes;
+    v.ring_talone = x.ring_talone; v.ring_tbusy = x.ring_tbusy;
     v.n_rings = x.n_rings;
     v.grad_in0 = v.grad_out0 = NULL;  /* the expansion's edges: summed per placement */
     v.sh.T = 0;
@@ -1158,6 +1202,12 @@ static const ArgSpec KERNEL_ARGS[] = {
     {"shard_static", ARG_F64, NEED_SPLITS, LEN_ROWS, AT(sh.stat)},
     {"allreduce_bytes", ARG_F64, NEED_SPLITS, LEN_N, AT(sh.ar_bytes)},
     {"gather_rate", ARG_F64, NEED_SPLITS, LEN_ND, AT(sh.gather_rate)},
+    {"allreduce_alone", ARG_F64, NEED_NEVER, LEN_N_T, AT(sh.ar_alone)},   /* None: no measured all-reduce */
+    {"allreduce_busy", ARG_F64, NEED_NEVER, LEN_N_T, AT(sh.ar_busy)},
+    {"shared_ptr", ARG_I32, NEED_NEVER, LEN_ANY, AT(sr_ptr)},             /* None: nothing shared */
+    {"shared_dev", ARG_I32, NEED_NEVER, LEN_ANY, AT(sr_dev)},
+    {"shared_demand", ARG_F64, NEED_NEVER, LEN_ANY, AT(sr_dem)},
+    {"shared_cap", ARG_F64, NEED_NEVER, LEN_ANY, AT(sr_cap)},
 };
 #undef AT
 #define N_ARGS ((int)(sizeof(KERNEL_ARGS) / sizeof(KERNEL_ARGS[0])))
@@ -1318,7 +1368,11 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
     memset(&self->sh, 0, sizeof(self->sh));
     self->cv_ptr = NULL;
     self->ring_of = NULL;
+    self->ring_talone = self->ring_tbusy = NULL;
     self->n_rings = 0;
+    self->sr_ptr = self->sr_dev = NULL;
+    self->sr_dem = self->sr_cap = NULL;
+    self->n_sr = 0;
     if (parse_keywords(self, args, kwds, given)) return -1;
     if (self->sched < SCHED_STATIC || self->sched > SCHED_ZB || self->vstages < 1) {
         PyErr_SetString(PyExc_ValueError, "Kernel(): invalid schedule_kind or virtual_stages");
@@ -1374,6 +1428,35 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
         t->bwdw = NULL;
     }
     if (take_rows(self, given, rows_from, N_ARGS, &z)) return -1;
+    if (!self->sh.ar_alone != !self->sh.ar_busy) {
+        PyErr_SetString(PyExc_ValueError, "Kernel(): allreduce_alone and allreduce_busy go together");
+        return -1;
+    }
+    if (self->sr_ptr || self->sr_dev || self->sr_dem || self->sr_cap) {  /* all four, consistent */
+        if (!self->sr_ptr || !self->sr_dev || !self->sr_dem || !self->sr_cap) {
+            PyErr_SetString(PyExc_ValueError, "Kernel(): shared_ptr, shared_dev, shared_demand and shared_cap go together");
+            return -1;
+        }
+        const Py_ssize_t np1 = z.count[arg_index("shared_ptr")], nm = z.count[arg_index("shared_dev")];
+        const int ns = (int)np1 - 1;
+        if (ns < 1 || z.count[arg_index("shared_cap")] < ns || z.count[arg_index("shared_demand")] < nm
+            || self->sr_ptr[0] != 0) {
+            PyErr_SetString(PyExc_ValueError, "Kernel(): shared_*: bad sizes");
+            return -1;
+        }
+        for (int r = 0; r < ns; r++) {
+            if (self->sr_ptr[r + 1] < self->sr_ptr[r] || self->sr_ptr[r + 1] > nm || !(self->sr_cap[r] > 0.0)) {
+                PyErr_SetString(PyExc_ValueError, "Kernel(): shared_ptr: bad offsets, or a capacity <= 0");
+                return -1;
+            }
+        }
+        for (Py_ssize_t j = 0; j < nm; j++)
+            if (self->sr_dev[j] < 0 || self->sr_dev[j] >= nd || !(self->sr_dem[j] > 0.0)) {
+                PyErr_SetString(PyExc_ValueError, "Kernel(): shared_dev: a device index out of range, or a demand <= 0");
+                return -1;
+            }
+        self->n_sr = ns;
+    }
 
     self->has_ovh = 0;
     for (int d = 0; d < nd; d++) {

@@ -121,9 +121,24 @@ class Compiled:
     curve_ptr: np.ndarray | None = None
     curve_bytes: np.ndarray | None = None
     curve_time: np.ndarray | None = None
+    # resources devices share (docs/formats.md "shared"): resource r's devices are shared_dev[shared_ptr[r] ..
+    # shared_ptr[r + 1]] with those demands; None: nothing shared (every task runs at its own speed)
+    shared_ptr: np.ndarray | None = None
+    shared_dev: np.ndarray | None = None
+    shared_demand: np.ndarray | None = None
+    shared_cap: np.ndarray | None = None
     op_names: tuple[str, ...] = ()
     dev_names: tuple[str, ...] = ()
     ch_names: tuple[str, ...] = ()
+
+    def shared_arrays(self) -> dict:
+        """The kernel's shared-resource arguments (none when nothing is shared)."""
+        if self.shared_ptr is None:
+            return {}
+        return {"shared_ptr": np.ascontiguousarray(self.shared_ptr, dtype=np.int32),
+                "shared_dev": np.ascontiguousarray(self.shared_dev, dtype=np.int32),
+                "shared_demand": np.ascontiguousarray(self.shared_demand, dtype=float),
+                "shared_cap": np.ascontiguousarray(self.shared_cap, dtype=float)}
 
     def __post_init__(self) -> None:
         if self.msg_overhead is None:
@@ -136,6 +151,20 @@ class Compiled:
     def transfer_time(self, ch: int, nbytes: float, src: int) -> float:
         """A message's time on a channel: its curve, or latency + bytes * inv_rate; at least min_transfer."""
         return transfer_time(self, ch, nbytes, src)
+
+
+def shared_arrays(devices: DeviceGraph) -> dict:
+    """A device graph's shared resources as flat arrays (empty when it declares none)."""
+    if not devices.shared:
+        return {}
+    ptr, dev, demand = [0], [], []
+    for r in devices.shared:
+        dev += [devices.index[d] for d in r.devices]
+        demand += list(r.demands())
+        ptr.append(len(dev))
+    return {"shared_ptr": np.array(ptr, dtype=np.int32), "shared_dev": np.array(dev, dtype=np.int32),
+            "shared_demand": np.array(demand, dtype=float),
+            "shared_cap": np.array([r.capacity for r in devices.shared], dtype=float)}
 
 
 def compile_problem(graph: Graph, devices: DeviceGraph, costs: CostArrays) -> Compiled:
@@ -189,6 +218,7 @@ def compile_problem(graph: Graph, devices: DeviceGraph, costs: CostArrays) -> Co
         input_ops=np.array(graph.sources, dtype=np.int32),
         msg_overhead=np.ascontiguousarray(overhead, dtype=float),
         curve_ptr=costs.curve_ptr, curve_bytes=costs.curve_bytes, curve_time=costs.curve_time,
+        **shared_arrays(devices),
         op_names=tuple(o.name for o in graph.ops),
         dev_names=tuple(devices.names),
         ch_names=tuple(c.name for c in devices.channels),

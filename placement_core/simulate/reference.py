@@ -86,6 +86,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
 
     # Resources.
     running = [-1] * nd
+    until = [0.0] * nd  # when each device's current (or last) task ends
     dev_q: list[list] = [[] for _ in range(nd)]
     chan_busy_now = [False] * c.n_ch
     chan_q: list[list] = [[] for _ in range(c.n_ch)]
@@ -304,8 +305,35 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
         return gates.blocked(u, phase, op, next((v for v in range(U) if unit_left[v] > 0), U))
 
     def xfer_length(ch: int, x: int) -> float:
-        _, _, _, src, _, nbytes = xfers[x]
+        _, direction, op, src, _, nbytes = xfers[x]
+        if direction == ALLREDUCE:
+            measured = ring.measured(op)
+            if measured is not None:  # a measured all-reduce: its curve's time, busy if a member computes
+                members, (alone, busy_t) = measured
+                t = busy_t if any(until[place[m]] > now for m in members) else alone
+                return max(t, float(c.min_transfer[src]))
         return c.transfer_time(ch, nbytes, src)
+
+    # Shared resources (docs/formats.md "shared"): resource r's devices, their demands, its capacity.
+    shared = [] if c.shared_ptr is None else [
+        (c.shared_dev[c.shared_ptr[r]:c.shared_ptr[r + 1]].tolist(),
+         c.shared_demand[c.shared_ptr[r]:c.shared_ptr[r + 1]].tolist(), float(c.shared_cap[r]))
+        for r in range(len(c.shared_ptr) - 1)]
+
+    def stretched(d: int, length: float) -> float:
+        """A task starting on device d runs slower by demand / capacity of the most contended resource d
+        shares, counting d and the devices whose task ends after now (docs/formats.md "shared")."""
+        factor = 1.0
+        for devs, demand, capacity in shared:
+            if d not in devs:
+                continue
+            total = 0.0
+            for m, w in zip(devs, demand):
+                if m == d or until[m] > now:
+                    total += w
+            if total > capacity and total / capacity > factor:
+                factor = total / capacity
+        return length * factor if factor > 1.0 else length
 
     def task_length(d: int, task: int) -> float:
         if task >= ovh_base:
@@ -323,6 +351,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
         def start_task(d: int, task: int, length: float) -> None:
             nonlocal seq, started
             running[d] = task
+            until[d] = t + length
             busy[d] += length
             heapq.heappush(events, (t + length, seq, _TASK, task))
             seq += 1
@@ -347,7 +376,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
             task = chosen[2]
             if task >= ovh_base:
                 x, r = divmod(task - ovh_base, 2)
-                length = ovh[d]
+                length = stretched(d, ovh[d]) if shared else ovh[d]
                 start_task(d, task, length)
                 if trace_events is not None:
                     u, direction, op, src, dst, nbytes = xfers[x]
@@ -358,7 +387,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
             u, rest = divmod(task, n_ph * n)
             phase, op = divmod(rest, n)
             gates.start(u, phase, op)
-            length = dur(phase, op)
+            length = stretched(d, dur(phase, op)) if shared else dur(phase, op)
             start_task(d, task, length)
             if trace_events is not None:
                 trace_events.append(TraceEvent("op", c.op_names[op], u, PHASES[phase], c.dev_names[d],

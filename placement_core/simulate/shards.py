@@ -50,6 +50,11 @@ class ShardArrays:
     ar_bytes: np.ndarray  # float64 [ops]: an op's weight-gradient bytes (what a batch split all-reduces)
     gather_rate: np.ndarray  # float64 [devices]: seconds per byte of a gather
     allowed: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool))  # [ops, T]
+    # float64 [ops * T]: op i's all-reduce under batch split t from the device graph's measured curve for the
+    # split's devices, alone and while a member device computes; -1: no curve (the ring of messages).
+    # None: no split has a curve.
+    ar_alone: np.ndarray | None = None
+    ar_busy: np.ndarray | None = None
 
 
 def compile_shards(graph: Graph, devices: DeviceGraph, profile, costs, table: Sequence[Split]) -> ShardArrays:
@@ -93,11 +98,35 @@ def compile_shards(graph: Graph, devices: DeviceGraph, profile, costs, table: Se
             out["static"][r] = params * weight_copies
     ptr = np.zeros(T + 1, dtype=np.int32)
     ptr[1:] = np.cumsum([s.k for s in table]) if T else []
+    ar_alone, ar_busy = allreduce_times(graph, devices, table, allowed)
     return ShardArrays(
         T=T, opt_dim=np.array([CHANNEL if s.dim == "channel" else BATCH for s in table], dtype=np.int32),
         opt_ptr=ptr, opt_dev=np.array([d for s in table for d in s.devices], dtype=np.int32),
         entry=entry, ar_bytes=np.array([o.param_bytes for o in graph.ops], dtype=float),
-        gather_rate=gather_rate(profile, devices), allowed=allowed, **out)
+        gather_rate=gather_rate(profile, devices), allowed=allowed, ar_alone=ar_alone, ar_busy=ar_busy, **out)
+
+
+def allreduce_times(graph: Graph, devices: DeviceGraph, table: Sequence[Split], allowed: np.ndarray):
+    """Per (op, split): seconds of the op's weight-gradient all-reduce from the ``allreduce`` curve declared
+    for the split's set of devices (alone, busy), -1 where none applies; (None, None) when none applies
+    anywhere, so that a device graph without curves runs exactly as before."""
+    n, T = len(graph), len(table)
+    alone = np.full(n * T, -1.0)
+    busy = np.full(n * T, -1.0)
+    found = False
+    for t, s in enumerate(table):
+        if s.dim != "batch" or len(set(s.devices)) < 2:
+            continue
+        curve = devices.collective("allreduce", s.devices)
+        if curve is None:
+            continue
+        for i in np.flatnonzero(allowed[:, t]):
+            w = float(graph.ops[i].param_bytes)
+            if w > 0.0:
+                alone[i * T + t] = curve.time(w)
+                busy[i * T + t] = curve.time(w, busy=True)
+                found = True
+    return (alone, busy) if found else (None, None)
 
 
 @dataclass
@@ -109,8 +138,10 @@ class Expanded:
     op: list[int]  # the original op of each virtual op (a gather: its consumer's)
     shard: list[int]  # shard index, 0 for a whole op, GATHER for a gather
     source: list[int]  # a gather's producer op; -1 otherwise
-    # all-reduce groups: (members (virtual ops), ring messages [(src, dst, bytes)])
-    rings: list[tuple[list[int], list[tuple[int, int, float]]]]
+    # all-reduce groups: (members (virtual ops), ring messages [(src, dst, bytes)], measured times (alone,
+    # busy) or None). With measured times the group sends one message of the weights' bytes from the split's
+    # first device to the next different one, which lasts the measured time (docs/sharding.md).
+    rings: list[tuple[list[int], list[tuple[int, int, float]], tuple[float, float] | None]]
 
 
 def expand(c: Compiled, sh: ShardArrays, genes: Sequence[int], training: bool = True) -> Expanded:
@@ -170,9 +201,15 @@ def expand(c: Compiled, sh: ShardArrays, genes: Sequence[int], training: bool = 
                 add(g, i, 0, -1, float(c.fwd[i * nd + g]), float(c.bwd[i * nd + g]), float(c.upd[i * nd + g]),
                     float(c.out_bytes[i]), float(c.static_mem[i]), int(c.has_update[i]), entries[j], 0.0, 1.0, 1.0)
         if batch and training and sh.ar_bytes[i] > 0.0:
+            members = list(range(first[i], first[i] + k))
+            if sh.ar_alone is not None and sh.ar_alone[i * T + t] >= 0.0:
+                other = next(d for d in devs if d != devs[0])
+                rings.append((members, [(devs[0], other, float(sh.ar_bytes[i]))],
+                              (float(sh.ar_alone[i * T + t]), float(sh.ar_busy[i * T + t]))))
+                continue
             nbytes = 2.0 * (k - 1) / k * float(sh.ar_bytes[i])
             msgs = [(devs[j], devs[(j + 1) % k], nbytes) for j in range(k) if devs[j] != devs[(j + 1) % k]]
-            rings.append((list(range(first[i], first[i] + k)), msgs))
+            rings.append((members, msgs, None))
     # a shard is traced as its op; a gather as "gather PRODUCER → CONSUMER"
     names = [f"gather {c.op_names[src]} → {c.op_names[o]}" if src >= 0 else c.op_names[o]
              for o, src in zip(v_op, v_src)]
@@ -212,8 +249,9 @@ def _compiled(c: Compiled, place, fwd, bwd, upd, out, static, hasu, parents, ops
         static_mem=np.array(static, dtype=float), route=c.route, ch_latency=c.ch_latency, ch_inv_rate=c.ch_inv_rate,
         min_transfer=c.min_transfer,
         input_ops=np.array([v for v in range(m) if ops[v] in inputs and not parents[v]], dtype=np.int32),
-        msg_overhead=c.msg_overhead, op_names=tuple(names), dev_names=c.dev_names,
-        ch_names=c.ch_names)
+        msg_overhead=c.msg_overhead, curve_ptr=c.curve_ptr, curve_bytes=c.curve_bytes, curve_time=c.curve_time,
+        shared_ptr=c.shared_ptr, shared_dev=c.shared_dev, shared_demand=c.shared_demand, shared_cap=c.shared_cap,
+        op_names=tuple(names), dev_names=c.dev_names, ch_names=c.ch_names)
 
 
 def expanded_settings(s: SimSettings, ex: Expanded) -> SimSettings:
@@ -232,10 +270,10 @@ class RingState:
 
     def __init__(self, rings: list, units: int, per_step: bool):
         self.rings = rings
-        self.of = {v: r for r, (members, _) in enumerate(rings) for v in members}
+        self.of = {v: r for r, (members, _, _) in enumerate(rings) for v in members}
         self.per_step = per_step
         slots = 1 if per_step else units
-        self.left = [[len(m) * (units if per_step else 1) for m, _ in rings] for _ in range(slots)]
+        self.left = [[len(m) * (units if per_step else 1) for m, _, _ in rings] for _ in range(slots)]
         self.pending = [[0] * len(rings) for _ in range(slots)]
 
     def member_done(self, u: int, v: int) -> tuple[int, list, list]:
@@ -245,7 +283,7 @@ class RingState:
         self.left[ru][r] -= 1
         if self.left[ru][r]:
             return ru, [], []
-        members, msgs = self.rings[r]
+        members, msgs, _ = self.rings[r]
         self.pending[ru][r] = len(msgs)
         return ru, list(members), list(msgs)
 
@@ -254,6 +292,12 @@ class RingState:
         r = self.of[v]
         self.pending[ru][r] -= 1
         return [] if self.pending[ru][r] else list(self.rings[r][0])
+
+    def measured(self, v: int) -> tuple[list[int], tuple[float, float]] | None:
+        """The members and measured (alone, busy) seconds of the all-reduce of ring member v, or None (a ring
+        of messages charged by their channels)."""
+        members, _, times = self.rings[self.of[v]]
+        return None if times is None else (members, times)
 
 
 def label_shards(trace: list, c: Compiled, sh: ShardArrays, genes) -> list:

@@ -1,0 +1,178 @@
+"""Measured collectives and shared resources in the simulator (docs/formats.md "collectives" and "shared",
+docs/e5.md): numbers worked out by hand, the kernel and the reference alike, and the device file's checks."""
+
+import copy
+
+import numpy as np
+import pytest
+
+from placement_core.base.errors import InputError
+from placement_core.model.devices import (Channel, Collective, Device, DeviceGraph, SharedResource,
+                                          devices_from_dict, devices_to_dict)
+from placement_core.model.graph import Graph, Op
+from placement_core.model.sharding import Split
+from placement_core.problem import Problem
+from placement_core.simulate import SimSettings
+
+from helpers import require_kernel
+
+BATCH = 8
+
+
+def op(name, inputs=(), fwd=0.0, bwd=0.0, params=0.0, kind="linear"):
+    return Op(name=name, kind=kind, inputs=tuple(inputs), output_bytes=0.0, param_bytes=params, shape=(BATCH, 8),
+              times={"cpu": {"fwd": fwd, "bwd": bwd, "update": 0.0}})
+
+
+def graph_of(n=2, collectives=(), shared=()) -> DeviceGraph:
+    devs = [Device(f"d{i}", "cpu", 1e9, 1e12, 1e9) for i in range(n)]
+    pairs = tuple((a.name, b.name) for a in devs for b in devs if a.name != b.name)
+    return DeviceGraph("test", devs, [Channel("bus", 100.0, 0.0, pairs)], collectives=collectives, shared=shared)
+
+
+def run(ops, devs, genes, fast, splits=(), **settings):
+    p = Problem(Graph("g", ops, BATCH), devs, settings=SimSettings(**settings), comm_efficiency=1.0,
+                comp_efficiency=1.0, splits=tuple(splits), fast=fast)
+    if fast:
+        require_kernel(p)
+    return p.simulate(np.array([g if isinstance(g, int) else len(devs) + p.splits.index(g) for g in genes],
+                               dtype=np.int32)).result
+
+
+CORE = SharedResource("cpu-cores", ("d0", "d1"), 1.0)
+
+
+# -- shared resources ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_two_devices_sharing_one_core_take_twice_as_long(fast):
+    """a on d0 and b on d1, 1 s each, at once: alone 1 s. Sharing one core (capacity 1, demand 1 each) the
+    second to start finds the first running, 2 / 1 = twice as slow: 2 s, twice as long."""
+    ops = [op("a", fwd=1.0, kind="input"), op("b", fwd=1.0, kind="input")]
+    alone = run(ops, graph_of(), [0, 1], fast, forward_only=True)
+    shared = run(ops, graph_of(shared=[CORE]), [0, 1], fast, forward_only=True)
+    assert alone.makespan == 1.0
+    assert shared.makespan == 2.0 == 2 * alone.makespan
+    assert sorted(shared.busy) == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_two_chains_sharing_one_core_run_at_half_speed(fast):
+    """Three 1 s ops in a chain on each device: every op but the very first starts while the other device
+    works, so it runs at half speed: d0 [0, 1] [1, 3] [3, 5], d1 [0, 2] [2, 4] [4, 6]: 6 s against 3 s alone,
+    what processor sharing gives for two equal chains."""
+    ops = [op("a0", fwd=1.0, kind="input"), op("a1", ["a0"], fwd=1.0), op("a2", ["a1"], fwd=1.0),
+           op("b0", fwd=1.0, kind="input"), op("b1", ["b0"], fwd=1.0), op("b2", ["b1"], fwd=1.0)]
+    genes = [0, 0, 0, 1, 1, 1]
+    assert run(ops, graph_of(), genes, fast, forward_only=True).makespan == 3.0
+    assert run(ops, graph_of(shared=[CORE]), genes, fast, forward_only=True).makespan == 6.0
+
+
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("capacity, demand, expected", [(2.0, (), 1.0), (1.0, (0.5, 1.0), 1.5), (0.5, (), 4.0)])
+def test_capacity_and_demand(fast, capacity, demand, expected):
+    """Capacity 2: room for both, no slowdown. Demands 0.5 + 1 on capacity 1: the second runs 1.5 times
+    slower. Capacity 0.5: the first alone already 1 / 0.5 = 2 s, the second (1 + 1) / 0.5 = 4 s."""
+    ops = [op("a", fwd=1.0, kind="input"), op("b", fwd=1.0, kind="input")]
+    res = SharedResource("cpu-cores", ("d0", "d1"), capacity, demand)
+    assert run(ops, graph_of(shared=[res]), [0, 1], fast, forward_only=True).makespan == expected
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_device_outside_the_resource_runs_at_its_own_speed(fast):
+    ops = [op("a", fwd=1.0, kind="input"), op("b", fwd=1.0, kind="input"), op("c", fwd=1.0, kind="input")]
+    res = run(ops, graph_of(3, shared=[CORE]), [0, 2, 1], fast, forward_only=True)
+    assert res.makespan == 2.0 and list(res.busy) == [1.0, 2.0, 1.0]
+
+
+# -- measured all-reduce ------------------------------------------------------------------------------------
+
+DP = Split("batch", (0, 1))
+CURVE = Collective(("d0", "d1"), "allreduce", (1000.0, 3000.0), (0.1, 0.3), (0.3, 0.7))
+
+
+def test_the_curve_interpolates_to_the_hand_values():
+    """Linear between the points, flat below the first, the last slope beyond the last."""
+    assert CURVE.time(2000.0) == pytest.approx(0.2, rel=1e-15)
+    assert CURVE.time(2000.0, busy=True) == pytest.approx(0.5, rel=1e-15)
+    assert CURVE.time(500.0) == 0.1
+    assert CURVE.time(4000.0) == pytest.approx(0.4, rel=1e-15)
+    assert Collective(("d0", "d1"), "allreduce", (1000.0, 3000.0), (0.1, 0.3)).time(2000.0, busy=True) \
+        == pytest.approx(0.2, rel=1e-15)  # no busy curve: the alone one
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_declared_curve_replaces_the_ring(fast):
+    """x -> fc (backward 1 s, 2000 weight bytes) split by batch over d0, d1: each shard's backward takes
+    0.5 s; then the all-reduce from the curve at 2000 B, 0.2 s (nothing computes then: the alone curve),
+    one message d0 -> d1 on the bus carrying the weights' bytes once. Without the curve: the ring, two
+    messages of 2 (2 - 1) / 2 * 2000 = 2000 B at 100 B/s, one after the other on the one bus: 40 s."""
+    ops = [op("x", kind="input"), op("fc", ["x"], bwd=1.0, params=2000.0)]
+    res = run(ops, graph_of(collectives=[CURVE]), [DP, DP], fast, splits=[DP])
+    assert res.makespan == pytest.approx(0.5 + 0.2, rel=1e-12)
+    assert res.transfers == 1 and list(res.channel_bytes) == [2000.0]
+    assert run(ops, graph_of(), [DP, DP], fast, splits=[DP]).makespan == pytest.approx(0.5 + 40.0, rel=1e-12)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_an_all_reduce_during_a_backward_takes_the_busy_curve(fast):
+    """x -> fc1 (backward 2 s) -> fc2 (backward 1 s), all split by batch: fc2's shards end at 0.5 s, when
+    fc1's start (until 1.5 s), so fc2's all-reduce takes the busy curve: 0.5 s, [0.5, 1.0]. fc1's starts at
+    1.5 s with nothing computing: 0.2 s, done at 1.7 s."""
+    ops = [op("x", kind="input"), op("fc1", ["x"], bwd=2.0, params=2000.0), op("fc2", ["fc1"], bwd=1.0,
+                                                                             params=2000.0)]
+    res = run(ops, graph_of(collectives=[CURVE]), [DP, DP, DP], fast, splits=[DP])
+    assert res.makespan == pytest.approx(1.7, rel=1e-12)
+    assert res.channel_busy[0] == pytest.approx(0.5 + 0.2, rel=1e-12)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_curve_for_another_group_does_not_apply(fast):
+    ops = [op("x", kind="input"), op("fc", ["x"], bwd=1.0, params=2000.0)]
+    other = Collective(("d0", "d2"), "allreduce", (1000.0, 3000.0), (0.1, 0.3))
+    gather = Collective(("d0", "d1"), "allgather", (1000.0, 3000.0), (0.1, 0.3))
+    res = run(ops, graph_of(3, collectives=[other, gather]), [DP, DP], fast, splits=[DP])
+    plain = run(ops, graph_of(3), [DP, DP], fast, splits=[DP])
+    assert res.makespan == plain.makespan and res.transfers == plain.transfers == 2
+
+
+# -- the device file ----------------------------------------------------------------------------------------
+
+def good() -> dict:
+    return devices_to_dict(graph_of(collectives=[CURVE], shared=[CORE]))
+
+
+def test_the_new_fields_read_and_write_back():
+    g = devices_from_dict(good())
+    assert g.collectives == (CURVE,) and g.shared == (CORE,)
+    assert devices_to_dict(g) == good()
+    assert "collectives" not in devices_to_dict(graph_of()) and "shared" not in devices_to_dict(graph_of())
+
+
+@pytest.mark.parametrize("edit, field, words", [
+    (lambda d: d["collectives"][0].update(sizes=[3000, 1000]), "collectives[0].sizes[1]", "increase"),
+    (lambda d: d["collectives"][0].update(seconds=[0.1]), "collectives[0].seconds", "1 entries for 2 sizes"),
+    (lambda d: d["collectives"][0].update(seconds=[0.3, 0.1]), "collectives[0].seconds[1]", "less than"),
+    (lambda d: d["collectives"][0].update(busy_seconds=[0.3, -1]), "collectives[0].busy_seconds[1]", "negative"),
+    (lambda d: d["collectives"][0].update(sizes=[1000]), "collectives[0].sizes", "2 to 64 sizes"),
+    (lambda d: d["collectives"][0].update(devices=["d0", "gpu9"]), "collectives[0].devices[1]", "unknown device"),
+    (lambda d: d["collectives"][0].update(devices=["d0"]), "collectives[0].devices", "2 to 64 devices"),
+    (lambda d: d["collectives"][0].update(op="broadcast"), "collectives[0].op", "unknown collective"),
+    (lambda d: d["collectives"][0].pop("sizes"), "collectives[0].sizes", "missing"),
+    (lambda d: d["collectives"].append(copy.deepcopy(d["collectives"][0])), "collectives[1]", "twice"),
+    (lambda d: d["shared"][0].update(capacity=0), "shared[0].capacity", "positive"),
+    (lambda d: d["shared"][0].update(capacity=-2), "shared[0].capacity", "positive"),
+    (lambda d: d["shared"][0].update(devices=["d0", "cpu7"]), "shared[0].devices[1]", "unknown device"),
+    (lambda d: d["shared"][0].update(devices=["d0", "d0"]), "shared[0].devices[1]", "twice"),
+    (lambda d: d["shared"][0].update(demand=[1.0]), "shared[0].demand", "1 entries for 2 devices"),
+    (lambda d: d["shared"][0].update(demand=[1.0, 0]), "shared[0].demand[1]", "positive"),
+    (lambda d: d["shared"][0].update(cores=4), "shared[0]", "unknown field"),
+])
+def test_bad_fields_name_the_field_and_the_fix(edit, field, words):
+    data = good()
+    edit(data)
+    with pytest.raises(InputError) as err:
+        devices_from_dict(data, source="devs.json")
+    assert err.value.field == field
+    assert words in err.value.problem
+    assert err.value.fix
