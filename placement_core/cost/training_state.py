@@ -7,7 +7,9 @@ mixed precision (bf16 or fp16 weights and gradients) an fp32 copy of the weights
 parameter, the paper's K = 12. ZeRO partitions across the N replicas of a data-parallel group the optimizer
 state (stage 1), the gradients too (stage 2) and the weights too (stage 3); each replica updates only its
 own part, so the update's traffic divides by N from stage 1 on. Stage 3 gathers the weights before each
-layer's forward and backward, communication this simulator does not run yet, so it is refused.
+layer's forward and backward: only ``placement plan`` models those gathers (ops of a ``gpt:`` network's graph,
+families/gpt_parallel.py), so the general profiles refuse stage 3 (:func:`check`) and
+:func:`resident_copies` divides the weights too only for the planner's profile.
 
 The update reads and writes every byte of state it touches once (a memory-bound kernel): SGD reads the
 weights and gradients and writes the weights (3 copies of the weights' bytes, the project's update
@@ -47,7 +49,8 @@ def state_parts(optimizer: str, precision: str) -> tuple[float, float, float]:
 def resident_copies(optimizer: str, precision: str, zero: int = 0, group: int = 1) -> float:
     """Bytes resident per byte of a layer's weights on one of ``group`` data-parallel replicas."""
     weights, grads, state = state_parts(optimizer, precision)
-    return weights + grads / (group if zero >= 2 else 1) + state / (group if zero >= 1 else 1)
+    return (weights / (group if zero >= 3 else 1) + grads / (group if zero >= 2 else 1)
+            + state / (group if zero >= 1 else 1))
 
 
 def update_copies(optimizer: str, precision: str, zero: int = 0, group: int = 1) -> float:
