@@ -88,7 +88,8 @@ def details(graph_key: str, choices: Choices, index: int, _graph, _devices, _pla
 def plans_table(plans, flops: float | None, gpus: int) -> list[dict]:
     rows = []
     for k, p in enumerate(plans):
-        row = {"#": k + 1, "pipeline stages": p.pp, "data-parallel": p.dp, "micro-batch": p.micro_batch,
+        row = {"#": k + 1, "tensor-parallel": p.tp, "pipeline stages": p.pp, "data-parallel": p.dp,
+               "micro-batch": p.micro_batch,
                "micro-batches": p.micro_batches, "step (ms)": p.step_time_s * 1e3,
                "fullest GPU (GB)": p.peak_memory_bytes / 1e9, "fits": "yes" if p.fits else "no",
                "idle": p.breakdown["bubble_fraction"]}
@@ -116,6 +117,9 @@ def time_figure(p) -> go.Figure:
     fig = go.Figure(layout=BASE_LAYOUT)
     fig.add_bar(y=["step"], x=[b["compute_s"] * 1e3], name=f"compute of the busiest GPU ({b['busiest_gpu']})",
                 orientation="h", marker_color="#4c78a8")
+    if b.get("tensor_parallel_comm_s"):
+        fig.add_bar(y=["step"], x=[b["tensor_parallel_comm_s"] * 1e3], name="exposed tensor-parallel communication",
+                    orientation="h", marker_color="#f58518")
     fig.add_bar(y=["step"], x=[b["other_s"] * 1e3], name="the rest: pipeline bubble and exposed communication",
                 orientation="h", marker_color="#bab0ac")
     fig.update_layout(barmode="stack", height=160, xaxis_title="ms", legend=dict(orientation="h", y=1.5),

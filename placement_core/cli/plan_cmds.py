@@ -7,24 +7,30 @@ from .common import positive_int, print_json, printable, table
 
 
 def register(sub) -> None:
-    p = sub.add_parser("plan", help="the best pipeline x data-parallel plan of a network on a GPU cluster",
+    p = sub.add_parser("plan", help="the best tensor x pipeline x data-parallel plan of a network on a GPU cluster",
                        description="Search the ways to run one training step of the global batch on the "
-                                   "GPUs of a device graph: pipeline stages across groups of GPUs, data "
-                                   "parallelism inside each group, micro-batches under a pipeline schedule. "
+                                   "GPUs of a device graph: tensor-parallel groups inside a node, pipeline "
+                                   "stages across groups of them, data parallelism inside each stage, "
+                                   "micro-batches under a pipeline schedule. "
                                    "Every dimension not given is searched; every plan is simulated by the event "
                                    "simulator (docs/clusters.md).")
     p.add_argument("--network", required=True, help="gpt:layers=L,hidden=H,heads=A[,...], a built-in name or a file")
     p.add_argument("--devices", required=True, help="dgx-a100:nodes=N, dgx-h100:nodes=N, a preset or a file")
     p.add_argument("--global-batch", required=True, type=positive_int, help="sequences (samples) per step")
-    p.add_argument("--tp", type=positive_int, help="tensor-parallel degree (only 1: not simulated yet)")
+    p.add_argument("--tp", type=positive_int, help="tensor-parallel degree, inside a node (default: searched for a "
+                                                     "gpt: network, 1 otherwise)")
+    p.add_argument("--sequence-parallel", action="store_true",
+                   help="Megatron's sequence parallelism over each tensor-parallel group")
     p.add_argument("--pp", type=positive_int, help="pipeline stages (default: searched)")
     p.add_argument("--dp", type=positive_int, help="data-parallel replicas (default: searched)")
     p.add_argument("--micro-batch", type=positive_int, help="sequences per micro-batch and replica (searched)")
     p.add_argument("--schedule", default="1f1b", choices=["1f1b", "gpipe", "zb-h1", "interleaved-1f1b"])
     p.add_argument("--virtual-stages", type=positive_int, default=1, help="chunks per GPU (interleaved-1f1b)")
     p.add_argument("--recompute", default="none", choices=["none", "selective", "full"],
-                   help="activation recomputation (only none: not simulated yet)")
-    p.add_argument("--zero", type=int, choices=[0, 1, 2], default=0, help="ZeRO stage over each data-parallel group")
+                   help="activation recomputation: none, selective (attention's scores) or full (each layer's "
+                        "forward again in its backward); a gpt: network")
+    p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], default=0,
+                   help="ZeRO stage over each data-parallel group (3: a gpt: network)")
     p.add_argument("--optimizer", choices=["sgd", "adam"], default="adam", help="training state (default adam)")
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help="default: the network's own")
     p.add_argument("--comm-efficiency", type=float, help="share of link bandwidth transfers reach (default 0.25)")
@@ -43,27 +49,25 @@ def cmd_plan(args) -> int:
     from ..formats.catalog import load_devices, load_network
     from ..optimize.plans import PlanRequest, plan
 
-    if args.recompute != "none":
-        raise InputError(f"--recompute {args.recompute} is not simulated yet", field="--recompute",
-                         fix="Leave it out (none); docs/clusters.md says what is modelled")
     graph = load_network(args.network)
     if args.precision:
         graph = graph.with_precision(args.precision)
     devices = load_devices(args.devices)
     req = PlanRequest(global_batch=args.global_batch, tp=args.tp, pp=args.pp, dp=args.dp,
                       micro_batch=args.micro_batch, schedule=args.schedule, virtual_stages=args.virtual_stages,
-                      optimizer=args.optimizer, zero=args.zero, comm_efficiency=args.comm_efficiency)
-    plans = plan(graph, devices, req)
-    gpus = plans[0].pp * plans[0].dp
+                      optimizer=args.optimizer, zero=args.zero, comm_efficiency=args.comm_efficiency,
+                      sequence_parallel=args.sequence_parallel, recompute=args.recompute)
+    config = gpt.parse(args.network) if gpt.is_gpt(args.network) else None
+    plans = plan(graph, devices, req, config)
+    gpus = plans[0].tp * plans[0].pp * plans[0].dp
     if args.export:
         from ..optimize.plan_export import export
         if args.pick > len(plans):
             raise InputError(f"there are {len(plans)} plans, not {args.pick}", field="--pick",
                              fix=f"Pick 1 to {len(plans)}")
         chosen = plans[args.pick - 1]
-        config = gpt.parse(args.network) if gpt.is_gpt(args.network) else None
         per_node = 8 if args.devices.strip().lower().startswith("dgx-") else gpus
-        print(export(args.export, graph, config, chosen, max(1, gpus // per_node), min(per_node, gpus),
+        print(export(args.export, chosen.graph or graph, config, chosen, max(1, gpus // per_node), min(per_node, gpus),
                      args.global_batch, args.optimizer))
         return 0
     model = {"network": graph.name, "ops": len(graph), "precision": graph.precision, "gpus": gpus,
@@ -86,15 +90,18 @@ def cmd_plan(args) -> int:
         return 0
     print(f"{printable(graph.name)} ({len(graph)} ops, {graph.precision}) on {printable(devices.name)}: "
           f"{gpus} GPUs, global batch {args.global_batch}, {args.schedule}, {args.optimizer}"
-          + (f", ZeRO-{args.zero}" if args.zero else "") + f"; {len(plans)} plans simulated")
-    body = [[str(r["pp"]), str(r["dp"]), str(r["micro_batch"]), str(r["micro_batches"]), fmt_seconds(r["step_time_s"]),
+          + (f", ZeRO-{args.zero}" if args.zero else "") + (", sequence-parallel" if args.sequence_parallel else "")
+          + (f", recompute {args.recompute}" if args.recompute != "none" else "") + f"; {len(plans)} plans simulated")
+    body = [[str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["micro_batch"]), str(r["micro_batches"]),
+             fmt_seconds(r["step_time_s"]),
              fmt_bytes(r["peak_memory_bytes"]), "yes" if r["fits"] else "no",
-             f"{r['breakdown']['bubble_fraction']:.0%}"]
+             f"{r['breakdown']['bubble_fraction']:.0%}", fmt_seconds(r["breakdown"]["tensor_parallel_comm_s"])]
             + ([f"{r['model_tflops_per_gpu']:.0f}"] if "model_tflops_per_gpu" in r else [])
             for r in rows[:args.top]]
-    header = ["pp", "dp", "micro-batch", "micro-batches", "step", "fullest GPU", "fits", "idle"] + (
+    header = ["tp", "pp", "dp", "micro-batch", "micro-batches", "step", "fullest GPU", "fits", "idle", "TP comm"] + (
         ["TFLOP/s per GPU"] if flops is not None else [])
     print(table(body, header, right=range(len(header))))
     if not plans[0].fits:
-        print("no plan fits in memory: try more GPUs, ZeRO (--zero 1 or 2), smaller micro-batches or a smaller model")
+        print("no plan fits in memory: try more GPUs, ZeRO (--zero 1 to 3), --recompute selective or full, smaller "
+              "micro-batches or a smaller model")
     return 0

@@ -36,13 +36,11 @@ def stage_layers(graph, plan: Plan) -> list[dict]:
 def megatron_args(config, plan: Plan, nodes: int, gpus_per_node: int, global_batch: int, precision: str,
                   optimizer: str) -> list[str]:
     """``torchrun`` and ``pretrain_gpt.py``'s arguments for the plan (a ``gpt:`` network's configuration)."""
-    if plan.tp != 1:
-        raise InputError("only plans without tensor parallelism exist yet", field="plan")
     if optimizer != "adam":
         raise InputError("Megatron-LM trains with Adam; this plan was made for SGD", field="--optimizer",
                          fix="Plan with --optimizer adam to export it")
     args = ["torchrun", f"--nnodes={nodes}", f"--nproc-per-node={gpus_per_node}", "pretrain_gpt.py",
-            "--tensor-model-parallel-size", "1", "--pipeline-model-parallel-size", str(plan.pp),
+            "--tensor-model-parallel-size", str(plan.tp), "--pipeline-model-parallel-size", str(plan.pp),
             "--micro-batch-size", str(plan.micro_batch), "--global-batch-size", str(global_batch),
             "--num-layers", str(config.layers), "--hidden-size", str(config.hidden),
             "--num-attention-heads", str(config.heads), "--seq-length", str(config.seq),
@@ -59,6 +57,12 @@ def megatron_args(config, plan: Plan, nodes: int, gpus_per_node: int, global_bat
             raise InputError(f"{config.layers} layers do not split evenly into {plan.pp * plan.virtual_stages} "
                              "chunks, which Megatron-LM's interleaving needs", field="plan")
         args += ["--num-layers-per-virtual-pipeline-stage", str(per_chunk)]
+    if plan.sequence_parallel:
+        args.append("--sequence-parallel")
+    if plan.recompute == "selective":
+        args += ["--recompute-granularity", "selective"]
+    elif plan.recompute == "full":  # every layer's input kept, its forward run again in the backward
+        args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
     if plan.zero >= 1:
         args.append("--use-distributed-optimizer")  # shards the optimizer state over the data-parallel group
     if not config.tied:
@@ -76,13 +80,20 @@ def nemo_overrides(config, plan: Plan, nodes: int, gpus_per_node: int, global_ba
     """Hydra overrides for NeMo's GPT pre-training configuration."""
     out = [f"trainer.num_nodes={nodes}", f"trainer.devices={gpus_per_node}",
            f"trainer.precision={'bf16-mixed' if precision == 'bf16' else '16-mixed' if precision == 'fp16' else 32}",
-           "model.tensor_model_parallel_size=1", f"model.pipeline_model_parallel_size={plan.pp}",
+           f"model.tensor_model_parallel_size={plan.tp}", f"model.pipeline_model_parallel_size={plan.pp}",
            f"model.micro_batch_size={plan.micro_batch}", f"model.global_batch_size={global_batch}",
            f"model.num_layers={config.layers}", f"model.hidden_size={config.hidden}",
            f"model.num_attention_heads={config.heads}", f"model.encoder_seq_length={config.seq}",
            f"model.max_position_embeddings={config.seq}"]
     if plan.virtual_stages > 1:
         out.append(f"model.virtual_pipeline_model_parallel_size={plan.virtual_stages}")
+    if plan.sequence_parallel:
+        out.append("model.sequence_parallel=True")
+    if plan.recompute == "selective":
+        out.append("model.activations_checkpoint_granularity=selective")
+    elif plan.recompute == "full":
+        out += ["model.activations_checkpoint_granularity=full", "model.activations_checkpoint_method=uniform",
+                "model.activations_checkpoint_num_layers=1"]
     if plan.zero >= 1:
         out.append("model.optim.name=distributed_fused_adam")
     return out
@@ -100,6 +111,10 @@ def export(fmt: str, graph, config, plan: Plan, nodes: int, gpus_per_node: int, 
     if config is None:
         raise InputError(f"{fmt} launch arguments need a gpt: network (its layers, hidden size and heads)",
                          field="--export", fix="Plan a gpt:layers=L,hidden=H,heads=A network, or use --export stages")
+    if plan.zero >= 3:
+        raise InputError("Megatron-LM and NeMo have no ZeRO stage 3 (their distributed optimizer shards the "
+                         "optimizer state and gradients, not the weights)", field="--export",
+                         fix="Export a plan made with --zero 0 to 2, or use --export stages")
     if fmt == "megatron":
         return shlex.join(megatron_args(config, plan, nodes, gpus_per_node, global_batch, graph.precision, optimizer))
     return shlex.join(["python", "megatron_gpt_pretraining.py",

@@ -10,12 +10,16 @@ training state), and the global batch in micro-batches of ``micro_batch`` sequen
 chosen pipeline schedule. Every dimension not given is searched: ``pp · dp`` = the GPUs, ``dp`` divides the
 global batch, the micro-batch divides a replica's share; the best plan that fits in memory wins.
 
-Tensor parallelism (``tp`` > 1) is not simulated yet and is refused (docs/clusters.md).
+Tensor parallelism (``tp`` > 1, a ``gpt:`` network): the ``tp`` consecutive GPUs of a group (inside a node) are
+folded into one simulated GPU, the first of the group, which runs one rank of Megatron-LM's split
+(:mod:`..families.gpt_parallel`: sharded ops, the group's collectives as ops timed by :mod:`..cost.collectives`
+on the group's NVLink), so ``tp · pp · dp`` = the GPUs. Sequence parallelism and activation recomputation are
+the same builder's; ZeRO stage 3 adds each layer's parameter all-gathers over its data-parallel group.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -43,6 +47,8 @@ class PlanRequest:
     zero: int = 0
     penalty: str = "thesis"
     comm_efficiency: float | None = None
+    sequence_parallel: bool = False
+    recompute: str = "none"
 
 
 @dataclass
@@ -62,11 +68,13 @@ class Plan:
     breakdown: dict = field(default_factory=dict)
     placement: np.ndarray | None = None
     cuts: tuple[int, ...] = ()  # chunk k runs ops cuts[k] .. cuts[k + 1] - 1 (chunk k on stage k mod pp)
+    sequence_parallel: bool = False
+    graph: Graph | None = field(default=None, repr=False)  # the graph simulated (one rank's, under tp > 1)
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("tp", "pp", "dp", "micro_batch", "micro_batches", "schedule",
-                                             "virtual_stages", "recompute", "zero", "step_time_s",
-                                             "peak_memory_bytes", "fits")}
+                                             "virtual_stages", "recompute", "zero", "sequence_parallel",
+                                             "step_time_s", "peak_memory_bytes", "fits")}
         return {**out, "breakdown": dict(self.breakdown)}
 
 
@@ -83,10 +91,8 @@ def gpus_of(devices: DeviceGraph) -> list[int]:
 
 
 def candidates(n_gpus: int, n_ops: int, req: PlanRequest) -> list[tuple[int, int, int]]:
-    """Every (pp, dp, micro_batch) the request allows, before simulating."""
-    if req.tp not in (None, 1):
-        raise InputError(f"tensor parallelism (tp = {req.tp}) is not simulated yet", field="--tp",
-                         fix="Leave --tp out or give --tp 1; docs/clusters.md says what is modelled")
+    """Every (pp, dp, micro_batch) the request allows on ``n_gpus`` simulated GPUs (under tensor parallelism,
+    the tensor-parallel groups), before simulating."""
     if req.schedule not in SCHEDULES:
         raise InputError(f"unknown pipeline schedule {req.schedule!r}", field="--schedule",
                          fix="Use " + ", ".join(SCHEDULES))
@@ -127,16 +133,24 @@ def candidates(n_gpus: int, n_ops: int, req: PlanRequest) -> list[tuple[int, int
 
 
 def simulate_plan(graph: Graph, devices: DeviceGraph, gpus: list[int], pp: int, dp: int, b: int,
-                  req: PlanRequest) -> tuple[Plan, object]:
-    """One plan built and simulated: the plan with its figures, and the problem it ran in."""
+                  req: PlanRequest, config=None) -> tuple[Plan, object]:
+    """One plan built and simulated: the plan with its figures, and the problem it ran in. Under tensor
+    parallelism (``req.tp`` > 1), sequence parallelism, recomputation or ZeRO-3, ``config`` is the ``gpt:``
+    network's configuration: the graph simulated is one tensor-parallel rank's (:func:`rank_graph`) and the
+    simulated GPUs are the first of each group of ``tp`` in ``gpus``."""
+    t = req.tp or 1
     m = req.global_batch // (dp * b)
     v = req.virtual_stages
+    profile = _profile(req)
+    if _needs_rank_graph(req):
+        graph = rank_graph(config, graph.precision, devices, gpus, t, dp, b, req, profile)
+        gpus = gpus[::t]
     groups = [tuple(gpus[s * dp:(s + 1) * dp]) for s in range(pp)]
     splits = tuple(Split("batch", g) for g in groups) if dp > 1 else ()
     spec = ProblemSpec(schedule=req.schedule, micro_batches=m, virtual_stages=v, splits=splits,
-                       optimizer=req.optimizer, zero=req.zero, penalty=req.penalty,
+                       optimizer=req.optimizer, zero=min(req.zero, 2), penalty=req.penalty,
                        comm_efficiency=req.comm_efficiency)
-    problem = spec.build(graph.with_batch_size(req.global_batch), devices)
+    problem = spec.build(graph.with_batch_size(req.global_batch), devices, cost_model=profile)
     c = problem.costs
     work = np.asarray(c.fwd + c.bwd + c.update, dtype=float)
     chunks = [groups[k % pp] for k in range(pp * v)]  # interleaved: chunk k on group k mod pp
@@ -149,8 +163,8 @@ def simulate_plan(graph: Graph, devices: DeviceGraph, gpus: list[int], pp: int, 
         if len(g) == 1:
             x[lo:hi] = g[0]
         else:
-            t = problem.splits.index(Split("batch", g))
-            x[lo:hi] = np.where(problem.allowed[lo:hi, t], problem.n_devices + t, g[0])
+            s = problem.splits.index(Split("batch", g))
+            x[lo:hi] = np.where(problem.allowed[lo:hi, s], problem.n_devices + s, g[0])
     ev = problem.simulate(x)
     r = ev.result
     used = sorted(set(d for g in groups for d in g))
@@ -160,17 +174,101 @@ def simulate_plan(graph: Graph, devices: DeviceGraph, gpus: list[int], pp: int, 
     for ch, nbytes in zip(problem.devices.channels, np.asarray(r.channel_bytes, dtype=float)):
         key = "nvlink" if ch.name.startswith("nvl-") else "infiniband" if ch.name.startswith("ib-") else "other"
         level[key] += float(nbytes)
-    compute = float(busy[used].max())
-    plan = Plan(tp=1, pp=pp, dp=dp, micro_batch=b, micro_batches=m, schedule=req.schedule, virtual_stages=v,
-                recompute="none", zero=req.zero, step_time_s=float(r.makespan),
+    # the collectives' and recomputations' seconds per step on each stage: their ops' unit times × micro-batches
+    kinds = {"tensor_parallel": np.zeros(pp), "zero3": np.zeros(pp), "recompute": np.zeros(pp)}
+    unit = b / problem.graph.batch_size  # op times are at the graph's batch (a micro-batch), the unit's are b's
+    for k in range(pp * v):
+        for op in problem.graph.ops[cuts[k]:cuts[k + 1]]:
+            if op.kind in ("collective", "recompute") and op.times:
+                key = "recompute" if op.kind == "recompute" else "zero3" if ".zero3_" in op.name else "tensor_parallel"
+                kinds[key][k % pp] += sum(op.times["gpu"].values()) * unit * m
+    busiest = used[int(np.argmax(busy[used]))]
+    stage = next(k for k, g in enumerate(groups) if busiest in g)
+    comm = float(kinds["tensor_parallel"][stage])
+    gathers = float(kinds["zero3"][stage])
+    compute = float(busy[busiest]) - comm - gathers
+    plan = Plan(tp=t, pp=pp, dp=dp, micro_batch=b, micro_batches=m, schedule=req.schedule, virtual_stages=v,
+                recompute=req.recompute, zero=req.zero, sequence_parallel=req.sequence_parallel,
+                step_time_s=float(r.makespan),
                 peak_memory_bytes=float(np.max(r.peak_memory[used])), fits=bool(ev.feasible),
-                breakdown={"compute_s": compute, "other_s": float(r.makespan) - compute,
+                breakdown={"compute_s": compute, "tensor_parallel_comm_s": comm,
+                           "zero3_gather_s": gathers, "recompute_s": float(kinds["recompute"][stage]),
+                           "other_s": float(r.makespan) - compute - comm - gathers,
                            "bubble_fraction": float(r.idle_fraction()[used].mean()),
-                           "busiest_gpu": names[used[int(np.argmax(busy[used]))]],
+                           "busiest_gpu": names[busiest],
                            "nvlink_bytes": level["nvlink"], "infiniband_bytes": level["infiniband"],
                            "other_link_bytes": level["other"]},
-                placement=x, cuts=tuple(int(c) for c in cuts))
+                placement=x, cuts=tuple(int(c) for c in cuts), graph=problem.graph)
     return plan, problem
+
+
+def _needs_rank_graph(req: PlanRequest) -> bool:
+    return (req.tp or 1) > 1 or req.sequence_parallel or req.recompute != "none" or req.zero >= 3
+
+
+def _profile(req: PlanRequest):
+    """The plan's cost profile: the default roofline with the request's optimizer, ZeRO stage (3 included: its
+    gathers are ops of the rank's graph) and communication efficiency."""
+    from ..cost.profiles import RooflineProfile, get_profile
+
+    base = get_profile("default", comm_efficiency=req.comm_efficiency, optimizer=req.optimizer,
+                       zero=min(req.zero, 2))
+    return replace(base, zero=req.zero) if req.zero >= 3 else base
+
+
+def _link(devices: DeviceGraph, a: int, b: int, efficiency: float) -> tuple[float, float]:
+    """(alpha, beta) of the link device ``a`` sends to ``b`` on: its latency and seconds per byte at the
+    profile's communication efficiency (what every transfer of the simulator reaches)."""
+    ch = devices.channels[devices.route[(a, b)]]
+    return float(ch.latency), 1.0 / (float(ch.bandwidth) * efficiency)
+
+
+def node_size(devices: DeviceGraph, gpus: list[int]) -> int:
+    """How many of ``gpus`` share the first one's node: those it reaches without InfiniBand (every GPU of a
+    device graph without ``ib-`` channels)."""
+    first = gpus[0]
+    return 1 + sum(1 for g in gpus[1:]
+                   if not devices.channels[devices.route[(first, g)]].name.startswith("ib-"))
+
+
+def rank_graph(config, precision: str, devices: DeviceGraph, gpus: list[int], t: int, dp: int, b: int,
+               req: PlanRequest, profile) -> Graph:
+    """The graph of one tensor-parallel rank of the plan (families.gpt_parallel) at the global batch: its
+    tensor-parallel collectives over the group's NVLink (``t`` consecutive GPUs of ``gpus``), ZeRO-3's parameter
+    gathers over the data-parallel group (every ``t``-th GPU, ``dp`` of them, in two levels across nodes), each
+    timed for one micro-batch of ``b`` sequences by cost.collectives."""
+    from ..cost import collectives
+    from ..families import gpt_parallel
+
+    if config is None:
+        raise InputError("tensor and sequence parallelism, recomputation and ZeRO-3 are modelled for gpt: networks",
+                         field="--network", fix="Plan a gpt:layers=L,hidden=H,heads=A network")
+    config = replace(config, batch=req.global_batch, precision=precision)
+    eff = profile.comm_efficiency
+    comm = None
+    if t > 1:
+        alpha, beta = _link(devices, gpus[0], gpus[1], eff)
+
+        def comm(kind: str, nbytes: float) -> float:
+            return collectives.collective(kind, nbytes, t, alpha, beta)
+    gather = None
+    if req.zero >= 3 and dp > 1:
+        ranks = gpus[::t][:dp]
+        per_node = min(node_size(devices, ranks), dp)
+        nodes = dp // per_node
+        intra = _link(devices, ranks[0], ranks[1], eff) if per_node > 1 else (0.0, 0.0)
+        inter = _link(devices, ranks[0], ranks[per_node], eff) if nodes > 1 else (0.0, 0.0)
+
+        def gather(nbytes: float) -> float:
+            return collectives.hierarchical("all-gather", nbytes, per_node, nodes, intra, inter)
+
+    def layer_forward(g: Graph) -> dict[str, float]:
+        fwd = profile.arrays(g, devices).fwd[:, gpus[0]]
+        return {op.name: float(f) for op, f in zip(g.ops, fwd)}
+
+    return gpt_parallel.build(config, t, comm or (lambda kind, nbytes: 0.0), unit_batch=b,
+                              sequence_parallel=req.sequence_parallel, recompute=req.recompute,
+                              layer_forward=layer_forward, param_gather=gather)
 
 
 def even_layer_cuts(graph: Graph, chunks: int) -> list[int] | None:
@@ -185,19 +283,70 @@ def even_layer_cuts(graph: Graph, chunks: int) -> list[int] | None:
     return [0] + [starts[k * per] for k in range(1, chunks)] + [len(graph)]
 
 
-def plan(graph: Graph, devices: DeviceGraph, req: PlanRequest) -> list[Plan]:
-    """Every candidate plan simulated, best first (plans that fit before those that do not)."""
+def tensor_degrees(n_gpus: int, per_node: int, req: PlanRequest, config) -> list[int]:
+    """The tensor-parallel degrees to plan: ``req.tp`` when given (checked), else every degree that divides the
+    node's GPUs, the GPUs and the heads (above 1 only with a ``gpt:`` network; above 1 only under
+    sequence parallelism)."""
+    from ..families import gpt_parallel
+
+    if req.tp is not None:
+        if req.tp > 1 or req.sequence_parallel:
+            if config is None:
+                raise InputError(f"tensor parallelism (--tp {req.tp}) splits a gpt: network's layers",
+                                 field="--tp", fix="Plan a gpt:layers=L,hidden=H,heads=A network, or give --tp 1")
+            gpt_parallel.check(config, req.tp, req.sequence_parallel, req.recompute, per_node)
+        if n_gpus % req.tp:
+            raise InputError(f"--tp {req.tp} does not divide the {n_gpus} GPUs", field="--tp",
+                             fix=f"Use one of {', '.join(str(d) for d in _divisors(n_gpus) if d <= per_node)}")
+        return [req.tp]
+    if config is None:
+        if req.sequence_parallel:
+            raise InputError("sequence parallelism needs tensor parallelism of a gpt: network",
+                             field="--sequence-parallel", fix="Plan a gpt: network")
+        return [1]
+    return [t for t in _divisors(per_node) if n_gpus % t == 0 and config.heads % t == 0
+            and (t > 1 or not req.sequence_parallel)]
+
+
+def plan(graph: Graph, devices: DeviceGraph, req: PlanRequest, config=None) -> list[Plan]:
+    """Every candidate plan simulated, best first (plans that fit before those that do not). ``config``, a
+    ``gpt:`` network's configuration, lets the search split its layers over tensor-parallel groups."""
+    from ..families import gpt_parallel
+
     if req.global_batch < 1:
         raise InputError("the global batch must be at least 1", field="--global-batch", fix="Give sequences per step")
+    if req.recompute not in gpt_parallel.RECOMPUTE:
+        raise InputError(f"unknown recomputation {req.recompute!r}", field="--recompute",
+                         fix="Use " + ", ".join(gpt_parallel.RECOMPUTE))
+    if req.zero not in (0, 1, 2, 3):
+        raise InputError(f"ZeRO stage must be 0 to 3, got {req.zero!r}", field="--zero", fix="Use 0, 1, 2 or 3")
     gpus = gpus_of(devices)
-    plans = [simulate_plan(graph, devices, gpus, pp, dp, b, req)[0]
-             for pp, dp, b in candidates(len(gpus), len(graph), req)]
-    return sorted(plans, key=lambda p: (not p.fits, p.step_time_s, p.pp, p.micro_batch))
+    tps = tensor_degrees(len(gpus), node_size(devices, gpus), req, config)
+    todo, refused = [], None
+    for t in tps:
+        sub = replace(req, tp=t)
+        if _needs_rank_graph(sub) and config is None:
+            raise InputError("recomputation and ZeRO-3 are modelled for gpt: networks", field="--network",
+                             fix="Plan a gpt:layers=L,hidden=H,heads=A network")
+        try:
+            todo += [(sub, pp, dp, b) for pp, dp, b in candidates(len(gpus) // t, len(graph), sub)]
+        except InputError as err:  # a searched degree the other dimensions given rule out
+            if req.tp is not None:
+                raise
+            refused = refused or err
+    if not todo:
+        raise refused
+    if len(todo) > MAX_CANDIDATES:
+        raise InputError(f"{len(todo)} plans to simulate, at most {MAX_CANDIDATES}", field="--micro-batch",
+                         fix="Fix --micro-batch, --tp, --pp or --dp")
+    plans = [simulate_plan(graph, devices, gpus, pp, dp, b, sub, config)[0] for sub, pp, dp, b in todo]
+    return sorted(plans, key=lambda p: (not p.fits, p.step_time_s, p.pp, p.micro_batch, p.tp))
 
 
 def memory_parts(problem, placement) -> dict[str, np.ndarray]:
     """Per device, what its training state holds, [devices] bytes each: ``weights``, ``gradients``,
-    ``optimizer`` (the plan's optimizer and ZeRO stage, cost.training_state); ``activations`` is the rest of its
+    ``optimizer`` (the plan's optimizer and ZeRO stage, cost.training_state; under tensor parallelism the graph
+    is one rank's, so its sharded layers hold 1/tp of their weights); ``activations`` is the rest of its
     simulated peak (outputs kept for the backward, messages, gathers)."""
     from ..cost.training_state import state_parts
 
@@ -215,7 +364,7 @@ def memory_parts(problem, placement) -> dict[str, np.ndarray]:
             shares = [(d, 1.0, k) if s.dim == "batch" else (d, 1.0 / k, 1) for d in s.devices]
         for d, f, group in shares:
             p = op.param_bytes * f
-            parts["weights"][d] += p * w
+            parts["weights"][d] += p * w / (group if zero >= 3 else 1)
             parts["gradients"][d] += p * g / (group if zero >= 2 else 1)
             parts["optimizer"][d] += p * o / (group if zero >= 1 else 1)
     peak = np.asarray(problem.simulate(placement).result.peak_memory, dtype=float)
