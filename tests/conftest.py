@@ -61,11 +61,15 @@ def _private_data_dir(tmp_path_factory, monkeypatch):
 # missing.
 
 @pytest.fixture(scope="module")
-def app_url(tmp_path_factory, request):
+def home(tmp_path_factory):
+    """The PLACEMENT_HOME the module's dashboard serves; a module overrides it to serve stored runs or policies."""
+    return tmp_path_factory.mktemp("browser_home")
+
+
+@pytest.fixture(scope="module")
+def app_url(home, request):
     import browser_util
-    if browser_util.missing():  # skip before making a folder for nothing
-        pytest.skip(browser_util.missing())
-    yield from browser_util.serve_for_module(tmp_path_factory.mktemp("browser_home"), request)
+    yield from browser_util.serve_for_module(home, request)
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,6 @@ from browser_util import main, no_errors, open_page, settle, sidebar_text, wait_
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
 
-@pytest.fixture(scope="module")
-def app_url(tmp_path_factory, request):
-    yield from browser_util.serve_for_module(tmp_path_factory.mktemp("gpt_home"), request)
-
-
 def _gpt_tab(pg):
     pg.get_by_role("tab", name="A GPT by its shape").click()
     settle(pg)

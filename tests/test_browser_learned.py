@@ -29,13 +29,6 @@ def home(tmp_path_factory):
     return home
 
 
-@pytest.fixture(scope="module")
-def app_url(home, request):
-    """Overrides conftest's: this module's dashboard serves the home with the policy."""
-    import browser_util
-    yield from browser_util.serve_for_module(home, request)
-
-
 def pick_policy(pg, name: str) -> None:
     box = main(pg).locator("[data-testid='stSelectbox']").filter(has=pg.get_by_text("Policy", exact=True)).first
     for _ in range(3):

@@ -17,17 +17,6 @@ from placement_core.simulate.model import SimSettings
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
 
-@pytest.fixture(scope="module")
-def home(tmp_path_factory):
-    return tmp_path_factory.mktemp("round3_home")
-
-
-@pytest.fixture(scope="module")
-def app_url(home, request):
-    import browser_util
-    yield from browser_util.serve_for_module(home, request)
-
-
 def _trace_settings(pg, batches: int, in_flight: int) -> None:
     """Open the Trace page's settings and type the batches and batches in flight, as a person does."""
     pg.get_by_text("— change").first.click()

@@ -34,13 +34,6 @@ def home(tmp_path_factory):
     return home
 
 
-@pytest.fixture(scope="module")
-def app_url(home, request):
-    """Overrides conftest's: this module's dashboard serves the home with the two stored runs."""
-    import browser_util
-    yield from browser_util.serve_for_module(home, request)
-
-
 def overlay_traces(pg) -> list[str]:
     """The names of the curves the browser drew in the chart titled 'Best objective so far'."""
     chart = pg.locator("[data-testid='stPlotlyChart']").filter(has_text="Best objective so far").first

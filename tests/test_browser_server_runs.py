@@ -19,17 +19,6 @@ from placement_core.store import RunStore
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(420)]
 
 
-@pytest.fixture(scope="module")
-def home(tmp_path_factory):
-    return tmp_path_factory.mktemp("server_runs_home")
-
-
-@pytest.fixture(scope="module")
-def app_url(home, request):
-    import browser_util
-    yield from browser_util.serve_for_module(home, request)
-
-
 def _algorithms(pg, keep: list[str]) -> None:
     """Make the Algorithms box hold exactly ``keep`` (titles), as a person does: remove the others, add."""
     box = main(pg).locator("[data-testid='stMultiSelect']").filter(has=pg.get_by_text("Algorithms", exact=True)).first
