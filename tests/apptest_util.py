@@ -63,6 +63,18 @@ def wait_for_runs(at: AppTest, timeout: float = 60) -> None:
     at.run()
 
 
+def dashboard_run(at: AppTest, algorithm: str, evaluations: int = 300):
+    """Start one run of ``algorithm`` from the Optimize page as a user does, wait for it; the run."""
+    from dashboard.background_runs import REGISTRY
+
+    goto(at, "optimize")
+    at.number_input(key="opt_evaluations").set_value(evaluations)
+    at.multiselect(key="opt_algorithms").set_value([algorithm])
+    at.button(key="opt_start").click().run()
+    wait_for_runs(at)
+    return [r for r in REGISTRY.runs(at.session_state["session_key"]) if r.spec.algorithm == algorithm][-1]
+
+
 def decode(values):
     """A Plotly data array: a plain list, or Plotly's base64 typed-array form."""
     import base64

@@ -4,9 +4,8 @@ import math
 
 import numpy as np
 import pytest
-from apptest_util import assert_clean, decode, figures, frame, goto, start, text, wait_for_runs
+from apptest_util import assert_clean, dashboard_run, decode, figures, frame, goto, start, text
 
-from dashboard.background_runs import REGISTRY
 from placement_core.analysis import fmt_seconds
 
 
@@ -14,13 +13,7 @@ from placement_core.analysis import fmt_seconds
 def with_archive():
     """An app whose session ran MAP-Elites (800 evaluations) on the default problem."""
     at = start()
-    goto(at, "optimize")
-    at.number_input(key="opt_evaluations").set_value(800)
-    at.multiselect(key="opt_algorithms").set_value(["map-elites"])
-    at.button(key="opt_start").click().run()
-    wait_for_runs(at)
-    [run] = REGISTRY.runs(at.session_state["session_key"])
-    return at, run
+    return at, dashboard_run(at, "map-elites", 800)
 
 
 def archive_page(at, bins="all"):

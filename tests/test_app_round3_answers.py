@@ -4,7 +4,7 @@ out here from the networks and the simulator."""
 
 import numpy as np
 import pytest
-from apptest_util import assert_clean, decode, goto, start, text, wait_for_runs
+from apptest_util import assert_clean, dashboard_run, decode, goto, start, text, wait_for_runs
 
 from dashboard import seed_answer
 from dashboard.background_runs import REGISTRY
@@ -41,13 +41,9 @@ def test_each_offered_setup_is_one_where_placement_matters(name):
 @pytest.mark.slow
 def test_nothing_beat_the_seed_says_so_and_offers_a_setup_where_placement_matters():
     at = start()
-    goto(at, "optimize")
-    at.number_input(key="opt_evaluations").set_value(300)
-    at.multiselect(key="opt_algorithms").set_value(["ga"])
-    at.button(key="opt_start").click().run()
-    wait_for_runs(at)
+    run = dashboard_run(at, "ga", 300)
     assert_clean(at)
-    [run] = REGISTRY.runs(at.session_state["session_key"])
+    assert len(REGISTRY.runs(at.session_state["session_key"])) == 1
     g, d = load_network("resnet50"), load_devices("malvik-4gpu")
     seed = Problem(g, d).evaluate(single_device(g, d, "gpu0"))
     assert run.result.best_objective == pytest.approx(seed, rel=1e-12)  # ResNet-50 on one server: gpu0 stays

@@ -7,8 +7,8 @@ import threading
 
 import numpy as np
 import pytest
-from apptest_util import (assert_clean, decode, figures, frame, goto, metrics, sidebar_text, start, text,
-                          wait_for_runs)
+from apptest_util import (assert_clean, dashboard_run, decode, figures, frame, goto, metrics, sidebar_text, start,
+                          text, wait_for_runs)
 
 from dashboard import stored
 from dashboard.charts.curves import OBJECTIVE_TITLE
@@ -26,15 +26,6 @@ def runs_page(at=None):
     goto(at, "runs")
     assert_clean(at)
     return at
-
-
-def dashboard_run(at, algorithm, evaluations=300):
-    goto(at, "optimize")
-    at.number_input(key="opt_evaluations").set_value(evaluations)
-    at.multiselect(key="opt_algorithms").set_value([algorithm])
-    at.button(key="opt_start").click().run()
-    wait_for_runs(at)
-    return [r for r in REGISTRY.runs(at.session_state["session_key"]) if r.spec.algorithm == algorithm][-1]
 
 
 def alexnet_problem():
