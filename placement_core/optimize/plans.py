@@ -90,7 +90,7 @@ def gpus_of(devices: DeviceGraph) -> list[int]:
     return gpus
 
 
-def candidates(n_gpus: int, n_ops: int, req: PlanRequest) -> list[tuple[int, int, int]]:
+def candidates(n_gpus: int, n_ops: int, req: PlanRequest, what: str = "GPUs") -> list[tuple[int, int, int]]:
     """Every (pp, dp, micro_batch) the request allows on ``n_gpus`` simulated GPUs (under tensor parallelism,
     the tensor-parallel groups), before simulating."""
     if req.schedule not in SCHEDULES:
@@ -100,10 +100,10 @@ def candidates(n_gpus: int, n_ops: int, req: PlanRequest) -> list[tuple[int, int
         raise InputError("--virtual-stages needs --schedule interleaved-1f1b", field="--virtual-stages")
     for name, value in (("--pp", req.pp), ("--dp", req.dp)):
         if value is not None and n_gpus % value:
-            raise InputError(f"{name} {value} does not divide the {n_gpus} GPUs", field=name,
+            raise InputError(f"{name} {value} does not divide the {n_gpus} {what}", field=name,
                              fix=f"Use one of {', '.join(map(str, _divisors(n_gpus)))}")
     if req.pp is not None and req.dp is not None and req.pp * req.dp != n_gpus:
-        raise InputError(f"--pp {req.pp} × --dp {req.dp} is not the {n_gpus} GPUs", field="--dp",
+        raise InputError(f"--pp {req.pp} × --dp {req.dp} is not the {n_gpus} {what}", field="--dp",
                          fix="Give one of them, or two whose product is the GPU count")
     out = []
     for pp in _divisors(n_gpus):
@@ -121,7 +121,7 @@ def candidates(n_gpus: int, n_ops: int, req: PlanRequest) -> list[tuple[int, int
                 continue  # torch's interleaved schedule runs micro-batches in rounds of pp
             out.append((pp, dp, b))
     if not out:
-        raise InputError(f"no plan of {n_gpus} GPUs fits the constraints (global batch {req.global_batch}"
+        raise InputError(f"no plan of {n_gpus} {what} fits the constraints (global batch {req.global_batch}"
                          + "".join(f", {k} {v}" for k, v in (("--pp", req.pp), ("--dp", req.dp),
                                                               ("--micro-batch", req.micro_batch)) if v) + ")",
                          field="--global-batch", fix="The data-parallel degree must divide the global batch, and "
@@ -219,6 +219,10 @@ def _profile(req: PlanRequest):
 def _link(devices: DeviceGraph, a: int, b: int, efficiency: float) -> tuple[float, float]:
     """(alpha, beta) of the link device ``a`` sends to ``b`` on: its latency and seconds per byte at the
     profile's communication efficiency (what every transfer of the simulator reaches)."""
+    if (a, b) not in devices.route:
+        names = devices.names
+        raise InputError(f"{names[a]} has no link to {names[b]}, which a collective of the plan needs",
+                         field="--devices", fix="Connect every GPU of a group, or plan without that dimension")
     ch = devices.channels[devices.route[(a, b)]]
     return float(ch.latency), 1.0 / (float(ch.bandwidth) * efficiency)
 
@@ -228,7 +232,8 @@ def node_size(devices: DeviceGraph, gpus: list[int]) -> int:
     device graph without ``ib-`` channels)."""
     first = gpus[0]
     return 1 + sum(1 for g in gpus[1:]
-                   if not devices.channels[devices.route[(first, g)]].name.startswith("ib-"))
+                   if (first, g) in devices.route
+                   and not devices.channels[devices.route[(first, g)]].name.startswith("ib-"))
 
 
 def rank_graph(config, precision: str, devices: DeviceGraph, gpus: list[int], t: int, dp: int, b: int,
@@ -255,7 +260,7 @@ def rank_graph(config, precision: str, devices: DeviceGraph, gpus: list[int], t:
     if req.zero >= 3 and dp > 1:
         ranks = gpus[::t][:dp]
         per_node = min(node_size(devices, ranks), dp)
-        nodes = dp // per_node
+        nodes = -(-dp // per_node)  # a group that ends part-way into a node counts that node whole
         intra = _link(devices, ranks[0], ranks[1], eff) if per_node > 1 else (0.0, 0.0)
         inter = _link(devices, ranks[0], ranks[per_node], eff) if nodes > 1 else (0.0, 0.0)
 
@@ -329,7 +334,8 @@ def plan(graph: Graph, devices: DeviceGraph, req: PlanRequest, config=None) -> l
             raise InputError("recomputation and ZeRO-3 are modelled for gpt: networks", field="--network",
                              fix="Plan a gpt:layers=L,hidden=H,heads=A network")
         try:
-            todo += [(sub, pp, dp, b) for pp, dp, b in candidates(len(gpus) // t, len(graph), sub)]
+            what = "GPUs" if t == 1 else f"tensor-parallel groups of {t} GPUs"
+            todo += [(sub, pp, dp, b) for pp, dp, b in candidates(len(gpus) // t, len(graph), sub, what)]
         except InputError as err:  # a searched degree the other dimensions given rule out
             if req.tp is not None:
                 raise
