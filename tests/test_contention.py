@@ -176,3 +176,31 @@ def test_bad_fields_name_the_field_and_the_fix(edit, field, words):
     assert err.value.field == field
     assert words in err.value.problem
     assert err.value.fix
+
+
+# -- calibration's figures into the device graph ------------------------------------------------------------
+
+def test_calibrated_curves_and_contention_enter_the_device_graph():
+    """Two ranks' medians: the curve keeps the slower rank per size, made non-decreasing (rank 1's dip at
+    2000 B is noise); slowdowns 2.0 and 1.8 (median 1.9) make a resource of capacity 2 / 1.9 for both."""
+    from placement_core.analysis.calibration_fit import Calibration, with_collectives
+    cal = Calibration(graph_of(), {}, {})
+    events = [{"event": "collective", "op": "allreduce", "device": f"d{r}", "devices": ["d0", "d1"],
+               "sizes": [1000, 2000, 4000], "seconds": s, "busy_seconds": b}
+              for r, (s, b) in enumerate([([0.1, 0.2, 0.4], [0.2, 0.3, 0.8]), ([0.15, 0.12, 0.5], [0.1, 0.4, 0.7])])]
+    events.append({"event": "collective", "op": "reducescatter", "device": "d0", "error": "not supported"})
+    contention = [{"device": "d0", "alone_s": 1.0, "together_s": 2.0}, {"device": "d1", "alone_s": 1.0,
+                                                                         "together_s": 1.8}]
+    out = with_collectives(cal, events, contention)
+    (curve,) = out.devices.collectives
+    assert curve.op == "allreduce" and curve.devices == ("d0", "d1") and curve.sizes == (1000.0, 2000.0, 4000.0)
+    assert curve.seconds == (0.15, 0.2, 0.5) and curve.busy_seconds == (0.2, 0.4, 0.8)
+    (res,) = out.devices.shared
+    assert res.devices == ("d0", "d1") and res.capacity == pytest.approx(2 / 1.9, rel=1e-12)
+    assert out.report["contention"]["slowdown"] == pytest.approx(1.9)
+    assert out.report["collective_errors"] == {"reducescatter": "not supported"}
+    # the stored file reads back as the same graph
+    assert devices_from_dict(devices_to_dict(out.devices)).collectives == out.devices.collectives
+    # ranks that do not slow each other: nothing shared
+    calm = [{"device": "d0", "alone_s": 1.0, "together_s": 1.01}, {"device": "d1", "alone_s": 1.0, "together_s": 1.0}]
+    assert with_collectives(cal, [], calm).devices.shared == ()

@@ -105,6 +105,27 @@ def test_calibration_measures_every_op_and_the_link(calibration):
     assert errors[1] <= errors[0] * 1.5
 
 
+@pytest.mark.workers
+def test_calibration_measures_collectives_and_contention(calibration):
+    """All-reduce, all-gather and reduce-scatter over both ranks, alone and while both compute, stored in the
+    device graph (docs/formats.md "collectives"); the ranks' slowdown computing together in the report, and a
+    shared resource of capacity 2 / slowdown when it exceeds 5 % (docs/torch.md)."""
+    devices, report = calibration.devices, calibration.report
+    curves = {c.op: c for c in devices.collectives}
+    assert set(curves) == {"allreduce", "allgather", "reducescatter"}
+    for c in curves.values():
+        assert c.devices == ("cpu0", "cpu1") and len(c.sizes) == 5
+        assert all(t > 0 for t in c.seconds) and list(c.seconds) == sorted(c.seconds)
+        assert list(c.busy_seconds) == sorted(c.busy_seconds)
+    contention = report["contention"]
+    assert set(contention["alone_s"]) == {"cpu0", "cpu1"} and contention["slowdown"] > 0
+    if contention["slowdown"] > 1.05:
+        (res,) = devices.shared
+        assert res.capacity == pytest.approx(2 / contention["slowdown"]) and res.devices == ("cpu0", "cpu1")
+    else:
+        assert devices.shared == ()
+
+
 def test_overhead_fit_recovers_a_known_overhead():
     """Steps 'measured' by the simulator itself with 300 us per message: the fit finds 300 us again."""
     from placement_core.model.devices import Channel, Device, DeviceGraph

@@ -54,7 +54,8 @@ from typing import Callable
 
 from ..model.devices import devices_to_dict
 from ..base.errors import InputError
-from ..analysis.calibration_fit import (Calibration, CalibrationSettings, build_calibration, fastest, fit_message_overhead, fit_placements)
+from ..analysis.calibration_fit import (Calibration, CalibrationSettings, build_calibration, fastest, fit_message_overhead, fit_placements,
+                                       with_collectives)
 from ..base.jsonio import write_json
 from ..cost.timings import user_timings_path, write_timings
 from .devspec import check_available, parse_devices
@@ -110,9 +111,12 @@ def calibrate(source: str, input_shape, devices, *, runner: str = "ranks", batch
                 "min_reps": settings.min_reps, "max_reps": settings.max_reps, "rounds": settings.rounds,
                 "half_batch": batch // 2 if settings.batch_fit and batch >= 2 else 0,
                 "fit_batches": fit_batches(batch) if settings.batch_fit else [],
-                "comm_timeout": settings.timeout}
+                "comm_timeout": settings.timeout,
+                "collective_sizes": sorted({int(x) for x in settings.collective_sizes if int(x) >= 4 * len(devs)})}
         measured: dict[str, list[dict]] = {}
         links = {}
+        collectives: list[dict] = []
+        contention: list[dict] = []
         deadline = time.monotonic() + settings.timeout
         with WorkerJob(spec, world) as job:
             while True:
@@ -127,6 +131,17 @@ def calibrate(source: str, input_shape, devices, *, runner: str = "ranks", batch
                         links[(ev["src"], ev["dst"])] = ev
                         if progress:
                             progress(f"{ev['src']} <-> {ev['dst']}: {len(ev['seconds'])} sizes")
+                    elif kind == "collective":
+                        collectives.append(ev)
+                        if progress and "error" not in ev:
+                            progress(f"{ev['op']} over {len(ev['devices'])} ranks ({ev['device']}): "
+                                     f"{ev['seconds'][-1] * 1e3:.1f} ms alone, {ev['busy_seconds'][-1] * 1e3:.1f} ms "
+                                     f"busy at {ev['sizes'][-1] / 2 ** 20:.0f} MiB")
+                    elif kind == "contention":
+                        contention.append(ev)
+                        if progress:
+                            progress(f"{ev['device']}: products {ev['together_s'] / ev['alone_s']:.2f}x slower with "
+                                     "every rank computing")
                     elif kind == "fatal":
                         if ev.get("kind") == "input":
                             raise InputError(ev["message"])
@@ -144,6 +159,10 @@ def calibrate(source: str, input_shape, devices, *, runner: str = "ranks", batch
                     measured.setdefault(ev["name"], []).append(ev)
                 elif ev.get("event") == "channel":
                     links[(ev["src"], ev["dst"])] = ev
+                elif ev.get("event") == "collective":
+                    collectives.append(ev)
+                elif ev.get("event") == "contention":
+                    contention.append(ev)
             tail = job.log_tail()
     missing = [d.name for d in devs if d.name not in measured]
     if missing:
@@ -151,6 +170,8 @@ def calibrate(source: str, input_shape, devices, *, runner: str = "ranks", batch
                          field="calibrate")
     cal = build_calibration(graph, source, shape, devs, {k: fastest(v) for k, v in measured.items()}, links,
                             settings, shared)
+    # before the overhead fit: its whole-step runs are simulated with the ranks' contention
+    cal = with_collectives(cal, collectives, contention)
     if settings.fit_placements > 0 and len(devs) > 1 and any(d.kind == "cpu" for d in devs):
         cal = fit_overhead(cal, graph, source, shape, devs, runner, settings, progress)
     return cal
