@@ -35,7 +35,12 @@ PHASES = ("fwd", "bwd", "update")
 # work), fitted by ``placement calibrate`` from a second measurement at half the batch. A fraction k of the
 # measured work (a micro-batch, a batch shard, a channel shard) then takes fixed + (t - fixed) * k, not t * k.
 FIXED = {"fwd": "fwd_fixed", "bwd": "bwd_fixed"}
-KEYS = PHASES + tuple(FIXED.values())
+# How much a phase's time moved between the calibration's rounds: the standard deviation over rounds divided by
+# their mean (a relative spread; 0.05 is 5 %). The simulator never reads it: analysis.uncertainty draws op
+# times with it to put an interval around a simulated step.
+SPREAD = {"fwd": "fwd_spread", "bwd": "bwd_spread"}
+MAX_SPREAD = 10.0
+KEYS = PHASES + tuple(FIXED.values()) + tuple(SPREAD.values())
 # Times measured at smaller batches, {fraction of the measured batch: seconds} (``placement calibrate`` measures
 # 1/2, 1/4 and 1/8 of it: the micro-batches and batch shards placements use). Between measured fractions a
 # time is interpolated linearly, so a shard's or micro-batch's time is measured, not proportional; below the
@@ -152,8 +157,10 @@ def check_timings(doc, source: str | None = None) -> dict:
                     raise InputError(f"unknown phase {ph!r}", source=source, field=f"ops.{op}.{dev}",
                                      fix='Use "fwd", "bwd" or "update" (and "fwd_fixed", "bwd_fixed": the part '
                                          'of a time that does not shrink with the batch; "fwd_at", "bwd_at": '
-                                         'times at fractions of the batch)')
-                require_number(t, source=source, field=f"ops.{op}.{dev}.{ph}", maximum=1e7)
+                                         'times at fractions of the batch; "fwd_spread", "bwd_spread": how much '
+                                         'the time moved between calibration rounds, relative)')
+                require_number(t, source=source, field=f"ops.{op}.{dev}.{ph}",
+                               maximum=MAX_SPREAD if ph in SPREAD.values() else 1e7)
             for ph, key in FIXED.items():
                 if key in phases and phases[key] > phases.get(ph, 0.0):
                     raise InputError(f"{key} is {phases[key]:g} s, more than the whole {ph} time "
@@ -225,8 +232,14 @@ def timing_table(doc: dict, graph: Graph, groups: Mapping[str, list[str]] | None
             raise InputError(f"the timings have no entry for op {absent[0]!r} of group {group!r}", field=where,
                              fix="Calibrate the model the coarsened network was made from")
         devices = set.intersection(*(set(ops[m]) for m in members))
-        keys = [k for k in KEYS if k in PHASES or any(k in ops[m][d] for m in members for d in devices)]
+        keys = [k for k in KEYS if k not in SPREAD.values()
+                and (k in PHASES or any(k in ops[m][d] for m in members for d in devices))]
         table[group] = {d: {ph: sum(ops[m][d].get(ph, 0.0) for m in members) for ph in keys} for d in devices}
+        for d in devices:  # members' independent spreads: their standard deviations add in quadrature
+            for ph, key in SPREAD.items():
+                if any(key in ops[m][d] for m in members) and table[group][d].get(ph, 0.0) > 0:
+                    sd = sum((ops[m][d].get(key, 0.0) * ops[m][d].get(ph, 0.0)) ** 2 for m in members) ** 0.5
+                    table[group][d][key] = sd / table[group][d][ph]
         for d in devices:  # a group's time at a fraction: its members' sum, where every member was measured there
             for key in AT.values():
                 fractions = [set(ops[m][d].get(key) or ()) for m in members]

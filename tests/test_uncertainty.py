@@ -1,0 +1,131 @@
+"""Issue 29 (5): a simulated time with an interval from the calibration's spread, and rankings that say when two
+placements cannot be told apart. The network is the hand-written one of test_timings_cli (one device runs
+every phase in turn, so a step is a sum), so every interval has a closed form: a lognormal's quantiles."""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+
+import numpy as np
+import pytest
+
+from placement_core import Problem
+from placement_core.analysis import uncertainty
+from placement_core.base.errors import InputError
+from placement_core.cost.timings import check_timings, timing_table
+from placement_core.formats.network import network_from_dict as parse_network
+from placement_core.model.devices import devices_from_dict as parse_devices
+
+from test_timings_cli import DEVICES, NETWORK, TIMINGS, times
+
+
+def problem(spread_a: float = 0.0, spread_b: float = 0.0, table=None) -> Problem:
+    ops = {op: {d: dict(v) for d, v in per.items()} for op, per in (table or TIMINGS["ops"]).items()}
+    for d in ops["a"]:
+        ops["a"][d]["fwd_spread"] = spread_a
+        ops["b"][d]["bwd_spread"] = spread_b
+    return Problem(parse_network(NETWORK), parse_devices(DEVICES), timings=ops)
+
+
+ON_CPU0 = [0, 0, 0]
+ON_CPU1 = [1, 1, 1]
+
+
+def lognormal_quantile(mean: float, s: float, q: float) -> float:
+    """The q quantile of a lognormal with this mean and relative spread (sd / mean)."""
+    sigma = math.sqrt(math.log1p(s * s))
+    return mean * math.exp(-sigma * sigma / 2 + sigma * NormalDist().inv_cdf(q))
+
+
+def test_no_spread_no_interval():
+    p = problem()
+    assert not uncertainty.has_spread(p)
+    assert uncertainty.intervals(p, [ON_CPU0]) is None and uncertainty.ranking(p, [ON_CPU0]) is None
+    with pytest.raises(InputError, match="no spread") as e:
+        uncertainty.draws(p, [ON_CPU0])
+    assert "calibrate" in e.value.fix
+
+
+def test_one_op_with_a_spread_gives_a_lognormal_step():
+    """The step is 1 + 3 + 4 + 2 + 0.5 + 0.25 = 10.75 s (test_timings_cli); only a's forward (1 s) moves, by
+    20 %: the step is 9.75 s plus a lognormal of mean 1 s, whose 5 % and 95 % quantiles are closed forms."""
+    p = problem(spread_a=0.2)
+    assert uncertainty.has_spread(p)
+    d = uncertainty.draws(p, [ON_CPU0], samples=4000, seed=1)[:, 0]
+    assert d.mean() == pytest.approx(10.75, abs=3 * 0.2 / math.sqrt(4000))  # mean 1: the point stays the centre
+    assert d.std() == pytest.approx(0.2, rel=0.08)
+    [iv] = uncertainty.intervals(p, [ON_CPU0], samples=4000, seed=1)
+    assert iv.point == pytest.approx(10.75)
+    assert iv.low == pytest.approx(9.75 + lognormal_quantile(1.0, 0.2, 0.05), abs=0.01)
+    assert iv.high == pytest.approx(9.75 + lognormal_quantile(1.0, 0.2, 0.95), abs=0.015)
+    assert iv.level == 0.9 and iv.samples == 4000
+
+
+def test_independent_ops_add_their_variances():
+    """a's forward (1 s, 30 %) and b's backward (4 s, 10 %) drawn independently: the step's sd is
+    sqrt(0.3² + 0.4²) = 0.5 s."""
+    d = uncertainty.draws(problem(spread_a=0.3, spread_b=0.1), [ON_CPU0], samples=4000, seed=2)[:, 0]
+    assert d.std() == pytest.approx(0.5, rel=0.06)
+
+
+def test_the_same_draws_for_every_placement_and_seed():
+    p = problem(spread_a=0.2, spread_b=0.2)
+    one = uncertainty.draws(p, [ON_CPU0, ON_CPU0], samples=16, seed=3)
+    assert np.array_equal(one[:, 0], one[:, 1])  # paired: the same op times for both
+    assert np.array_equal(one, uncertainty.draws(p, [ON_CPU0, ON_CPU0], samples=16, seed=3))
+    assert not np.array_equal(one, uncertainty.draws(p, [ON_CPU0, ON_CPU0], samples=16, seed=4))
+
+
+def test_a_ranking_says_which_placements_cannot_be_told_apart():
+    """cpu1 measured 1 % slower in a's forward than cpu0 (1.01 s against 1 s) with a spread of 20 %: the two
+    single-device placements are indistinguishable. With cpu1 3 s slower, they are not."""
+    close = {op: {d: dict(v) for d, v in per.items()} for op, per in TIMINGS["ops"].items()}
+    close["a"]["cpu1"]["fwd"] = 1.01
+    rows = uncertainty.ranking(problem(spread_a=0.2, table=close), [ON_CPU1, ON_CPU0], labels=["cpu1", "cpu0"])
+    assert [r["placement"] for r in rows] == ["cpu0", "cpu1"]
+    assert rows[0]["tied_with_above"] is False and rows[1]["tied_with_above"] is True
+    assert rows[1]["simulated_s"] == pytest.approx(10.76) and rows[1]["low_s"] < 10.75 < rows[1]["high_s"]
+    far = {op: {d: dict(v) for d, v in per.items()} for op, per in TIMINGS["ops"].items()}
+    far["a"]["cpu1"]["fwd"] = 4.0
+    rows = uncertainty.ranking(problem(spread_a=0.2, table=far), [ON_CPU1, ON_CPU0], labels=["cpu1", "cpu0"])
+    assert rows[1]["placement"] == "cpu1" and rows[1]["tied_with_above"] is False
+    assert rows[1]["faster_share"] == 0.0  # cpu1 never beats cpu0 in any draw
+
+
+def test_indistinguishable_from_draws_by_hand():
+    # placement 1 is 1 s slower than 0 in every draw; placement 2 is -1, 1, 0, 0.5 against 0's zeros
+    d = np.array([[0.0, 1.0, -1.0], [0.0, 1.0, 1.0], [0.0, 1.0, 0.0], [0.0, 1.0, 0.5]])
+    same = uncertainty.indistinguishable(d, level=0.9)
+    # 2 - 0 sorted: -1, 0, 0.5, 1; its 5 % and 95 % quantiles (linear, positions 0.15 and 2.85) are -0.85 and
+    # 0.925: zero inside. 2 - 1 sorted: -2, -1, -0.5, 0: -1.85 and -0.075: zero outside. 1 - 0 is always 1.
+    assert same.tolist() == [[True, False, True], [False, True, False], [True, False, True]]
+
+
+def test_spreads_are_checked_and_groups_add_them_in_quadrature():
+    doc = {**TIMINGS, "ops": {**TIMINGS["ops"], "a": {d: {**v, "fwd_spread": -0.1} for d, v in times(1, 2, 0.5).items()}}}
+    with pytest.raises(InputError, match="fwd_spread"):
+        check_timings(doc)
+    doc["ops"]["a"] = {d: {**v, "fwd_spread": 11.0} for d, v in times(1, 2, 0.5).items()}
+    with pytest.raises(InputError, match="fwd_spread"):
+        check_timings(doc)
+    # a (1 s, 10 %) and b (3 s, 20 %) as one group: sd sqrt(0.1² + 0.6²) over 4 s
+    doc["ops"]["a"] = {d: {**v, "fwd_spread": 0.1} for d, v in times(1, 2, 0.5).items()}
+    doc["ops"]["b"] = {d: {**v, "fwd_spread": 0.2} for d, v in times(3, 4, 0.25).items()}
+    check_timings(doc)
+    graph = parse_network({**NETWORK, "ops": NETWORK["ops"][:2]})
+    graph = type(graph)(graph.name, graph.ops, graph.batch_size)
+    table = timing_table(doc, graph, groups={"x": ["x"], "a": ["a", "b"]})
+    assert table["a"]["cpu0"]["fwd"] == pytest.approx(4.0)
+    assert table["a"]["cpu0"]["fwd_spread"] == pytest.approx(math.sqrt(0.1 ** 2 + 0.6 ** 2) / 4.0)
+    assert "bwd_spread" not in table["a"]["cpu0"]
+
+
+def test_bad_arguments_say_what_to_give():
+    p = problem(spread_a=0.2)
+    with pytest.raises(InputError, match="samples"):
+        uncertainty.draws(p, [ON_CPU0], samples=1)
+    with pytest.raises(InputError, match="level"):
+        uncertainty.intervals(p, [ON_CPU0], level=1.5)
+    with pytest.raises(InputError, match="device index"):
+        uncertainty.intervals(p, [[0, 0, 7]])
