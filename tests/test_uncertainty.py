@@ -18,6 +18,7 @@ from placement_core.formats.network import network_from_dict as parse_network
 from placement_core.model.devices import devices_from_dict as parse_devices
 
 from test_timings_cli import DEVICES, NETWORK, TIMINGS, times
+from test_timings_cli import files  # noqa: F401 (a fixture)
 
 
 def problem(spread_a: float = 0.0, spread_b: float = 0.0, table=None) -> Problem:
@@ -129,3 +130,30 @@ def test_bad_arguments_say_what_to_give():
         uncertainty.intervals(p, [ON_CPU0], level=1.5)
     with pytest.raises(InputError, match="device index"):
         uncertainty.intervals(p, [[0, 0, 7]])
+
+
+def test_simulate_prints_the_interval(tmp_path, capsys, files):
+    """`placement simulate --interval`: the 10.75 s step of test_timings_cli with a's forward (1 s) at 20 %."""
+    import json
+
+    from placement_core.cli import main
+    doc = json.loads(files["timings"].read_text())
+    for d in doc["ops"]["a"].values():
+        d["fwd_spread"] = 0.2
+    spread = tmp_path / "spread.json"
+    spread.write_text(json.dumps(doc))
+    base = ["simulate", "--network", str(files["net"]), "--devices", str(files["devices"]), "--placement",
+            "single:cpu0"]
+    assert main([*base, "--timings", str(spread), "--interval", "--samples", "400", "--json"]) == 0
+    iv = json.loads(capsys.readouterr().out)["interval"]
+    assert iv["point_s"] == pytest.approx(10.75) and iv["samples"] == 400
+    assert iv["low_s"] == pytest.approx(9.75 + lognormal_quantile(1.0, 0.2, 0.05), abs=0.03)
+    assert iv["high_s"] == pytest.approx(9.75 + lognormal_quantile(1.0, 0.2, 0.95), abs=0.05)
+    assert main([*base, "--timings", str(spread), "--interval"]) == 0
+    out = capsys.readouterr().out  # closed form: 9.75 + 0.72 and 9.75 + 1.35 s
+    assert "90% interval of the time per batch from the calibration's spread: 10.5 s to 11.1 s (64 draws" in out
+    assert main([*base, "--timings", str(files["timings"]), "--interval"]) == 2  # no spread recorded
+    err = capsys.readouterr().err
+    assert "--interval needs measured op times" in err and "Traceback" not in err
+    assert main([*base, "--timings", str(spread), "--interval", "--samples", "1"]) == 2
+    assert "samples" in capsys.readouterr().err

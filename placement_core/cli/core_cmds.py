@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..analysis.stats import channel_stats, device_stats
+from ..base.errors import InputError
 from ..base.units import fmt_bytes, fmt_seconds
 from ..formats.catalog import builtin_devices, builtin_networks, load_devices, load_network
 from ..base.jsonio import write_json
@@ -29,6 +30,10 @@ def register(sub) -> None:
                    help="single:DEVICE, random:SEED, stages:P (P balanced pipeline stages), stages:PxV (P V "
                         "chunks round-robin, for interleaved-1f1b), or a placement file (placement/1 or Exprimo's)")
     p.add_argument("--trace", metavar="FILE", help="write the event trace as Chrome trace JSON (Perfetto)")
+    p.add_argument("--interval", action="store_true",
+                   help="a 90 %% interval around the time per batch, from how much the calibration's op times moved "
+                        "between its rounds (needs --timings or a calibrated local graph; docs/e5.md)")
+    p.add_argument("--samples", type=int, default=64, help="--interval: draws of the op times (default 64)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(handler=cmd_simulate)
 
@@ -132,6 +137,14 @@ def cmd_simulate(args) -> int:
                                       title=f"{problem.graph.name} on {problem.devices.name}",
                                       graph=problem.graph), indent=None)
     report = simulation_report(problem, args.placement, ev)
+    if args.interval:
+        from ..analysis import uncertainty
+        if not uncertainty.has_spread(problem):
+            raise InputError("--interval needs measured op times that say how much they move", field="--interval",
+                             fix="Give --timings from placement calibrate (rounds >= 2 record each op's spread), "
+                                 "or leave --interval out")
+        [iv] = uncertainty.intervals(problem, [placement], samples=args.samples)
+        report["interval"] = iv.to_dict()
     report["ignored_placement_keys"] = len(ignored)  # Exprimo files: keys that are not ops (Block names, stale)
     from ..model.sharding import gene_entry
     names = problem.devices.names
@@ -151,6 +164,10 @@ def cmd_simulate(args) -> int:
           f"{fmt_seconds(r.batch_time)}, {r.transfers} transfers, "
           + ("fits in memory" if ev.feasible else "OVERFLOWS memory") + f", objective {ev.objective:.6g} s, "
           f"bubble {report['bubble_fraction']:.1%} (mean idle share of the devices used)")
+    if "interval" in report:
+        iv = report["interval"]
+        print(f"{iv['level']:.0%} interval of the time per batch from the calibration's spread: "
+              f"{fmt_seconds(iv['low_s'])} to {fmt_seconds(iv['high_s'])} ({iv['samples']} draws of the op times)")
     if ignored:
         print(f"note: {printable(describe_ignored(ignored))}")
     if report["split_ops"]:
