@@ -102,7 +102,10 @@ def build(config: GPTConfig, tp: int, comm: Comm, *, unit_batch: int, sequence_p
                      param_gather)
         fwd = layer_forward(one)
         if recompute == "full":
-            recompute_times["full"] = sum(t for name, t in fwd.items() if name.startswith("l0."))
+            # the layer's forward again, its tensor-parallel collectives included; under ZeRO-3 the weights the
+            # backward gathers serve the recomputation too
+            recompute_times["full"] = sum(t for name, t in fwd.items()
+                                          if name.startswith("l0.") and name != "l0.zero3_allgather")
         else:
             recompute_times["selective"] = fwd["l0.scores"] + fwd["l0.softmax"]
         recompute_times = {k: v * scale for k, v in recompute_times.items()}
