@@ -109,7 +109,7 @@ def test_calibration_measures_every_op_and_the_link(calibration):
 def test_calibration_measures_collectives_and_contention(calibration):
     """All-reduce, all-gather and reduce-scatter over both ranks, alone and while both compute, stored in the
     device graph (docs/formats.md "collectives"); the ranks' slowdown computing together in the report, and a
-    shared resource of capacity 2 / slowdown when it exceeds 5 % (docs/torch.md)."""
+    shared resource of capacity 2 / slowdown when it exceeds 10 % (docs/torch.md)."""
     devices, report = calibration.devices, calibration.report
     curves = {c.op: c for c in devices.collectives}
     assert set(curves) == {"allreduce", "allgather", "reducescatter"}
@@ -119,7 +119,7 @@ def test_calibration_measures_collectives_and_contention(calibration):
         assert list(c.busy_seconds) == sorted(c.busy_seconds)
     contention = report["contention"]
     assert set(contention["alone_s"]) == {"cpu0", "cpu1"} and contention["slowdown"] > 0
-    if contention["slowdown"] > 1.05:
+    if contention["slowdown"] > 1.10:
         (res,) = devices.shared
         assert res.capacity == pytest.approx(2 / contention["slowdown"]) and res.devices == ("cpu0", "cpu1")
     else:

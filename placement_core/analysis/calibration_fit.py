@@ -389,8 +389,9 @@ def summary_rows(cal: Calibration) -> list[list[str]]:
     return rows
 
 
-# ranks that compute together less than this much slower than alone share nothing worth modelling (noise)
-CONTENTION_THRESHOLD = 1.05
+# ranks that compute together less than this much slower than alone share nothing worth modelling (the
+# product loop's slowdown read 0.93 and 1.07 in two runs on ranks that share nothing: noise)
+CONTENTION_THRESHOLD = 1.10
 
 
 def with_collectives(cal: Calibration, collectives: list[dict], contention: list[dict]) -> Calibration:
