@@ -110,3 +110,21 @@ def test_a_groups_arrays_are_needed_with_it_and_refused_without_it(small):
         _kernel().Kernel(**args, n_splits=1)
     with pytest.raises(TypeError, match=r"missing required argument 'curve_bytes' \(curve_ptr needs it\)"):
         _kernel().Kernel(**args, curve_ptr=np.zeros(2, dtype=np.int32))
+
+
+def test_the_shared_resource_arrays_go_together_and_are_checked(small):
+    """shared_* (docs/formats.md "shared"): all four or none; offsets, device indices, demands and capacities
+    in range."""
+    args = _arguments(small)
+    i32 = lambda *x: np.array(x, dtype=np.int32)  # noqa: E731
+    f64 = lambda *x: np.array(x, dtype=float)  # noqa: E731
+    good = {"shared_ptr": i32(0, 2), "shared_dev": i32(0, 1), "shared_demand": f64(1, 1), "shared_cap": f64(1)}
+    _kernel().Kernel(**args, **good)
+    with pytest.raises(ValueError, match="go together"):
+        _kernel().Kernel(**args, shared_ptr=good["shared_ptr"])
+    for key, bad, words in (("shared_dev", i32(0, 5), "out of range"), ("shared_demand", f64(1, 0), "demand <= 0"),
+                            ("shared_cap", f64(0), "capacity <= 0"), ("shared_ptr", i32(0, 3), "bad offsets")):
+        with pytest.raises(ValueError, match=words):
+            _kernel().Kernel(**{**args, **good, key: bad})
+    with pytest.raises(ValueError, match="go together"):
+        _kernel().Kernel(**args, allreduce_alone=f64(1))
