@@ -60,6 +60,9 @@ class BenchJob:
     stored_ids: list = field(default_factory=list)  # the measurements' ids in the run store
     store_note: str | None = None
     ranking: dict | None = None  # a run's top K: {"title", "objectives"} (the run's own simulated objectives)
+    # per placement, (low, high) seconds of the simulated time from the calibration's spread, or None
+    intervals: list | None = None
+    indistinct: list = field(default_factory=list)  # pairs of labels the simulator cannot tell apart
     id: int = field(default_factory=lambda: next(_ids))
     status: str = "running"
     done: int = 0
@@ -136,9 +139,13 @@ def collect(session: str) -> None:
         ids = job.stored_ids or [None] * len(job.labels)
         if job.ranking is not None:
             s.setdefault("bench_rankings", []).append(ranking_of(job))
-        for label, sim, r, stored_id in zip(job.labels, job.simulated, job.results, ids):
+        if job.indistinct:
+            s.setdefault("bench_indistinct", []).extend(job.indistinct)
+        intervals = job.intervals or [None] * len(job.labels)
+        for label, sim, r, stored_id, iv in zip(job.labels, job.simulated, job.results, ids, intervals):
             q = r.quartiles_s
             points.append({"placement": label, "status": r.status, "simulated_s": sim,
+                           "sim_interval_s": None if iv is None else list(iv),
                            "measured_s": r.median_step_s, "iqr_s": None if q is None else q[1] - q[0],
                            "devices": job.devices, "runner": job.runner, "batch": job.batch_size,
                            "message": r.message, "stored_id": stored_id})

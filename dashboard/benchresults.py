@@ -60,6 +60,8 @@ def points_csv(points: list[dict]) -> bytes:
     from placement_core.analysis.exports import rows_to_csv
 
     return rows_to_csv([{"placement": p["placement"], "status": p["status"], "simulated_s": p["simulated_s"],
+                         "simulated_low_s": (p.get("sim_interval_s") or [None, None])[0],
+                         "simulated_high_s": (p.get("sim_interval_s") or [None, None])[1],
                          "measured_median_s": p["measured_s"], "iqr_s": p["iqr_s"], "devices": p["devices"],
                          "runner": p["runner"], "batch_size": p["batch"], "stored_benchmark": p.get("stored_id"),
                          "note": p["message"]} for p in points]).encode()
@@ -70,6 +72,7 @@ def draw_results(points: list[dict]) -> None:
     st.markdown("##### Measured against simulated")
     st.dataframe([{"placement": p["placement"], "status": p["status"],
                    "simulated (ms)": None if p["simulated_s"] is None else p["simulated_s"] * 1e3,
+                   "simulated, 90 % (ms)": _interval_text(p.get("sim_interval_s")),
                    "measured median (ms)": None if p["measured_s"] is None else p["measured_s"] * 1e3,
                    "spread, IQR (ms)": None if p["iqr_s"] is None else p["iqr_s"] * 1e3,
                    "devices": p["devices"], "batch": p["batch"], "note": p["message"]} for p in points],
@@ -105,8 +108,20 @@ def draw_results(points: list[dict]) -> None:
                          "simulator is off by a large factor (the ranking shows). Log-log: both logarithmic, for "
                          "times that span orders of magnitude. Equal: the same range on both axes, y = x the "
                          "diagonal (points bunch against one axis when the scales differ).")
-    st.plotly_chart(agreement.agreement_figure(sim, mea, [p["placement"] for p in ok], fit, axes=axes),
+    intervals = [p.get("sim_interval_s") for p in ok]
+    st.plotly_chart(agreement.agreement_figure(sim, mea, [p["placement"] for p in ok], fit, axes=axes,
+                                               intervals=intervals),
                     key="bench_scatter", config={"displaylogo": False})
+    if any(iv is not None for iv in intervals):
+        st.caption("The horizontal bars: each simulated time's 90 % interval, from how much the calibration's op "
+                   "times moved between its rounds (drawn again 64 times, the step simulated again).")
+    pairs = s.get("bench_indistinct") or []
+    if pairs:
+        shown = ", ".join(f"{ui.esc(a)} and {ui.esc(b)}" for a, b in pairs[:6])
+        st.info(f"The simulator cannot tell apart {shown}{f' and {len(pairs) - 6} more pair(s)' if len(pairs) > 6 else ''}"
+                ": under the calibration's spread their simulated times swap order too often (the 90 % interval of "
+                "their difference contains zero). A ranking between them is the measurement's call.",
+                icon=":material/balance:")
     st.caption("Simulated with the current device graph. For absolute agreement, simulate with a device graph "
                "calibrated on this machine (below); the ranking (Kendall τ) is what optimization relies on. "
                f"Fastest measured: {ui.esc(min(ok, key=lambda p: p['measured_s'])['placement'])} "
@@ -116,3 +131,8 @@ def draw_results(points: list[dict]) -> None:
         s.bench_rankings = []
         s.pop("bench_error", None)
         st.rerun()
+
+
+def _interval_text(iv) -> str:
+    """A simulated time's interval as "low – high" in ms; empty without one."""
+    return "" if not iv else f"{iv[0] * 1e3:.4g} – {iv[1] * 1e3:.4g}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import streamlit as st
 
 from placement_core import Problem, SimSettings
@@ -237,11 +238,31 @@ def _submit(plan, ranking, mapping, form: Form) -> None:
                           splits=table, **state.cost_kw(g, s.sim))
     labels = [label for label, _, _ in plan]
     sims = [float(sim_problem.simulate(p).result.batch_time) for _, p, _ in plan]
+    intervals, indistinct = simulated_intervals(sim_problem, [p for _, p, _ in plan], labels, sims)
     local_names = [mapping.get(j, name) for j, name in enumerate(d.names)]
     assignments = [{op.name: gene_entry(int(p[i]), local_names, table) for i, op in enumerate(g.ops)}
                    for _, p, _ in plan]
     job = benchjob.BenchJob(labels, sims, assignments, form.source, (1,) + sample, spec, runner, batch,
                             BenchmarkSettings(steps=form.steps, warmup=form.warmup), network_name=g.name,
                             network_hash=network_hash(sim_problem.graph), run_ids=[run_id for _, _, run_id in plan],
-                            ranking=ranking)
+                            ranking=ranking, intervals=intervals, indistinct=indistinct)
     benchjob.submit(s.session_key, job)
+
+
+def simulated_intervals(problem, placements, labels, sims) -> tuple[list | None, list]:
+    """Each placement's 90 % interval of its simulated time from the calibration's spread (None where the op
+    times carry none, or where a placement overflows memory and its objective is not its time), and the pairs
+    of placements whose paired difference is within the draws' spread."""
+    from placement_core.analysis import uncertainty
+    if not placements or not uncertainty.has_spread(problem):
+        return None, []
+    batch = np.array(placements)
+    d = uncertainty.draws(problem, batch)
+    lo, hi = np.quantile(d, [0.05, 0.95], axis=0)
+    objectives = problem.evaluate_valid(problem.checked(batch))
+    intervals = [(float(a), float(b)) if np.isclose(o, t) else None
+                 for a, b, o, t in zip(lo, hi, objectives, sims)]
+    same = uncertainty.indistinguishable(d)
+    indistinct = [(labels[i], labels[j]) for i in range(len(labels)) for j in range(i + 1, len(labels))
+                  if same[i, j] and labels[i] != labels[j]]
+    return intervals, indistinct

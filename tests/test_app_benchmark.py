@@ -515,3 +515,51 @@ def test_model_code_from_a_file_is_refused_when_code_upload_is_off(monkeypatch, 
     at.text_input(key="bench_source").set_value("torchvision:resnet50").run()  # a torchvision name always runs
     assert not [e for e in at.error if "turned off" in e.value]
     assert not at.button(key="cal_start").disabled
+
+
+@pytest.mark.slow
+def test_simulated_times_carry_the_calibrations_interval(monkeypatch):
+    """Issue 29 (5): with a calibration whose op times record their spread (5 % each, keyed by device kind), each
+    simulated time gets its 90 % interval in the table and as a bar in the chart, and two GPUs measured as one
+    kind are said to be indistinguishable. A single GPU runs the ops in turn, so the step's spread is the
+    quadrature sum of the ops': 5 % x sqrt(sum of squares) / sum, worked out below."""
+    import json
+    import math
+    from dataclasses import replace
+
+    from placement_core.cost.timings import user_timings_path
+
+    from placement_core import load_network
+
+    at = bench_page()
+    g = load_network("resnet50")  # the page's default network
+    t = 1e-4
+    ops = {op.name: {"gpu": {"fwd": t, "bwd": 2 * t, "update": 0.0, "fwd_spread": 0.05, "bwd_spread": 0.05},
+                     "cpu": {"fwd": 10 * t, "bwd": 20 * t, "update": 0.0}} for op in g.ops}
+    path = user_timings_path(g.name, (1, 3, 224, 224), g.batch_size)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"format": "placement-timings/1", "network": g.name, "input_shape": [1, 3, 224, 224],
+                                "batch_size": g.batch_size, "ops": ops}))
+    at.session_state["sim"] = replace(at.session_state["sim"], timings="local")
+    at.run()
+    monkeypatch.setattr(benchjob, "run_benchmark", lambda *a, **kw: [fake_result(x) for x in (0.02, 0.021, 0.2)])
+    at.number_input(key="bench_batch").set_value(g.batch_size)
+    at.multiselect(key="bench_chosen").set_value(["current: all on gpu0", "all on gpu1", "all on cpu0"]).run()
+    run_jobs(at)
+    assert_clean(at)
+    table = frame(at, "placement")
+    n = len(g.ops)
+    rel_sd = 0.05 * math.sqrt(n * (t ** 2 + (2 * t) ** 2)) / (n * 3 * t)
+    for k in (0, 1):  # the GPUs: an interval around the simulated time, about 2 x 1.645 sd wide
+        sim = table["simulated (ms)"][k]
+        lo, hi = (float(x) for x in table["simulated, 90 % (ms)"][k].split(" – "))
+        assert lo < sim < hi
+        assert 0.6 * 3.29 * rel_sd < (hi - lo) / sim < 1.5 * 3.29 * rel_sd
+    assert table["simulated, 90 % (ms)"][2] != ""  # the CPU's times carry no spread: its step does not move
+    lo, hi = (float(x) for x in table["simulated, 90 % (ms)"][2].split(" – "))
+    assert lo == pytest.approx(hi, rel=1e-9)
+    [fig] = figures(at)
+    [points] = [tr for tr in fig["data"] if tr.get("name") == "benchmarked placements"]
+    assert len(points["error_x"]["array"]) == 3 and points["error_x"]["array"][0] > 0
+    assert "cannot tell apart current: all on gpu0 and all on gpu1" in text(at)
+    assert "all on cpu0" not in text(at).split("cannot tell apart")[1].split(":")[0]

@@ -8,12 +8,13 @@ import plotly.graph_objects as go
 from .style import BASE_LAYOUT
 
 def agreement_figure(simulated, measured, labels, fit: tuple[float, float] | None,
-                     axes: str = "independent") -> go.Figure:
+                     axes: str = "independent", intervals=None) -> go.Figure:
     """Measured against simulated time per batch (ms), with y = x and the least-squares ``fit`` (seconds).
 
     ``axes``: "independent" (each axis spans its own values, padded), "log-log", or "equal" (both from 0 to
     the largest value: honest about scale, but points bunch against one axis when the simulator is off by a
-    large factor)."""
+    large factor). ``intervals``: per point (low, high) seconds of the simulated time from the calibration's
+    spread (analysis.uncertainty), or None; drawn as horizontal error bars."""
     sim = np.asarray(simulated, dtype=float) * 1e3
     mea = np.asarray(measured, dtype=float) * 1e3
     both = np.concatenate([sim, mea])
@@ -39,9 +40,15 @@ def agreement_figure(simulated, measured, labels, fit: tuple[float, float] | Non
         fig.add_trace(go.Scatter(x=fx[keep], y=fy[keep], mode="lines",
                                  name=f"fit: measured = {fit[0]:.3g} × simulated + {fit[1] * 1e3:.3g} ms",
                                  line=dict(color="#E45756")))
+    error_x = None
+    if intervals is not None and any(iv is not None for iv in intervals):
+        low = np.array([np.nan if iv is None else iv[0] for iv in intervals]) * 1e3
+        high = np.array([np.nan if iv is None else iv[1] for iv in intervals]) * 1e3
+        error_x = dict(type="data", symmetric=False, array=np.nan_to_num(high - sim).tolist(),
+                       arrayminus=np.nan_to_num(sim - low).tolist(), color="#4C78A8", thickness=1.5)
     fig.add_trace(go.Scatter(x=sim, y=mea, mode="markers", name="benchmarked placements", text=labels,
                              hovertemplate="%{text}<br>simulated %{x:.4g} ms<br>measured %{y:.4g} ms<extra></extra>",
-                             marker=dict(size=10, color="#4C78A8")))
+                             marker=dict(size=10, color="#4C78A8"), error_x=error_x))
     kind = "log" if axes == "log-log" else "linear"
     fig.update_layout(**BASE_LAYOUT, height=420,
                       xaxis=dict(title="simulated time per batch (ms)", range=xr, type=kind),
