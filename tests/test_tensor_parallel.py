@@ -252,3 +252,14 @@ def test_the_cli_plans_with_tp_2(capsys):
                  "--pp", "1", "--micro-batch", "2", "--recompute", "full", "--export", "megatron"]) == 0
     cmd = capsys.readouterr().out
     assert "--tensor-model-parallel-size 2" in cmd and "--recompute-granularity full" in cmd
+
+
+def test_zero_3_with_full_recomputation_gathers_once_per_pass():
+    """Under ZeRO-3 the backward's gather serves the recomputation: the recomputed forward leaves it out."""
+    def gather(nbytes):
+        return 1.0  # a second: easy to see if it were counted
+    g = _rank(2, recompute="full", layer_forward=_forward, param_gather=gather)
+    one = gpt_parallel._build(gpt.parse(SPEC, 2), 2, Recorder(), 1.0, False, "none", {}, gather)
+    seconds = sum(t for name, t in _forward(one).items() if name.startswith("l0.") and "zero3" not in name)
+    assert g.op("l0.recompute").times["gpu"]["bwd"] == pytest.approx(seconds * 4)
+    assert g.op("l0.zero3_allgather").times["gpu"] == {"fwd": 4.0, "bwd": 4.0}  # 1 s a unit, at 4 units' batch
