@@ -87,3 +87,41 @@ def test_report_states_the_fitted_message_overhead_and_reads_old_latency_fits():
     assert "message overhead" not in text
     assert ("- cpu0-cpu1: latency 300 us (fitted to 6 whole-step runs of calibration placements; ping-pong: 40 us)"
             in text)
+
+
+def test_e5_rows_carry_intervals_and_the_report_counts_ties(tmp_path):
+    """Issue 29 (5): the hand-written network of test_timings_cli, with cpu1 1 % slower than cpu0 in a's forward
+    and a 20 % spread on it: both single-device placements get an interval around their simulated time, the
+    faster is tied with the slower, the report shows the band and the count, and the scatter draws it."""
+    import numpy as np
+
+    from test_uncertainty import problem as tiny_problem
+    from test_timings_cli import TIMINGS
+
+    from placement_core.experiments.e5 import Candidate, E5Settings, plot, report, with_intervals
+    table = {op: {d: dict(v) for d, v in per.items()} for op, per in TIMINGS["ops"].items()}
+    table["a"]["cpu1"]["fwd"] = 1.01
+    p = tiny_problem(spread_a=0.2, table=table)
+    cands = [Candidate("single:cpu0", "single", np.zeros(3, dtype=np.int32)),
+             Candidate("single:cpu1", "single", np.ones(3, dtype=np.int32)),
+             Candidate("split", "split", np.array([0, 0, 1], dtype=np.int32))]
+    rows = [{"label": c.label, "kind": c.kind, "status": "ok", "measured_median_s": 10.0 + i, "q1_s": 9.9 + i,
+             "q3_s": 10.1 + i, "sim_calibrated_s": p.simulate(c.placement).result.batch_time,
+             "sim_default_s": 1.0, "messages_per_step": 0} for i, c in enumerate(cands)]
+    with_intervals(p, cands, rows)
+    for r in rows:
+        assert r["sim_low_s"] < r["sim_calibrated_s"] < r["sim_high_s"]
+    assert rows[0]["tied_with_next"] is True and rows[1]["sim_calibrated_s"] == pytest.approx(10.76)
+    m = {"pearson_r": 0.9, "kendall_tau": 0.8, "mape_pct": 5.0, "n": 3}
+    metrics_ = {q: {"median": m} for q in ("calibrated", "default")}
+    text = report("tiny", "src", (1, 4), 4, "cpu:2", rows, metrics_, {}, E5Settings(), "cmd")
+    ties = sum(r["tied_with_next"] for r in rows)
+    assert f"{ties} of 3 placements cannot be told from the next faster one" in text
+    assert f"| {rows[0]['sim_low_s'] * 1e3:.1f} – {rows[0]['sim_high_s'] * 1e3:.1f} |" in text
+    pytest.importorskip("matplotlib")
+    plot(rows, metrics_, tmp_path / "scatter.png", "tiny")
+    assert (tmp_path / "scatter.png").stat().st_size > 0
+    bare = [{k: v for k, v in r.items() if k not in ("sim_low_s", "sim_high_s", "tied_with_next")} for r in rows]
+    with_intervals(tiny_problem(table=table), cands, bare)  # no spread recorded: nothing added
+    assert "sim_low_s" not in bare[0] and "90 % interval" not in report("tiny", "src", (1, 4), 4, "cpu:2", bare,
+                                                                        metrics_, {}, E5Settings(), "cmd")

@@ -232,6 +232,7 @@ def run_e5(source: str, input_shape, devices: str, *, batch_size: int | None, ou
         for dv in r.devices:
             row[f"peak_memory_{dv['name']}_bytes"] = dv["peak_memory_bytes"]
         rows.append(row)
+    with_intervals(calibrated, candidates, rows)
     ok = [r for r in rows if r["status"] == "ok"]
     if len(ok) < 3:
         raise InputError(f"only {len(ok)} placements could be benchmarked", field="e5",
@@ -255,6 +256,26 @@ def run_e5(source: str, input_shape, devices: str, *, batch_size: int | None, ou
     files["report"].write_text(report(graph.name, source, shape, batch, devices, rows, result_metrics,
                                       timings_doc, settings, command, load))
     return E5Result(rows, result_metrics, {k: str(v) for k, v in files.items()}, settings.statistic, load)
+
+
+def with_intervals(calibrated: Problem, candidates: list[Candidate], rows: list[dict]) -> None:
+    """Each row's 90 % interval of its calibrated simulated time (``sim_low_s``, ``sim_high_s``) from the
+    calibration's spread (analysis.uncertainty), and ``tied_with_next``: whether the simulator can tell it from
+    the next faster placement by simulated time. Nothing when the calibration recorded no spread."""
+    from ..analysis import uncertainty
+    if not rows or not uncertainty.has_spread(calibrated):
+        return
+    batch = np.array([c.placement for c in candidates])
+    d = uncertainty.draws(calibrated, batch)
+    lo, hi = np.quantile(d, [(1 - uncertainty.LEVEL) / 2, (1 + uncertainty.LEVEL) / 2], axis=0)
+    objectives = calibrated.evaluate_valid(calibrated.checked(batch))
+    same = uncertainty.indistinguishable(d)
+    order = np.argsort(objectives, kind="stable")
+    for rank, i in enumerate(order):
+        fits = np.isclose(objectives[i], rows[i]["sim_calibrated_s"])  # over memory: the objective is not a time
+        rows[i]["sim_low_s"] = float(lo[i]) if fits else None
+        rows[i]["sim_high_s"] = float(hi[i]) if fits else None
+        rows[i]["tied_with_next"] = bool(rank + 1 < len(order) and same[i, order[rank + 1]])
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
@@ -284,6 +305,12 @@ def plot(rows: list[dict], result_metrics: dict, path: Path, title: str, statist
             sel = [i for i, r in enumerate(rows) if r["kind"] == kind]
             if sel:
                 ax.scatter(measured[sel], sim[sel], s=22, color=color, label=kind, alpha=0.8)
+        if profile == "calibrated" and any(r.get("sim_low_s") is not None for r in rows):  # the 90 % intervals
+            has = [i for i, r in enumerate(rows) if r.get("sim_low_s") is not None]
+            low = np.array([rows[i]["sim_low_s"] for i in has]) * 1e3
+            high = np.array([rows[i]["sim_high_s"] for i in has]) * 1e3
+            ax.errorbar(measured[has], sim[has], yerr=[sim[has] - low, high - sim[has]], fmt="none",
+                        ecolor="gray", elinewidth=1, capsize=2, label="90 % interval (calibration spread)")
         lo = float(min(measured.min(), sim.min())) * 0.9
         hi = float(max(measured.max(), sim.max())) * 1.05
         ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="y = x")
@@ -353,11 +380,23 @@ def report(network, source, shape, batch, devices, rows, result_metrics, timings
                      + (f"; the simulator uses the measured transfer curve ({len(curve)} sizes, "
                         f"{curve[0][1] * 1e6:.0f} us at {curve[0][0]:.0f} B to {curve[-1][1] * 1e3:.1f} ms at "
                         f"{curve[-1][0] / 1e6:.0f} MB)" if curve else ""))
+    intervals = any(r.get("sim_low_s") is not None for r in ok)
+    if intervals:
+        ties = sum(bool(r.get("tied_with_next")) for r in ok)
+        lines += ["", f"Simulated times carry a 90 % interval from the calibration's spread (how much each op time "
+                      f"moved between calibration rounds; docs/e5.md, \"Uncertainty\"). {ties} of {len(ok)} placements "
+                      "cannot be told from the next faster one by the simulator (the interval of their paired "
+                      "difference contains zero)."]
     lines += ["", f"| placement | kind | measured {settings.statistic} (ms) | IQR (ms) | calibrated (ms) | "
-                  "default (ms) | messages/step |", "|---|---|---|---|---|---|---|"]
+                  + ("calibrated, 90 % (ms) | " if intervals else "")
+                  + "default (ms) | messages/step |", "|---|---|---|---|---|---|---|" + ("---|" if intervals else "")]
     for r in sorted(ok, key=lambda r: r[f"measured_{settings.statistic}_s"]):
+        band = ""
+        if intervals:
+            band = ("– | " if r.get("sim_low_s") is None
+                    else f"{r['sim_low_s'] * 1e3:.1f} – {r['sim_high_s'] * 1e3:.1f} | ")
         lines.append(f"| {r['label']} | {r['kind']} | {r[f'measured_{settings.statistic}_s'] * 1e3:.1f} | "
-                     f"{(r['q3_s'] - r['q1_s']) * 1e3:.1f} | {r['sim_calibrated_s'] * 1e3:.1f} | "
+                     f"{(r['q3_s'] - r['q1_s']) * 1e3:.1f} | {r['sim_calibrated_s'] * 1e3:.1f} | {band}"
                      f"{r['sim_default_s'] * 1e3:.1f} | {r['messages_per_step']:.0f} |")
     return "\n".join(lines) + "\n"
 
