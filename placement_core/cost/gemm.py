@@ -14,6 +14,7 @@ bound, and ops with a large output approach ``flops / peak`` as the roofline has
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -23,6 +24,7 @@ TILES = ((256, 128), (128, 256), (128, 128), (256, 64), (64, 256), (128, 64), (6
 MATMUL_KINDS = ("linear", "matmul")
 
 
+@functools.lru_cache(maxsize=65536)
 def efficiency(batch: int, m: int, n: int, sms: int) -> float:
     """The share of the computed output that is useful, with the least wasteful tile: in (0, 1]."""
     best = 0.0
@@ -61,18 +63,26 @@ def time_factors(graph, devices) -> tuple[np.ndarray, np.ndarray] | None:
     sms = [d.sms for d in devices.devices]
     if not any(sms):
         return None
-    fwd = np.ones((len(graph), len(sms)))
-    bwd = np.ones((len(graph), len(sms)))
+    # a cluster's thousands of GPUs have a handful of SM counts and a GPT's layers a handful of shapes: each
+    # (shape, SM count) is worked out once and copied to every op and device that has it
+    kinds = sorted({s for s in sms if s})
+    column = {s: j for j, s in enumerate(kinds)}
+    per_kind_f = np.ones((len(graph), len(kinds)))
+    per_kind_b = np.ones((len(graph), len(kinds)))
     for i, op in enumerate(graph.ops):
         dims = gemm_dims(op)
         if dims is None:
             continue
         batch, m, n, k, weights = dims
         both = op.bwd_flops >= 2.0 * op.fwd_flops * (1 - 1e-9)
-        for d, s in enumerate(sms):
-            if not s:
-                continue
-            fwd[i, d] = 1.0 / efficiency(batch, m, n, s)
+        for j, s in enumerate(kinds):
+            per_kind_f[i, j] = 1.0 / efficiency(batch, m, n, s)
             dw = 1.0 / efficiency(1 if weights else batch, k, n, s)
-            bwd[i, d] = 0.5 / efficiency(batch, m, k, s) + 0.5 * dw if both else dw
+            per_kind_b[i, j] = 0.5 / efficiency(batch, m, k, s) + 0.5 * dw if both else dw
+    fwd = np.ones((len(graph), len(sms)))
+    bwd = np.ones((len(graph), len(sms)))
+    for d, s in enumerate(sms):
+        if s:
+            fwd[:, d] = per_kind_f[:, column[s]]
+            bwd[:, d] = per_kind_b[:, column[s]]
     return fwd, bwd

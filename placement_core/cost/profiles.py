@@ -184,16 +184,24 @@ def _apply_measured(graph: Graph, devices: DeviceGraph, fwd, bwd, update, table:
     """
     arrays = {"fwd": fwd, "bwd": bwd, "update": update}
     k = graph.batch_size / table_batch if table_batch else 1.0
+    # a device takes its kind's times, then its own name's; a cluster's thousands of GPUs share a kind, so each
+    # entry is scaled once and written to every column it applies to
+    by_kind: dict[str, list[int]] = {}
+    for j, dev in enumerate(devices.devices):
+        by_kind.setdefault(dev.kind, []).append(j)
+    columns = {kind: np.array(cols) for kind, cols in by_kind.items()}
+    by_name = {dev.name: j for j, dev in enumerate(devices.devices)}
     for i, op in enumerate(graph.ops):
         measured = table.get(op.name, {}) if table else {}
-        sources = [(op.times, 1.0, 1.0), (measured, k, update_scale)]
         if not (op.times or measured):
             continue
-        for j, dev in enumerate(devices.devices):
-            for src, scale, upd in sources:
-                for key in (dev.kind, dev.name):
-                    for phase, t in scaled(src.get(key, {}), scale, update=upd).items():
-                        arrays[phase][i, j] = t
+        for src, scale, upd in ((op.times, 1.0, 1.0), (measured, k, update_scale)):
+            for key in (key for key in src if key in columns):
+                for phase, t in scaled(src[key], scale, update=upd).items():
+                    arrays[phase][i, columns[key]] = t
+            for key in (key for key in src if key in by_name):
+                for phase, t in scaled(src[key], scale, update=upd).items():
+                    arrays[phase][i, by_name[key]] = t
     return fwd, bwd, update
 
 
