@@ -20,7 +20,7 @@ def rank_main(rank: int, store: str, out: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from placement_core.torch.calibrate_worker import COLLECTIVES, collective_times, contention
+    from placement_core.torch.collective_probe import COLLECTIVES, collective_times, contention
     os.sched_setaffinity(0, {rank % os.cpu_count()})  # one core and one thread per rank, as E5's ranks
     torch.set_num_threads(1)
     dist.init_process_group("gloo", store=dist.FileStore(store, 2), rank=rank, world_size=2,
@@ -48,7 +48,8 @@ def measure() -> tuple[list, list]:
 
 def main() -> None:
     from placement_core import load_devices
-    from placement_core.analysis.calibration_fit import Calibration, with_collectives
+    from placement_core.analysis.calibration_collectives import with_collectives
+    from placement_core.analysis.calibration_fit import Calibration
     from placement_core.cost.timings import read_timings, timing_table
     from placement_core.experiments.e5 import metrics
     from placement_core.model.devices import DeviceGraph

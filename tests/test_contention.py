@@ -183,7 +183,8 @@ def test_bad_fields_name_the_field_and_the_fix(edit, field, words):
 def test_calibrated_curves_and_contention_enter_the_device_graph():
     """Two ranks' medians: the curve keeps the slower rank per size, made non-decreasing (rank 1's dip at
     2000 B is noise); slowdowns 2.0 and 1.8 (median 1.9) make a resource of capacity 2 / 1.9 for both."""
-    from placement_core.analysis.calibration_fit import Calibration, with_collectives
+    from placement_core.analysis.calibration_collectives import with_collectives
+    from placement_core.analysis.calibration_fit import Calibration
     cal = Calibration(graph_of(), {}, {})
     events = [{"event": "collective", "op": "allreduce", "device": f"d{r}", "devices": ["d0", "d1"],
                "sizes": [1000, 2000, 4000], "seconds": s, "busy_seconds": b}

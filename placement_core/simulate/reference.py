@@ -1,10 +1,9 @@
 """The event simulator in plain Python: the readable reference, and the one that traces.
 
-Its semantics (tasks, messages, send and receive tasks for a device's message
-overhead, FIFO-or-priority queues, units (batches or micro-batches) in flight, memory) are written out in
-docs/design.md §5 (after thesis §3.1 Algorithms 4-7 and Placeto A.5). The
-compiled kernel (``_kernel.c``) implements exactly this; tests compare them
-event for event.
+Its semantics (tasks, messages, send and receive tasks for a device's message overhead, FIFO-or-priority
+queues, units (batches or micro-batches) in flight, memory, measured all-reduces and shared resources) are
+written out in docs/design.md §5 (after thesis §3.1 Algorithms 4-7 and Placeto A.5) and docs/formats.md. The
+compiled kernel (``_kernel.c``) implements exactly this; tests compare them event for event.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ from .messages import messages
 from .model import (ADMIT_THESIS, ALLREDUCE, BWD, DIRECTIONS, FWD, PHASES, SCHED_INTERLEAVED, SCHED_ZB, UPD, WGT,
                     Compiled, SimResult, SimSettings, TraceEvent)
 from .pipeline_rules import Gates, chunks, interleaved_caps, interleaved_priority, stage_index
+from .contention import shared_table, stretch, transfer_length
 from .schedules import stage_caps
 from .shards import RingState
 
@@ -85,8 +85,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
     step_updates_left = sum(has_upd) if (training and s.update_per_step) else 0
 
     # Resources.
-    running = [-1] * nd
-    until = [0.0] * nd  # when each device's current (or last) task ends
+    running, until, shared = [-1] * nd, [0.0] * nd, shared_table(c)  # until: when each device's task ends
     dev_q: list[list] = [[] for _ in range(nd)]
     chan_busy_now = [False] * c.n_ch
     chan_q: list[list] = [[] for _ in range(c.n_ch)]
@@ -305,35 +304,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
         return gates.blocked(u, phase, op, next((v for v in range(U) if unit_left[v] > 0), U))
 
     def xfer_length(ch: int, x: int) -> float:
-        _, direction, op, src, _, nbytes = xfers[x]
-        if direction == ALLREDUCE:
-            measured = ring.measured(op)
-            if measured is not None:  # a measured all-reduce: its curve's time, busy if a member computes
-                members, (alone, busy_t) = measured
-                t = busy_t if any(until[place[m]] > now for m in members) else alone
-                return max(t, float(c.min_transfer[src]))
-        return c.transfer_time(ch, nbytes, src)
-
-    # Shared resources (docs/formats.md "shared"): resource r's devices, their demands, its capacity.
-    shared = [] if c.shared_ptr is None else [
-        (c.shared_dev[c.shared_ptr[r]:c.shared_ptr[r + 1]].tolist(),
-         c.shared_demand[c.shared_ptr[r]:c.shared_ptr[r + 1]].tolist(), float(c.shared_cap[r]))
-        for r in range(len(c.shared_ptr) - 1)]
-
-    def stretched(d: int, length: float) -> float:
-        """A task starting on device d runs slower by demand / capacity of the most contended resource d
-        shares, counting d and the devices whose task ends after now (docs/formats.md "shared")."""
-        factor = 1.0
-        for devs, demand, capacity in shared:
-            if d not in devs:
-                continue
-            total = 0.0
-            for m, w in zip(devs, demand):
-                if m == d or until[m] > now:
-                    total += w
-            if total > capacity and total / capacity > factor:
-                factor = total / capacity
-        return length * factor if factor > 1.0 else length
+        return transfer_length(c, ring, xfers[x], ch, place, until, now)
 
     def task_length(d: int, task: int) -> float:
         if task >= ovh_base:
@@ -376,7 +347,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
             task = chosen[2]
             if task >= ovh_base:
                 x, r = divmod(task - ovh_base, 2)
-                length = stretched(d, ovh[d]) if shared else ovh[d]
+                length = stretch(shared, d, ovh[d], until, t)
                 start_task(d, task, length)
                 if trace_events is not None:
                     u, direction, op, src, dst, nbytes = xfers[x]
@@ -387,7 +358,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
             u, rest = divmod(task, n_ph * n)
             phase, op = divmod(rest, n)
             gates.start(u, phase, op)
-            length = stretched(d, dur(phase, op)) if shared else dur(phase, op)
+            length = stretch(shared, d, dur(phase, op), until, t)
             start_task(d, task, length)
             if trace_events is not None:
                 trace_events.append(TraceEvent("op", c.op_names[op], u, PHASES[phase], c.dev_names[d],

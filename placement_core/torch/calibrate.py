@@ -54,8 +54,8 @@ from typing import Callable
 
 from ..model.devices import devices_to_dict
 from ..base.errors import InputError
-from ..analysis.calibration_fit import (Calibration, CalibrationSettings, build_calibration, fastest, fit_message_overhead, fit_placements,
-                                       with_collectives)
+from ..analysis.calibration_collectives import with_collectives
+from ..analysis.calibration_fit import (Calibration, CalibrationSettings, build_calibration, fastest, fit_message_overhead, fit_placements)
 from ..base.jsonio import write_json
 from ..cost.timings import user_timings_path, write_timings
 from .devspec import check_available, parse_devices
