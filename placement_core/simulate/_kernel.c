@@ -368,7 +368,7 @@ STEP int capped(const Sim *s, const int SCHED, int d, int uu, int ph, int o) {
 }
 
 /* Shared resources: a task starting on device d runs slower by demand / capacity of the most contended
- * resource d shares, counting d and the devices whose task ends after now (reference.py's ``stretched``, in
+ * resource d shares, counting d and the devices whose task ends after now (contention.py's ``stretch``, in
  * the same order of operations). */
 STEP double stretched(const Sim *s, int d, double len) {
     const KernelObject *k = s->k;
