@@ -10,18 +10,19 @@ from placement_core import InputError
 from placement_core.families import gpt
 from placement_core.optimize.plan_export import export
 
-ui.header("Cluster plan", "Pipeline stages across groups of GPUs, data parallelism inside each group, "
-          "micro-batches under a pipeline schedule: every plan of the current network on a DGX cluster is "
-          "simulated, the fastest that fits first. Build a GPT on the Network page (A GPT by its shape) to plan "
-          "a transformer; tensor parallelism is not simulated yet (docs/clusters.md).")
+ui.header("Cluster plan", "Tensor-parallel groups inside a node, pipeline stages across groups, data "
+          "parallelism over the rest, micro-batches under a pipeline schedule: every plan of the current network "
+          "on a DGX cluster is simulated, the fastest that fits first. Build a GPT on the Network page (A GPT by "
+          "its shape) to plan a transformer with tensor parallelism and recomputation (docs/clusters.md).")
 s = state.session()
 g = state.graph()
+gpt_config = gpt.parse(s.base_graph_key) if gpt.is_gpt(s.base_graph_key) else None
 
 with ui.guarded("the plan form"):
     st.markdown(f"##### {ui.esc(s.network_label)}: {len(g):,} ops, {g.precision}")
-    choices = clusterview.form()
+    choices = clusterview.form(gpt_config)
     if choices is not None:
-        clusterview.run(choices)
+        clusterview.run(choices, gpt_config)
 
 result = s.get("cluster_result")
 with ui.guarded("the plans' network"):
@@ -31,7 +32,7 @@ with ui.guarded("the plans' network"):
         result = None
 if result is not None:
     _, choices, devices, plans = result
-    gpus = plans[0].pp * plans[0].dp
+    gpus = plans[0].tp * plans[0].pp * plans[0].dp
     flops = None
     key = s.base_graph_key
     if gpt.is_gpt(key):
@@ -52,7 +53,8 @@ if result is not None:
                              key="cluster_pick")
     p = plans[index or 0]
     with ui.guarded("the plan's figures"):
-        problem, parts, trace = clusterview.details(state.graph_key(), choices, index or 0, g, devices, p)
+        problem, parts, trace = clusterview.details(state.graph_key(), choices, index or 0, g, devices, p,
+                                                    gpt_config)
         c = st.columns(4)
         c[0].metric("Step", f"{p.step_time_s * 1e3:.4g} ms")
         c[1].metric("Fullest GPU", f"{p.peak_memory_bytes / 1e9:.1f} GB",
@@ -62,11 +64,12 @@ if result is not None:
         with ui.guarded("the plan's export"):
             config = gpt.parse(key) if gpt.is_gpt(key) else None
             nodes = choices.nodes
-            stages = export("stages", g, config, p, nodes, 8, choices.global_batch, choices.optimizer)
+            stages = export("stages", p.graph or g, config, p, nodes, 8, choices.global_batch, choices.optimizer)
             c = st.columns([3, 1])
             if config is not None:
                 try:
-                    command = export("megatron", g, config, p, nodes, 8, choices.global_batch, choices.optimizer)
+                    command = export("megatron", p.graph or g, config, p, nodes, 8, choices.global_batch,
+                                     choices.optimizer)
                 except InputError as e:
                     c[0].caption(f"Megatron-LM: {ui.esc(str(e))}")
                 else:

@@ -28,6 +28,9 @@ class Choices:
     zero: int
     pp: int  # 0: searched
     micro_batch: int  # 0: searched
+    tp: int = 1  # 0: searched (a gpt: network's layers split over each tensor-parallel group)
+    sequence_parallel: bool = False
+    recompute: str = "none"
 
     @property
     def devices_spec(self) -> str:
@@ -35,10 +38,13 @@ class Choices:
 
     def request(self) -> PlanRequest:
         return PlanRequest(global_batch=self.global_batch, pp=self.pp or None, micro_batch=self.micro_batch or None,
-                           schedule=self.schedule, optimizer=self.optimizer, zero=self.zero)
+                           schedule=self.schedule, optimizer=self.optimizer, zero=self.zero, tp=self.tp or None,
+                           sequence_parallel=self.sequence_parallel, recompute=self.recompute)
 
 
-def form() -> Choices | None:
+def form(config=None) -> Choices | None:
+    """The plan's choices once the user presses Plan; ``config``, the current network's ``gpt:`` configuration
+    (or None), offers tensor and sequence parallelism and recomputation, which split a GPT's layers."""
     g = state.graph()
     with st.form("cluster_form", border=False):
         c = st.columns(4)
@@ -51,35 +57,52 @@ def form() -> Choices | None:
         c = st.columns(4)
         optimizer = c[0].selectbox("Optimizer", ["adam", "sgd"], key="cluster_optimizer",
                                    help="Adam keeps two moments (and an fp32 copy of bf16 weights) per parameter.")
-        zero = c[1].selectbox("ZeRO stage", [0, 1, 2], key="cluster_zero",
+        zero = c[1].selectbox("ZeRO stage", [0, 1, 2, 3] if config is not None else [0, 1, 2], key="cluster_zero",
                               help="1: the optimizer state partitioned over each data-parallel group; 2: the "
-                                   "gradients too.")
+                                   "gradients too; 3 (a GPT): the weights too, gathered layer by layer.")
         pp = c[2].number_input("Pipeline stages (0 = search)", 0, 8 * MAX_NODES, 0, key="cluster_pp")
         micro = c[3].number_input("Micro-batch (0 = search)", 0, 1 << 20, 0, key="cluster_micro",
                                   help="Sequences per micro-batch and replica.")
+        tp, sp, recompute = 1, False, "none"
+        if config is not None:
+            c = st.columns(4)
+            tp = c[0].selectbox("Tensor parallel", [0, 1, 2, 4, 8], key="cluster_tp",
+                                format_func=lambda t: "search" if t == 0 else str(t),
+                                help="GPUs of a node that split each layer (Megatron's column- and row-parallel "
+                                     "linear layers, the heads over the group); their all-reduces are in the step.")
+            recompute = c[1].selectbox("Recomputation", ["none", "selective", "full"], key="cluster_recompute",
+                                       help="Selective: attention's scores again in the backward; full: each "
+                                            "layer's forward again (less memory, more compute).")
+            sp = c[2].checkbox("Sequence parallel", key="cluster_sp",
+                               help="All-gathers and reduce-scatters instead of all-reduces; norms split over the "
+                                    "sequence (needs tensor parallelism above 1).")
         go_ = st.form_submit_button("Plan", type="primary", icon=":material/search:")
     if not go_:
         return None
-    return Choices(cluster, int(nodes), int(batch), schedule, optimizer, int(zero), int(pp), int(micro))
+    return Choices(cluster, int(nodes), int(batch), schedule, optimizer, int(zero), int(pp), int(micro),
+                   int(tp), bool(sp), recompute)
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
-def _plans(graph_key: str, choices: Choices, _graph):
+def _plans(graph_key: str, choices: Choices, _graph, _config):
     devices = state.builtin_device_graph(choices.devices_spec)
-    return devices, plan(_graph, devices, choices.request())
+    return devices, plan(_graph, devices, choices.request(), _config)
 
 
-def run(choices: Choices) -> None:
+def run(choices: Choices, config=None) -> None:
     s = state.session()
     with st.spinner(f"Simulating every plan on {choices.devices_spec}…"):
-        devices, plans = _plans(state.graph_key(), choices, state.graph())
+        devices, plans = _plans(state.graph_key(), choices, state.graph(), config)
     s.cluster_result = (state.graph_key(), choices, devices, plans)
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
-def details(graph_key: str, choices: Choices, index: int, _graph, _devices, _plan):
+def details(graph_key: str, choices: Choices, index: int, _graph, _devices, _plan, _config=None):
+    from dataclasses import replace
+
     gpus = [i for i, d in enumerate(_devices.devices) if d.kind == "gpu"]
-    p, problem = simulate_plan(_graph, _devices, gpus, _plan.pp, _plan.dp, _plan.micro_batch, choices.request())
+    p, problem = simulate_plan(_graph, _devices, gpus, _plan.pp, _plan.dp, _plan.micro_batch,
+                               replace(choices.request(), tp=_plan.tp), _config)
     parts = memory_parts(problem, p.placement)
     trace = problem.simulate(p.placement, trace=True).result if len(gpus) <= GANTT_MAX_GPUS else None
     return problem, parts, trace
@@ -128,7 +151,8 @@ def time_figure(p) -> go.Figure:
 
 
 def label(p) -> str:
-    return (f"{p.pp} stage(s) × {p.dp} replica(s), micro-batch {p.micro_batch} ({p.micro_batches} per step): "
+    return ((f"tensor parallel {p.tp}, " if p.tp > 1 else "")
+            + f"{p.pp} stage(s) × {p.dp} replica(s), micro-batch {p.micro_batch} ({p.micro_batches} per step): "
             f"{p.step_time_s * 1e3:.0f} ms" + ("" if p.fits else ", does not fit"))
 
 

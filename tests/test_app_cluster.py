@@ -20,6 +20,8 @@ def test_plan_a_gpt_on_one_node():
     assert_clean(at)
     at.number_input(key="cluster_nodes").set_value(1)
     at.number_input(key="cluster_batch").set_value(8)
+    assert at.selectbox(key="cluster_tp").value == 0  # a GPT's tensor parallelism is searched unless chosen
+    at.selectbox(key="cluster_tp").set_value(1)
     at.button(key="FormSubmitter:cluster_form-Plan").click().run(timeout=180)
     assert_clean(at)
     table = at.dataframe[0].value
@@ -39,3 +41,31 @@ def test_plan_a_gpt_on_one_node():
     at.selectbox(key="cluster_pick").set_value(3).run(timeout=120)
     assert_clean(at)
     assert at.metric[0].value == f"{steps[3]:.4g} ms"
+
+
+def test_tensor_parallelism_is_searched_for_a_gpt():
+    """Issue 28: the page offers tensor parallelism for a GPT; searched, the table holds tp 1, 2 and 4 (the 4
+    heads' divisors within the node) and a tp 2 plan shows its exposed all-reduces and Megatron's flag."""
+    at = start()
+    _gpt(at)
+    goto(at, "cluster", timeout=120)
+    at.number_input(key="cluster_nodes").set_value(1)
+    at.number_input(key="cluster_batch").set_value(8)
+    at.number_input(key="cluster_micro").set_value(1)
+    at.selectbox(key="cluster_tp").set_value(0)
+    at.selectbox(key="cluster_recompute").set_value("full")
+    at.button(key="FormSubmitter:cluster_form-Plan").click().run(timeout=180)
+    assert_clean(at)
+    table = at.dataframe[0].value
+    assert set(table["tensor-parallel"]) == {1, 2, 4}
+    assert all(t * p * d == 8 for t, p, d in zip(table["tensor-parallel"], table["pipeline stages"],
+                                                 table["data-parallel"]))
+    k = list(table["tensor-parallel"]).index(2)
+    at.selectbox(key="cluster_pick").set_value(k).run(timeout=120)
+    assert_clean(at)
+    time_fig = next(json.loads(e.proto.spec) for e in at.get("plotly_chart")
+                    if json.loads(e.proto.spec)["layout"].get("xaxis", {}).get("title", {}).get("text") == "ms")
+    tp_bar = [t for t in time_fig["data"] if t["name"] == "exposed tensor-parallel communication"]
+    assert tp_bar and tp_bar[0]["x"][0] > 0
+    [code] = at.code
+    assert "--tensor-model-parallel-size 2" in code.value and "--recompute-granularity full" in code.value

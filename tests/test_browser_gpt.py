@@ -64,7 +64,8 @@ def test_plan_a_gpt_on_a_cluster_pick_a_plan_and_come_back(page, tmp_path):
     main(pg).get_by_role("spinbutton", name="Nodes (8 GPUs each)", exact=True).first.fill("1")
     main(pg).get_by_role("spinbutton", name="Global batch (sequences)", exact=True).first.fill("8")
     main(pg).get_by_role("button", name="Plan").click()
-    wait_text(pg, "10 plans on dgx-a100:nodes=1 (8 GPUs), 10 fit in memory", timeout_s=120)
+    # tensor parallelism searched too (a GPT): tp 1, 2 and 4 (the heads' divisors) with their pp x dp x micro-batches
+    wait_text(pg, "26 plans on dgx-a100:nodes=1 (8 GPUs), 26 fit in memory", timeout_s=120)
     settle(pg)
     charts = main(pg).locator("[data-testid='stPlotlyChart']")
     charts.nth(2).scroll_into_view_if_needed()
@@ -97,5 +98,5 @@ def test_plan_a_gpt_on_a_cluster_pick_a_plan_and_come_back(page, tmp_path):
         len(split["chunks"]) > 2)
     open_page(pg, "Trace")
     open_page(pg, "Cluster plan")
-    assert "10 plans on dgx-a100:nodes=1" in main(pg).inner_text()  # the plans stay with the session
+    assert "26 plans on dgx-a100:nodes=1" in main(pg).inner_text()  # the plans stay with the session
     no_errors(pg)
