@@ -157,3 +157,28 @@ def test_simulate_prints_the_interval(tmp_path, capsys, files):
     assert "--interval needs measured op times" in err and "Traceback" not in err
     assert main([*base, "--timings", str(spread), "--interval", "--samples", "1"]) == 2
     assert "samples" in capsys.readouterr().err
+
+
+def test_calibration_records_each_ops_spread_between_rounds():
+    """Two rounds of one device: a's forward 10 and 12 s (mean 11, sample sd sqrt(2)), its backward 20 and 20 s
+    (no spread); the table keeps the least time (10 s) and the spread sqrt(2) / 11 beside it. One round records
+    no spread."""
+    from placement_core.analysis.calibration_fit import CalibrationSettings, build_calibration, fastest
+    from placement_core.model.graph import Graph, Op
+    from placement_core.torch.devspec import parse_devices
+
+    graph = Graph("tiny", [Op("x", "input", shape=(8, 4)), Op("a", "linear", inputs=("x",), shape=(8, 4))], 8)
+
+    def measured(fwd):
+        return {"ops": {"x": {"fwd": 0.0, "bwd": 0.0, "update": 0.0}, "a": {"fwd": fwd, "bwd": 20.0, "update": 0.0}},
+                "step_s": 30.0, "steps_s": [30.0], "gemm_flops": 1e9, "copy_bandwidth": 1e9, "memory_bytes": 1e9,
+                "model": "cpu", "threads": 1, "cores": [0]}
+    devs = parse_devices("cpu:1")
+    cal = build_calibration(graph, "test", (1, 4), devs, {"cpu0": fastest([measured(10.0), measured(12.0)])}, {},
+                            CalibrationSettings(reconcile="none"))
+    entry = cal.timings["ops"]["a"]["cpu0"]
+    assert entry["fwd"] == 10.0 and entry["fwd_spread"] == pytest.approx(math.sqrt(2) / 11)
+    assert "bwd_spread" not in entry and "fwd_spread" not in cal.timings["ops"]["x"]["cpu0"]
+    one = build_calibration(graph, "test", (1, 4), devs, {"cpu0": fastest([measured(10.0)])}, {},
+                            CalibrationSettings(reconcile="none"))
+    assert "fwd_spread" not in one.timings["ops"]["a"]["cpu0"]

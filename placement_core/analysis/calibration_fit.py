@@ -18,7 +18,7 @@ from ..cost.profiles import RooflineProfile
 from ..model.devices import Channel, Device, DeviceGraph
 from ..base.errors import InputError
 from ..cost.timings import FORMAT as TIMINGS_FORMAT
-from ..cost.timings import AT, FIXED, check_timings
+from ..cost.timings import AT, FIXED, MAX_SPREAD, SPREAD, check_timings
 
 SIZES = tuple(int(10 ** e) for e in (3, 3.5, 4, 4.5, 5, 5.5, 6, 6.5, 7, 7.5, 8))
 ETA_COMP = RooflineProfile.comp_efficiency
@@ -171,6 +171,11 @@ def fastest(rounds: list[dict]) -> dict:
     out["ops"] = {op: {ph: _least([r["ops"][op][ph] for r in rounds])
                        for ph in set.intersection(*(set(r["ops"][op]) for r in rounds))}
                   for op in rounds[0]["ops"]}
+    # how much each op's forward and backward moved between rounds (sd over mean): the simulated time's
+    # interval (analysis.uncertainty) draws from it; one round says nothing about it
+    out["spreads"] = {op: {ph: _spread([r["ops"][op][ph] for r in rounds]) for ph in SPREAD
+                           if all(ph in r["ops"][op] for r in rounds)}
+                      for op in rounds[0]["ops"]} if len(rounds) > 1 else {}
     out["half_batch"] = min(r.get("half_batch") or 0 for r in rounds)  # a round that could not: no fit
     # the smaller batches every round measured (a round that could not run them: none)
     out["fit_batches"] = sorted(set.intersection(*(set(r.get("fit_batches") or ()) for r in rounds)))
@@ -180,6 +185,14 @@ def fastest(rounds: list[dict]) -> dict:
     out["copy_bandwidth"] = max(r["copy_bandwidth"] for r in rounds)
     out["rounds"] = len(rounds)
     return out
+
+
+def _spread(values: list[float]) -> float:
+    """Sample standard deviation over mean of several rounds' times (0 for times of 0)."""
+    mean = sum(values) / len(values)
+    if mean <= 0:
+        return 0.0
+    return (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 / mean
 
 
 def _least(values: list):
@@ -330,6 +343,10 @@ def build_calibration(graph, source, shape, devs, measured: dict, links: dict,
                         acc[1] += v
                     if len(points) > 1:  # one smaller batch says no more than the fixed part's line
                         entry[AT[ph]] = {f"{b / graph.batch_size:g}": v * scale for b, v in sorted(points.items())}
+            for ph, key in SPREAD.items():  # relative: the reconciling scale leaves it as it is
+                spread = (m.get("spreads") or {}).get(op.name, {}).get(ph, 0.0)
+                if spread > 0:
+                    entry[key] = min(spread, MAX_SPREAD)
             ops_table.setdefault(op.name, {})[d.name] = entry
         half = max(fitted) if fitted else 0  # the largest smaller batch (half the batch): the report's figure
         devices.append(Device(d.name, d.kind, peak_flops=m["gemm_flops"] / ETA_COMP, memory_bytes=m["memory_bytes"],
