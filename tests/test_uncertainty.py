@@ -182,3 +182,25 @@ def test_calibration_records_each_ops_spread_between_rounds():
     one = build_calibration(graph, "test", (1, 4), devs, {"cpu0": fastest([measured(10.0)])}, {},
                             CalibrationSettings(reconcile="none"))
     assert "fwd_spread" not in one.timings["ops"]["a"]["cpu0"]
+
+
+def test_the_benchmark_script_ranks_e5s_kinds_of_placement():
+    """benchmarks/e5_intervals.py on the hand-written network: cpu1 1 % slower in a's forward, 20 % spread; one
+    device per rank and two stages, ranked with their intervals (no batch split here: no data parallel row)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "e5_intervals.py"
+    spec = importlib.util.spec_from_file_location("e5_intervals", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    close = {op: {d: dict(v) for d, v in per.items()} for op, per in TIMINGS["ops"].items()}
+    close["a"]["cpu1"]["fwd"] = 1.01
+    p = problem(spread_a=0.2, table=close)
+    rows = module.table(p, samples=32)
+    by = {r["placement"]: r for r in rows}
+    assert set(by) == {"single:cpu0", "single:cpu1", "two stages"}  # no batch split here: no data parallel row
+    assert [r["simulated_s"] for r in rows] == sorted(r["simulated_s"] for r in rows)
+    assert by["single:cpu0"]["simulated_s"] == pytest.approx(10.75)
+    assert by["single:cpu1"]["simulated_s"] == pytest.approx(10.76)
+    assert by["single:cpu1"]["rank"] == by["single:cpu0"]["rank"] + 1 and by["single:cpu1"]["tied_with_above"]
