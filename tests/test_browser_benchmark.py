@@ -5,7 +5,8 @@ import csv
 import time
 
 import pytest
-from browser_util import download, main, no_errors, open_page, settle, shot, type_number, wait_text
+from browser_util import (choose_python_file, download, main, no_errors, open_page, settle, shot, type_number,
+                          wait_text)
 
 pytestmark = pytest.mark.browser
 
@@ -44,7 +45,7 @@ def test_benchmark_a_tiny_model_and_download_the_measurements(page, tmp_path):
     model = tmp_path / "mlp.py"
     model.write_text(MODEL)
     pg.get_by_role("tab", name="Import a PyTorch model").click()
-    pg.get_by_text("Python file", exact=True).first.click()
+    choose_python_file(pg)
     uploader = pg.locator("[data-testid='stFileUploader']").filter(has_text="Python file").first
     uploader.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(str(model))
     uploader.get_by_text("mlp.py").wait_for()

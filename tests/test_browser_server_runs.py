@@ -63,9 +63,9 @@ def test_a_reload_mid_run_keeps_the_run_in_sight_and_stoppable(page, home):
     pg.get_by_role("heading", name="Optimize", exact=True).first.wait_for()
     wait_text(pg, "1 optimization run(s) in progress", scope=sidebar(pg))
     settle(pg)
-    text = main(pg).inner_text()
-    assert "No runs yet" not in text
-    assert f"run {rec.id} · MAP-Elites" in text and "evaluations/s" in text  # its progress, by its store id
+    wait_text(pg, f"run {rec.id} · MAP-Elites", scope=main(pg))  # its progress, by its store id (drawn by a
+    wait_text(pg, "evaluations/s", scope=main(pg))  # fragment that may come a moment after the page)
+    assert "No runs yet" not in main(pg).inner_text()
     assert main(pg).get_by_role("button", name="Stop", exact=True).count() == 1
 
     # a fresh tab (another session) sees it too, and the Runs page offers Stop, not only Resume

@@ -8,7 +8,7 @@ import time
 import pytest
 
 import browser_util
-from browser_util import main, no_errors, settle, shot, sidebar_text, wait_text
+from browser_util import choose_python_file, main, no_errors, settle, shot, sidebar_text, wait_text
 
 pytestmark = pytest.mark.browser
 
@@ -30,18 +30,6 @@ def served(tmp_path_factory):
 def app_url(served):
     """This module's dashboard (the conftest's ``page`` opens it), whose PLACEMENT_HOME the tests read."""
     return served[1]
-
-
-def choose_python_file(pg) -> None:
-    """Pick "Python file" and see it picked: a click on the radio while the page was still settling from the
-    tab switch was lost once in CI's browser, and the import then ran the torchvision model instead."""
-    radio = pg.get_by_role("radio", name="Python file")
-    for _ in range(3):
-        pg.get_by_text("Python file", exact=True).first.click()
-        settle(pg)
-        if radio.is_checked():
-            return
-    assert radio.is_checked(), "the Python file choice did not take"
 
 
 def test_an_uploaded_file_runs_only_after_confirmation_and_in_a_worker(page, served, tmp_path):
