@@ -256,13 +256,10 @@ def simulated_intervals(problem, placements, labels, sims) -> tuple[list | None,
     from placement_core.analysis import uncertainty
     if not placements or not uncertainty.has_spread(problem):
         return None, []
-    batch = np.array(placements)
-    d = uncertainty.draws(problem, batch)
-    lo, hi = np.quantile(d, [0.05, 0.95], axis=0)
-    objectives = problem.evaluate_valid(problem.checked(batch))
+    sp = uncertainty.spread(problem, np.array(placements))
     intervals = [(float(a), float(b)) if np.isclose(o, t) else None
-                 for a, b, o, t in zip(lo, hi, objectives, sims)]
-    same = uncertainty.indistinguishable(d)
+                 for a, b, o, t in zip(sp.low, sp.high, sp.point, sims)]
+    same = sp.same
     indistinct = [(labels[i], labels[j]) for i in range(len(labels)) for j in range(i + 1, len(labels))
                   if same[i, j] and labels[i] != labels[j]]
     return intervals, indistinct

@@ -93,6 +93,25 @@ def draws(problem: Problem, placements, samples: int = SAMPLES, seed: int = 0) -
     return out
 
 
+@dataclass(frozen=True)
+class Spread:
+    """What the draws say about a batch of placements: their point simulations, each one's ``level`` interval
+    (``low``, ``high``), and which pairs cannot be told apart (``same``, :func:`indistinguishable`)."""
+
+    point: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    same: np.ndarray
+
+
+def spread(problem: Problem, placements, samples: int = SAMPLES, level: float = LEVEL, seed: int = 0) -> Spread:
+    """The draws of :func:`draws` summed up for the k placements (every view of the intervals reads this)."""
+    batch = problem.checked(np.atleast_2d(np.asarray(placements)))
+    d = draws(problem, batch, samples, seed)
+    lo, hi = np.quantile(d, [(1 - level) / 2, (1 + level) / 2], axis=0)
+    return Spread(problem.evaluate_valid(batch), lo, hi, indistinguishable(d, level))
+
+
 def intervals(problem: Problem, placements, samples: int = SAMPLES, level: float = LEVEL,
               seed: int = 0) -> list[Interval] | None:
     """The interval of each placement's objective, or None when the problem has no spread."""
@@ -100,11 +119,8 @@ def intervals(problem: Problem, placements, samples: int = SAMPLES, level: float
         raise InputError(f"level must be between 0 and 1, got {level!r}", field="level")
     if not has_spread(problem):
         return None
-    batch = problem.checked(np.atleast_2d(np.asarray(placements)))
-    d = draws(problem, batch, samples, seed)
-    point = problem.evaluate_valid(batch)
-    lo, hi = np.quantile(d, [(1 - level) / 2, (1 + level) / 2], axis=0)
-    return [Interval(float(p), float(a), float(b), level, samples) for p, a, b in zip(point, lo, hi)]
+    sp = spread(problem, placements, samples, level, seed)
+    return [Interval(float(p), float(a), float(b), level, samples) for p, a, b in zip(sp.point, sp.low, sp.high)]
 
 
 def indistinguishable(d: np.ndarray, level: float = LEVEL) -> np.ndarray:
@@ -131,7 +147,7 @@ def ranking(problem: Problem, placements, labels=None, samples: int = SAMPLES, l
     point = problem.evaluate_valid(batch)
     same = indistinguishable(d, level)
     lo, hi = np.quantile(d, [(1 - level) / 2, (1 + level) / 2], axis=0)
-    order = np.argsort(point, kind="stable")
+    order = np.argsort(point, kind="stable")  # (ranking reads the draws themselves for faster_share)
     rows = []
     for rank, i in enumerate(order):
         above = order[rank - 1] if rank else None

@@ -264,17 +264,13 @@ def with_intervals(calibrated: Problem, candidates: list[Candidate], rows: list[
     from ..analysis import uncertainty
     if not rows or not uncertainty.has_spread(calibrated):
         return
-    batch = np.array([c.placement for c in candidates])
-    d = uncertainty.draws(calibrated, batch)
-    lo, hi = np.quantile(d, [(1 - uncertainty.LEVEL) / 2, (1 + uncertainty.LEVEL) / 2], axis=0)
-    objectives = calibrated.evaluate_valid(calibrated.checked(batch))
-    same = uncertainty.indistinguishable(d)
-    order = np.argsort(objectives, kind="stable")
+    sp = uncertainty.spread(calibrated, np.array([c.placement for c in candidates]))
+    order = np.argsort(sp.point, kind="stable")
     for rank, i in enumerate(order):
-        fits = np.isclose(objectives[i], rows[i]["sim_calibrated_s"])  # over memory: the objective is not a time
-        rows[i]["sim_low_s"] = float(lo[i]) if fits else None
-        rows[i]["sim_high_s"] = float(hi[i]) if fits else None
-        rows[i]["tied_with_next"] = bool(rank + 1 < len(order) and same[i, order[rank + 1]])
+        fits = np.isclose(sp.point[i], rows[i]["sim_calibrated_s"])  # over memory: the objective is not a time
+        rows[i]["sim_low_s"] = float(sp.low[i]) if fits else None
+        rows[i]["sim_high_s"] = float(sp.high[i]) if fits else None
+        rows[i]["tied_with_next"] = bool(rank + 1 < len(order) and sp.same[i, order[rank + 1]])
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
