@@ -44,9 +44,9 @@ def test_the_report_names_every_step_its_exit_its_figures_and_what_a_failure_pri
                  "ops": [{"name": "x", "kind": "input"}, {"name": "conv1", "kind": "conv", "inputs": ["x"]}]}))
         out = {"single": json.dumps({"median_step_s": 0.0123, "status": "ok", "peak_memory_bytes": {"gpu0": 2e8},
                                      "profiles": ["/w/profile/placement0-rank0.json"]})}.get(name, "")
-        code = 1 if name == "pipeline" else 0
+        code = 1 if name == "split" else 0
         return {"step": name, "command": "placement " + " ".join(argv), "exit": code, "seconds": 1.0,
-                "stdout": out, "stderr": "error: pipeline: it broke\n" if code else ""}
+                "stdout": out, "stderr": "error: split: it broke\n" if code else ""}
 
     monkeypatch.setattr(gpu_check, "gpus", lambda: ["NVIDIA H200"])
     monkeypatch.setattr(gpu_check, "run_step", fake)
@@ -57,9 +57,23 @@ def test_the_report_names_every_step_its_exit_its_figures_and_what_a_failure_pri
     assert "GPUs: NVIDIA H200" in text and "devices used: cpu,cuda:0" in text
     assert "| single | 0 | 1.0 | median step 0.0123 s, status ok; peak gpu0 200.0 MB; profiled step: " \
            "placement0-rank0.json |" in text
-    assert "| pipeline | 1 |" in text and "error: pipeline: it broke" in text
+    assert "| split | 1 |" in text and "error: split: it broke" in text
+    # pipelined runs use CPU ranks only: on a GPU machine the step says why instead of failing
+    assert "| pipeline | n/a |" in text and "Not run here: pipelined benchmarks run on CPU ranks only" in text
     assert "| e5 | skipped |" in text  # the stand-in calibration wrote nothing
-    assert [n for n, _ in seen] == ["import", "calibrate", "single", "split", "sharded", "pipeline"]
+    assert [n for n, _ in seen] == ["import", "calibrate", "single", "split", "sharded"]
     assert dict(seen)["calibrate"] == gpu_check.TIMEOUTS["calibrate"]
     sharded = json.loads((work / "sharded.json").read_text())
     assert sharded["assignment"] == {"x": "cpu0", "conv1": {"devices": ["cpu0", "gpu0"], "split": "batch"}}
+
+
+def test_e5_splits_ops_only_over_devices_of_one_kind(tmp_path):
+    """One GPU pairs with the host CPU, where E5 has no two devices of one kind to shard over (it refused
+    --sharded 2 on the H200 run of 2026-11-28); two GPUs or two CPU ranks keep the sharded placements."""
+    def sharded(devices):
+        argv = gpu_check.commands(tmp_path, devices, "gpu0")["e5"]
+        return argv[argv.index("--sharded") + 1]
+    assert sharded("cpu,cuda:0") == "0"
+    assert sharded("cuda:0,cuda:1") == "2" and sharded("cpu:2") == "2"
+    assert gpu_check.not_applicable("pipeline", "cpu:2") is None
+    assert gpu_check.not_applicable("pipeline", "cuda:0,cuda:1") and gpu_check.not_applicable("e5", "cpu,cuda:0") is None
