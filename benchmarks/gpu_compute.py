@@ -111,10 +111,22 @@ def measure_gemms(device: str, dtype, small: bool) -> list[dict]:
 
 
 def gpt_model(layers: int, hidden: int, heads: int, seq: int, vocab: int):
-    """The ``gpt:`` family's ops as torch modules (explicit attention, as the family counts it)."""
+    """The ``gpt:`` family's ops as torch modules (explicit attention, as the family counts it). With
+    ``model.marks`` a list, the forward records a CUDA event pair around each op under the family's op
+    name (l0.qkv, l0.scores, ...), so that its forward time can be set beside the simulator's."""
     import torch
     from torch import nn
     from torch.nn import functional as F
+
+    def op(model, name, fn, *args):
+        if model.marks is None:
+            return fn(*args)
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        out = fn(*args)
+        b.record()
+        model.marks.append((name, a, b))
+        return out
 
     class Layer(nn.Module):
         def __init__(self):
@@ -123,14 +135,17 @@ def gpt_model(layers: int, hidden: int, heads: int, seq: int, vocab: int):
             self.qkv, self.proj = nn.Linear(hidden, 3 * hidden), nn.Linear(hidden, hidden)
             self.fc1, self.fc2 = nn.Linear(hidden, 4 * hidden), nn.Linear(4 * hidden, hidden)
 
-        def forward(self, x):
+        def forward(self, x, m, p):
             B, S, H = x.shape
-            q, k, v = self.qkv(self.ln1(x)).split(H, dim=2)
+            q, k, v = op(m, p + "qkv", self.qkv, op(m, p + "ln1", self.ln1, x)).split(H, dim=2)
             q, k, v = (t.unflatten(-1, (heads, H // heads)).transpose(1, 2) for t in (q, k, v))
-            scores = torch.matmul(q, k.transpose(-1, -2)) * (H // heads) ** -0.5
-            probs = torch.softmax(scores, dim=-1)
-            x = x + self.proj(torch.matmul(probs, v).transpose(1, 2).flatten(2))
-            return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+            scores = op(m, p + "scores", lambda: torch.matmul(q, k.transpose(-1, -2)) * (H // heads) ** -0.5)
+            probs = op(m, p + "softmax", torch.softmax, scores, -1)
+            ctx = op(m, p + "context", lambda: torch.matmul(probs, v).transpose(1, 2).flatten(2))
+            x = op(m, p + "add1", torch.add, x, op(m, p + "proj", self.proj, ctx))
+            up = op(m, p + "fc1", self.fc1, op(m, p + "ln2", self.ln2, x))
+            down = op(m, p + "fc2", self.fc2, op(m, p + "gelu", F.gelu, up))
+            return op(m, p + "add2", torch.add, x, down)
 
     class GPT(nn.Module):
         def __init__(self):
@@ -138,15 +153,32 @@ def gpt_model(layers: int, hidden: int, heads: int, seq: int, vocab: int):
             self.tok, self.pos = nn.Embedding(vocab, hidden), nn.Embedding(seq, hidden)
             self.layers = nn.ModuleList(Layer() for _ in range(layers))
             self.ln_f = nn.LayerNorm(hidden)
+            self.marks = None
 
         def forward(self, tokens, targets):
-            x = self.tok(tokens) + self.pos.weight[: tokens.shape[1]]
-            for layer in self.layers:
-                x = layer(x)
-            logits = F.linear(self.ln_f(x), self.tok.weight)  # tied
-            return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+            x = op(self, "embed", lambda: self.tok(tokens) + self.pos.weight[: tokens.shape[1]])
+            for i, layer in enumerate(self.layers):
+                x = layer(x, self, f"l{i}.")
+            logits = op(self, "logits", F.linear, op(self, "ln_f", self.ln_f, x), self.tok.weight)  # tied
+            return op(self, "loss", lambda: F.cross_entropy(logits.flatten(0, 1), targets.flatten()))
 
     return GPT()
+
+
+def forward_op_times(model, tokens, targets, reps: int = 10) -> dict[str, float]:
+    """Median forward seconds per op over ``reps`` training forwards (CUDA events around each op)."""
+    import torch
+    per: dict[str, list[float]] = {}
+    for _ in range(reps):
+        model.marks = []
+        model.zero_grad(set_to_none=True)
+        loss = model(tokens, targets)
+        torch.cuda.synchronize()
+        for name, a, b in model.marks:
+            per.setdefault(name, []).append(a.elapsed_time(b) / 1e3)
+        loss.backward()
+    model.marks = None
+    return {name: statistics.median(v) for name, v in per.items()}
 
 
 def measure_steps(device: str, dtype, small: bool) -> list[dict]:
@@ -164,8 +196,11 @@ def measure_steps(device: str, dtype, small: bool) -> list[dict]:
 
         s = timed(step, reps=10)
         spec = f"gpt:layers={layers},hidden={hidden},heads={heads},seq={seq},vocab={vocab}"
-        peak = torch.cuda.max_memory_allocated() if device.startswith("cuda") else None
-        out.append({"network": spec, "batch": batch, "seconds": s, "peak_memory_bytes": peak})
+        cuda = device.startswith("cuda")
+        peak = torch.cuda.max_memory_allocated() if cuda else None
+        ops = forward_op_times(model, tokens, targets) if cuda else {}
+        out.append({"network": spec, "batch": batch, "seconds": s, "peak_memory_bytes": peak,
+                    "forward_op_s": ops})
         print(f"  {spec} batch {batch}: {s * 1e3:.2f} ms", flush=True)
         del model
         if device.startswith("cuda"):
@@ -196,7 +231,7 @@ def measure(args) -> int:
 
 def predict_gemm(c: dict, gpu: dict) -> float:
     """The default profile's roofline for one GEMM: flops at its share of the bf16 peak times the share of
-    computed tiles that is useful (cost/gemm.py), or its bytes (inputs and output, 2 each) at the HBM
+    computed tiles that is useful (cost/gemm.py), or its bytes (inputs and output, 2 each) at the whole HBM
     bandwidth, whichever is longer; nothing fitted."""
     from placement_core.cost.gemm import efficiency
     from placement_core.cost.profiles import get_profile
@@ -204,8 +239,29 @@ def predict_gemm(c: dict, gpu: dict) -> float:
     b, m, n, k = c["batch"], c["m"], c["n"], c["k"]
     compute = 2.0 * b * m * n * k / (eff * gpu["peak_flops_by_precision"]["bf16"] * efficiency(b, m, n, gpu["sms"]))
     weights = k * n if b == 1 else b * k * n
-    memory = 2.0 * (b * m * k + weights + b * m * n) / (eff * gpu["mem_bandwidth"])
+    memory = 2.0 * (b * m * k + weights + b * m * n) / gpu["mem_bandwidth"]
     return max(compute, memory)
+
+
+def predicted_forward(step: dict, gpu: dict) -> dict[str, float]:
+    """The default profile's forward time of each op of the network on the GPU (what the simulator runs)."""
+    from placement_core.formats.catalog import load_network
+    from placement_core.model.devices import devices_from_dict
+    from placement_core.problem import Problem
+    graph = load_network(step["network"], batch_size=step["batch"]).with_precision("bf16")
+    devices = devices_from_dict({"format": "placement-devices/1", "name": "one GPU", "devices": [gpu]})
+    fwd = Problem(graph, devices).costs.fwd[:, 0]
+    return {op.name: float(t) for op, t in zip(graph.ops, fwd)}
+
+
+def by_kind(measured: dict[str, float], predicted: dict[str, float]) -> dict[str, tuple[float, float]]:
+    """Forward seconds summed over the layers by op kind (qkv, scores, ...): (measured, predicted)."""
+    out: dict[str, list[float]] = {}
+    for name, t in measured.items():
+        kind = name.split(".", 1)[-1]
+        m, p = out.setdefault(kind, [0.0, 0.0])
+        out[kind] = [m + t, p + predicted.get(name, 0.0)]
+    return {k: (m, p) for k, (m, p) in out.items()}
 
 
 def predict_step(step: dict, gpu: dict) -> float:
@@ -237,9 +293,16 @@ def predict(args) -> int:
     print(f"\n{'training step (fwd+bwd)':<62} {'measured':>9} {'predicted':>9} {'meas/pred':>9}")
     for s in data["steps"]:
         p = predict_step(s, gpu)
-        rows["steps"].append({**s, "predicted_s": p, "ratio": s["seconds"] / p})
+        row = {**s, "predicted_s": p, "ratio": s["seconds"] / p}
         print(f"{s['network'] + ' b=' + str(s['batch']):<62} {s['seconds'] * 1e3:7.2f}ms {p * 1e3:7.2f}ms "
               f"{s['seconds'] / p:9.2f}")
+        if s.get("forward_op_s"):
+            kinds = by_kind(s["forward_op_s"], predicted_forward(s, gpu))
+            row["forward_by_kind"] = {k: {"measured_s": m, "predicted_s": q} for k, (m, q) in kinds.items()}
+            fm, fp = sum(m for m, _ in kinds.values()), sum(q for _, q in kinds.values())
+            print(f"    forward {fm * 1e3:.2f} ms measured, {fp * 1e3:.2f} predicted; by op kind, measured/predicted: "
+                  + ", ".join(f"{k} {m / q:.2f}" for k, (m, q) in kinds.items() if q > 0))
+        rows["steps"].append(row)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0
