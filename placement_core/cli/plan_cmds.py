@@ -15,7 +15,11 @@ def register(sub) -> None:
                                    "Every dimension not given is searched; every plan is simulated by the event "
                                    "simulator (docs/clusters.md).")
     p.add_argument("--network", required=True, help="gpt:layers=L,hidden=H,heads=A[,...], a built-in name or a file")
-    p.add_argument("--devices", required=True, help="dgx-a100:nodes=N, dgx-h100:nodes=N, a preset or a file")
+    p.add_argument("--devices", required=True, help="dgx-a100:nodes=N, dgx-h100:nodes=N (N up to 1024), a preset "
+                                                     "or a file")
+    p.add_argument("--fold", action="store_true",
+                   help="simulate one data-parallel replica and cost its gradient all-reduce with the collective "
+                        "model (always so above 32 nodes; a dgx-...:nodes=N cluster)")
     p.add_argument("--global-batch", required=True, type=positive_int, help="sequences (samples) per step")
     p.add_argument("--tp", type=positive_int, help="tensor-parallel degree, inside a node (default: searched for a "
                                                      "gpt: network, 1 otherwise)")
@@ -43,16 +47,32 @@ def register(sub) -> None:
     p.set_defaults(handler=cmd_plan)
 
 
+def _devices(spec: str, fold: bool):
+    """The device graph, or a :class:`Cluster` not materialised when the replicas are folded (``--fold``, or a
+    cluster above the 32 nodes a device graph holds)."""
+    from ..base.errors import InputError
+    from ..formats import clusters
+    from ..formats.catalog import load_devices
+
+    if clusters.is_cluster(spec):
+        c = clusters.load_plan_cluster(spec.strip().lower().replace(" ", ""))
+        return c if fold or c.nodes > clusters.MAX_NODES else load_devices(spec)
+    if fold:
+        raise InputError("--fold folds the replicas of a dgx-a100:nodes=N or dgx-h100:nodes=N cluster",
+                         field="--fold", fix="Plan on such a cluster, or leave --fold out")
+    return load_devices(spec)
+
+
 def cmd_plan(args) -> int:
     from ..base.errors import InputError
     from ..families import gpt
-    from ..formats.catalog import load_devices, load_network
+    from ..formats.catalog import load_network
     from ..optimize.plans import PlanRequest, plan
 
     graph = load_network(args.network)
     if args.precision:
         graph = graph.with_precision(args.precision)
-    devices = load_devices(args.devices)
+    devices = _devices(args.devices, args.fold)
     req = PlanRequest(global_batch=args.global_batch, tp=args.tp, pp=args.pp, dp=args.dp,
                       micro_batch=args.micro_batch, schedule=args.schedule, virtual_stages=args.virtual_stages,
                       optimizer=args.optimizer, zero=args.zero, comm_efficiency=args.comm_efficiency,

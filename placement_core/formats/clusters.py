@@ -8,6 +8,10 @@ Every figure is a datasheet's (docs/clusters.md names them); only the links' 5 Â
 project's NVLink presets' figure, kept for InfiniBand too (a training step's transfers are megabytes, where
 the bandwidth decides). Bandwidths are per direction. The default cost profile multiplies link bandwidths by
 its communication efficiency (0.25, the thesis' value, ``--comm-efficiency``).
+
+A device graph names every ordered pair of GPUs it routes, so a whole cluster is materialised only up to
+``MAX_NODES``; :class:`Cluster` describes one of up to ``MAX_PLAN_NODES`` nodes without its pairs and builds
+the graph of just the GPUs a plan simulates (one data-parallel replica's, ``optimize.plan_fold``).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from ..model.devices import Channel, Device, DeviceGraph
 
 LATENCY = 5e-6
 MAX_NODES = 32  # 256 GPUs: a device graph names every pair of GPUs it routes
+MAX_PLAN_NODES = 1024  # 8,192 GPUs: `placement plan` builds only one data-parallel replica's GPUs
+GPUS_PER_NODE = 8
 
 
 @dataclass(frozen=True)
@@ -42,45 +48,92 @@ KINDS = {
     "dgx-h100": NodeKind("NVIDIA H100-SXM5-80GB", 67e12, 989.4e12, 80e9, 3350e9, 132, 900e9 / 2, 400e9 / 8),
 }
 FIX = "Write dgx-a100:nodes=N or dgx-h100:nodes=N, N from 1 to {}".format(MAX_NODES)
+PLAN_FIX = "Write dgx-a100:nodes=N or dgx-h100:nodes=N, N from 1 to {}".format(MAX_PLAN_NODES)
 
 
 def is_cluster(spec: str) -> bool:
     return isinstance(spec, str) and spec.split(":", 1)[0].strip().lower() in KINDS and ":" in spec
 
 
-def parse(spec: str) -> tuple[str, int]:
+def parse(spec: str, limit: int = MAX_NODES) -> tuple[str, int]:
+    """(kind, nodes) of ``dgx-â€¦:nodes=N``; N from 1 to ``limit`` (a whole device graph's, or a plan's)."""
+    fix = FIX if limit == MAX_NODES else PLAN_FIX
     kind, _, body = spec.strip().partition(":")
     kind = kind.strip().lower()
     key, eq, raw = body.strip().partition("=")
     if key.strip().lower() != "nodes" or not eq:
-        raise InputError(f"{spec[:60]!r} does not say how many nodes", field="devices", fix=FIX)
+        raise InputError(f"{spec[:60]!r} does not say how many nodes", field="devices", fix=fix)
     try:
         nodes = int(raw.strip())
     except ValueError:
-        raise InputError(f"nodes={raw.strip()[:20]!r} is not a whole number", field="devices", fix=FIX) from None
-    if not 1 <= nodes <= MAX_NODES:
-        raise InputError(f"nodes={nodes} is outside 1..{MAX_NODES}", field="devices", fix=FIX)
+        raise InputError(f"nodes={raw.strip()[:20]!r} is not a whole number", field="devices", fix=fix) from None
+    if not 1 <= nodes <= limit:
+        if limit == MAX_NODES and MAX_NODES < nodes <= MAX_PLAN_NODES:
+            fix = (f"{FIX}; `placement plan` takes up to {MAX_PLAN_NODES} nodes (it simulates one data-parallel "
+                   "replica)")
+        raise InputError(f"nodes={nodes} is outside 1..{limit}", field="devices", fix=fix)
     return kind, nodes
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """``nodes`` nodes of ``kind`` without their pairs of GPUs: GPU ``g`` is ``n<g // 8>g<g % 8>``, and
+    :meth:`graph` materialises any subset of them (the whole cluster: :func:`cluster`)."""
+
+    kind: str
+    nodes: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}:nodes={self.nodes}"
+
+    @property
+    def n_gpus(self) -> int:
+        return GPUS_PER_NODE * self.nodes
+
+    def node_of(self, gpu: int) -> int:
+        return gpu // GPUS_PER_NODE
+
+    def link(self, a: int, b: int) -> tuple[float, float]:
+        """(latency, bandwidth per direction) of the link GPU ``a`` sends to GPU ``b`` on."""
+        k = KINDS[self.kind]
+        return LATENCY, (k.nvlink if self.node_of(a) == self.node_of(b) else k.infiniband)
+
+    def graph(self, gpus: list[int] | None = None) -> DeviceGraph:
+        """The device graph of ``gpus`` (indices into the cluster, in order; all when None): each GPU's NVLink
+        channel to the chosen GPUs of its node and its InfiniBand channel to the others (a channel with no
+        route left out), named as in the whole cluster."""
+        k = KINDS[self.kind]
+        chosen = list(range(self.n_gpus)) if gpus is None else [int(g) for g in gpus]
+        if any(not 0 <= g < self.n_gpus for g in chosen) or len(set(chosen)) != len(chosen):
+            raise ValueError(f"GPUs must be distinct indices below {self.n_gpus}")
+        names = {g: f"n{self.node_of(g)}g{g % GPUS_PER_NODE}" for g in chosen}
+        devices = [Device(names[g], "gpu", k.peak_fp32, k.memory_bytes, k.mem_bandwidth, k.gpu,
+                          peaks=(("bf16", k.peak_half), ("fp16", k.peak_half)), sms=k.sms) for g in chosen]
+        by_node: dict[int, list[str]] = {}
+        for g in chosen:
+            by_node.setdefault(self.node_of(g), []).append(names[g])
+        channels = []
+        for g in chosen:
+            src, node = names[g], self.node_of(g)
+            near = tuple((src, dst) for dst in by_node[node] if dst != src)
+            far = tuple((src, dst) for o, others in by_node.items() if o != node for dst in others)
+            if near:
+                channels.append(Channel(f"nvl-{src}", k.nvlink, LATENCY, near))
+            if far:
+                channels.append(Channel(f"ib-{src}", k.infiniband, LATENCY, far))
+        return DeviceGraph(self.name if gpus is None else f"{self.name} ({len(chosen)} GPUs)", devices, channels)
 
 
 def cluster(kind: str, nodes: int) -> DeviceGraph:
     """``nodes`` nodes of ``kind``: GPUs ``n<i>g<j>``, channels ``nvl-n<i>g<j>`` and ``ib-n<i>g<j>``."""
-    k = KINDS[kind]
-    names = [[f"n{i}g{j}" for j in range(8)] for i in range(nodes)]
-    devices = [Device(name, "gpu", k.peak_fp32, k.memory_bytes, k.mem_bandwidth, k.gpu,
-                      peaks=(("bf16", k.peak_half), ("fp16", k.peak_half)), sms=k.sms)
-               for node in names for name in node]
-    channels = []
-    for i, node in enumerate(names):
-        for src in node:
-            channels.append(Channel(f"nvl-{src}", k.nvlink, LATENCY,
-                                    tuple((src, dst) for dst in node if dst != src)))
-            if nodes > 1:
-                channels.append(Channel(f"ib-{src}", k.infiniband, LATENCY,
-                                        tuple((src, dst) for o, other in enumerate(names) if o != i
-                                              for dst in other)))
-    return DeviceGraph(f"{kind}:nodes={nodes}", devices, channels)
+    return Cluster(kind, nodes).graph()
 
 
 def load(spec: str) -> DeviceGraph:
     return cluster(*parse(spec))
+
+
+def load_plan_cluster(spec: str) -> Cluster:
+    """A cluster for `placement plan`, up to ``MAX_PLAN_NODES`` nodes, not materialised."""
+    return Cluster(*parse(spec, MAX_PLAN_NODES))

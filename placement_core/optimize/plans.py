@@ -15,6 +15,10 @@ folded into one simulated GPU, the first of the group, which runs one rank of Me
 (:mod:`..families.gpt_parallel`: sharded ops, the group's collectives as ops timed by :mod:`..cost.collectives`
 on the group's NVLink), so ``tp · pp · dp`` = the GPUs. Sequence parallelism and activation recomputation are
 the same builder's; ZeRO stage 3 adds each layer's parameter all-gathers over its data-parallel group.
+
+On a :class:`..formats.clusters.Cluster` (a cluster not materialised: `placement plan` above 32 nodes, or
+``--fold``) the ``dp`` replicas are folded into one (:mod:`.plan_fold`): one replica's ``pp`` stages are
+simulated, each op's gradients reduced over the data-parallel group by the collective model.
 """
 
 from __future__ import annotations
@@ -24,11 +28,13 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..base.errors import InputError
+from ..formats.clusters import Cluster
 from ..model.devices import DeviceGraph
 from ..model.graph import Graph
 from ..model.sharding import Split
 from ..problem import ProblemSpec
 from .baselines import balanced_stages
+from .plan_links import dp_group, link_of, node_size
 
 SCHEDULES = ("1f1b", "gpipe", "zb-h1", "interleaved-1f1b")
 MAX_CANDIDATES = 400
@@ -82,7 +88,9 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def gpus_of(devices: DeviceGraph) -> list[int]:
+def gpus_of(devices: DeviceGraph | Cluster) -> list[int]:
+    if isinstance(devices, Cluster):
+        return list(range(devices.n_gpus))
     gpus = [i for i, d in enumerate(devices.devices) if d.kind == "gpu"]
     if not gpus:
         raise InputError(f"{devices.name} has no GPU to plan for", field="devices",
@@ -132,25 +140,36 @@ def candidates(n_gpus: int, n_ops: int, req: PlanRequest, what: str = "GPUs") ->
     return out
 
 
-def simulate_plan(graph: Graph, devices: DeviceGraph, gpus: list[int], pp: int, dp: int, b: int,
+def simulate_plan(graph: Graph, devices: DeviceGraph | Cluster, gpus: list[int], pp: int, dp: int, b: int,
                   req: PlanRequest, config=None) -> tuple[Plan, object]:
     """One plan built and simulated: the plan with its figures, and the problem it ran in. Under tensor
     parallelism (``req.tp`` > 1), sequence parallelism, recomputation or ZeRO-3, ``config`` is the ``gpt:``
     network's configuration: the graph simulated is one tensor-parallel rank's (:func:`rank_graph`) and the
-    simulated GPUs are the first of each group of ``tp`` in ``gpus``."""
+    simulated GPUs are the first of each group of ``tp`` in ``gpus``. On a :class:`Cluster` the data-parallel
+    replicas are folded (:mod:`.plan_fold`): the problem is one replica's, on its ``pp`` GPUs."""
+    from .plan_fold import fold_profile, replica_gpus
+
     t = req.tp or 1
     m = req.global_batch // (dp * b)
     v = req.virtual_stages
     profile = _profile(req)
+    folded = isinstance(devices, Cluster)
+    batch = req.global_batch // dp if folded else req.global_batch  # the simulated sequences per step
     if _needs_rank_graph(req):
-        graph = rank_graph(config, graph.precision, devices, gpus, t, dp, b, req, profile)
+        graph = rank_graph(config, graph.precision, devices, gpus, t, dp, b, req, profile, batch)
+    if folded:
+        profile = fold_profile(profile, dp_group(devices, gpus, t, dp, profile.comm_efficiency))
+        sim_devices = devices.graph(replica_gpus(gpus, t, pp, dp))
+        groups = [(s,) for s in range(pp)]
+    else:
         gpus = gpus[::t]
-    groups = [tuple(gpus[s * dp:(s + 1) * dp]) for s in range(pp)]
-    splits = tuple(Split("batch", g) for g in groups) if dp > 1 else ()
+        sim_devices = devices
+        groups = [tuple(gpus[s * dp:(s + 1) * dp]) for s in range(pp)]
+    splits = tuple(Split("batch", g) for g in groups) if dp > 1 and not folded else ()
     spec = ProblemSpec(schedule=req.schedule, micro_batches=m, virtual_stages=v, splits=splits,
                        optimizer=req.optimizer, zero=min(req.zero, 2), penalty=req.penalty,
                        comm_efficiency=req.comm_efficiency)
-    problem = spec.build(graph.with_batch_size(req.global_batch), devices, cost_model=profile)
+    problem = spec.build(graph.with_batch_size(batch), sim_devices, cost_model=profile)
     c = problem.costs
     work = np.asarray(c.fwd + c.bwd + c.update, dtype=float)
     chunks = [groups[k % pp] for k in range(pp * v)]  # interleaved: chunk k on group k mod pp
@@ -186,14 +205,19 @@ def simulate_plan(graph: Graph, devices: DeviceGraph, gpus: list[int], pp: int, 
     stage = next(k for k, g in enumerate(groups) if busiest in g)
     comm = float(kinds["tensor_parallel"][stage])
     gathers = float(kinds["zero3"][stage])
-    compute = float(busy[busiest]) - comm - gathers
+    dp_comm = None  # unfolded: the simulator's ring on the channels, its exposed part in other_s
+    if folded:
+        grads = profile.gradient_seconds(problem.graph)
+        dp_comm = float(sum(grads[cuts[k]:cuts[k + 1]].sum() for k in range(pp * v) if k % pp == stage))
+    compute = float(busy[busiest]) - comm - gathers - (dp_comm or 0.0)
     plan = Plan(tp=t, pp=pp, dp=dp, micro_batch=b, micro_batches=m, schedule=req.schedule, virtual_stages=v,
                 recompute=req.recompute, zero=req.zero, sequence_parallel=req.sequence_parallel,
                 step_time_s=float(r.makespan),
                 peak_memory_bytes=float(np.max(r.peak_memory[used])), fits=bool(ev.feasible),
                 breakdown={"compute_s": compute, "tensor_parallel_comm_s": comm,
                            "zero3_gather_s": gathers, "recompute_s": float(kinds["recompute"][stage]),
-                           "other_s": float(r.makespan) - compute - comm - gathers,
+                           "data_parallel_comm_s": dp_comm,
+                           "other_s": float(r.makespan) - compute - comm - gathers - (dp_comm or 0.0),
                            "bubble_fraction": float(r.idle_fraction()[used].mean()),
                            "busiest_gpu": names[busiest],
                            "nvlink_bytes": level["nvlink"], "infiniband_bytes": level["infiniband"],
@@ -216,29 +240,10 @@ def _profile(req: PlanRequest):
     return replace(base, zero=req.zero) if req.zero >= 3 else base
 
 
-def _link(devices: DeviceGraph, a: int, b: int, efficiency: float) -> tuple[float, float]:
-    """(alpha, beta) of the link device ``a`` sends to ``b`` on: its latency and seconds per byte at the
-    profile's communication efficiency (what every transfer of the simulator reaches)."""
-    if (a, b) not in devices.route:
-        names = devices.names
-        raise InputError(f"{names[a]} has no link to {names[b]}, which a collective of the plan needs",
-                         field="--devices", fix="Connect every GPU of a group, or plan without that dimension")
-    ch = devices.channels[devices.route[(a, b)]]
-    return float(ch.latency), 1.0 / (float(ch.bandwidth) * efficiency)
-
-
-def node_size(devices: DeviceGraph, gpus: list[int]) -> int:
-    """How many of ``gpus`` share the first one's node: those it reaches without InfiniBand (every GPU of a
-    device graph without ``ib-`` channels)."""
-    first = gpus[0]
-    return 1 + sum(1 for g in gpus[1:]
-                   if (first, g) in devices.route
-                   and not devices.channels[devices.route[(first, g)]].name.startswith("ib-"))
-
-
-def rank_graph(config, precision: str, devices: DeviceGraph, gpus: list[int], t: int, dp: int, b: int,
-               req: PlanRequest, profile) -> Graph:
-    """The graph of one tensor-parallel rank of the plan (families.gpt_parallel) at the global batch: its
+def rank_graph(config, precision: str, devices: DeviceGraph | Cluster, gpus: list[int], t: int, dp: int, b: int,
+               req: PlanRequest, profile, batch: int | None = None) -> Graph:
+    """The graph of one tensor-parallel rank of the plan (families.gpt_parallel) at ``batch`` sequences (the
+    global batch; one replica's share when replicas are folded): its
     tensor-parallel collectives over the group's NVLink (``t`` consecutive GPUs of ``gpus``), ZeRO-3's parameter
     gathers over the data-parallel group (every ``t``-th GPU, ``dp`` of them, in two levels across nodes), each
     timed for one micro-batch of ``b`` sequences by cost.collectives."""
@@ -248,27 +253,26 @@ def rank_graph(config, precision: str, devices: DeviceGraph, gpus: list[int], t:
     if config is None:
         raise InputError("tensor and sequence parallelism, recomputation and ZeRO-3 are modelled for gpt: networks",
                          field="--network", fix="Plan a gpt:layers=L,hidden=H,heads=A network")
-    config = replace(config, batch=req.global_batch, precision=precision)
+    config = replace(config, batch=batch or req.global_batch, precision=precision)
     eff = profile.comm_efficiency
     comm = None
     if t > 1:
-        alpha, beta = _link(devices, gpus[0], gpus[1], eff)
+        alpha, beta = link_of(devices, gpus[0], gpus[1], eff)
 
         def comm(kind: str, nbytes: float) -> float:
             return collectives.collective(kind, nbytes, t, alpha, beta)
     gather = None
     if req.zero >= 3 and dp > 1:
-        ranks = gpus[::t][:dp]
-        per_node = min(node_size(devices, ranks), dp)
-        nodes = -(-dp // per_node)  # a group that ends part-way into a node counts that node whole
-        intra = _link(devices, ranks[0], ranks[1], eff) if per_node > 1 else (0.0, 0.0)
-        inter = _link(devices, ranks[0], ranks[per_node], eff) if nodes > 1 else (0.0, 0.0)
+        group = dp_group(devices, gpus, t, dp, eff)
 
         def gather(nbytes: float) -> float:
-            return collectives.hierarchical("all-gather", nbytes, per_node, nodes, intra, inter)
+            return group.time("all-gather", nbytes)
+
+    one = devices.graph([gpus[0]]) if isinstance(devices, Cluster) else devices
+    first = 0 if isinstance(devices, Cluster) else gpus[0]
 
     def layer_forward(g: Graph) -> dict[str, float]:
-        fwd = profile.arrays(g, devices).fwd[:, gpus[0]]
+        fwd = profile.arrays(g, one).fwd[:, first]
         return {op.name: float(f) for op, f in zip(g.ops, fwd)}
 
     return gpt_parallel.build(config, t, comm or (lambda kind, nbytes: 0.0), unit_batch=b,
@@ -351,19 +355,20 @@ def plan(graph: Graph, devices: DeviceGraph, req: PlanRequest, config=None) -> l
 
 def memory_parts(problem, placement) -> dict[str, np.ndarray]:
     """Per device, what its training state holds, [devices] bytes each: ``weights``, ``gradients``,
-    ``optimizer`` (the plan's optimizer and ZeRO stage, cost.training_state; under tensor parallelism the graph
-    is one rank's, so its sharded layers hold 1/tp of their weights); ``activations`` is the rest of its
+    ``optimizer`` (the plan's optimizer and ZeRO stage over the data-parallel group, a batch split's or the
+    folded replicas'; cost.training_state; under tensor parallelism the graph is one rank's, so its sharded layers hold 1/tp of their weights); ``activations`` is the rest of its
     simulated peak (outputs kept for the backward, messages, gathers)."""
     from ..cost.training_state import state_parts
 
     prof = problem.profile
     optimizer, zero = getattr(prof, "optimizer", "sgd"), getattr(prof, "zero", 0)
+    replicas = getattr(prof, "replicas", 1)  # folded replicas (plan_fold): a whole op is data-parallel too
     w, g, o = state_parts(optimizer, problem.graph.precision)
     n = problem.n_devices
     parts = {"weights": np.zeros(n), "gradients": np.zeros(n), "optimizer": np.zeros(n)}
     for op, gene in zip(problem.graph.ops, np.asarray(placement).tolist()):
         if gene < n:
-            shares = [(gene, 1.0, 1)]
+            shares = [(gene, 1.0, replicas)]
         else:
             s = problem.splits[gene - n]
             k = len(s.devices)
