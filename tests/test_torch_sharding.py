@@ -54,10 +54,12 @@ def test_bytes_moved_follow_the_semantics(runs):
     flat = BATCH * 64 * 4
     assert runs["channel"].bytes_per_step == x + 2 * act // 2 + 2 * flat + 2 * BATCH * 7 * 4
     assert runs["channel"].messages_per_step == 7
-    # data parallel: no activation crosses but the loss's half batch of logits (and its gradient); each rank
-    # all-reduces every weight: 2 (k - 1) / k of them, k = 2, in one bucket (one all-reduce a rank)
-    assert runs["data_parallel"].bytes_per_step == 2 * (CONV_W + FC_W) + 2 * (BATCH // 2) * 10 * 4
-    assert runs["data_parallel"].messages_per_step == 2 * 1 + 2
+    # data parallel: no activation crosses, not even the logits (each rank takes the loss of its own half
+    # batch, as DDP does); each rank all-reduces every weight: 2 (k - 1) / k of them, k = 2, in one bucket
+    # (one all-reduce a rank). Until 2026-11-28 the second half's logits went to the first rank for the loss
+    # and their gradient came back: 2 * (BATCH // 2) * 10 * 4 bytes and 2 messages more
+    assert runs["data_parallel"].bytes_per_step == 2 * (CONV_W + FC_W)
+    assert runs["data_parallel"].messages_per_step == 2 * 1
 
 
 def test_a_bad_split_is_reported_with_the_op(runs):

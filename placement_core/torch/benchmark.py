@@ -306,7 +306,8 @@ def _report(progress, merged: dict, total: int) -> None:
 
 
 def _merge_ranks(reports: dict[int, dict]) -> dict:
-    """One item's per-rank reports as one: steps take the slowest rank, the loss its owner's."""
+    """One item's per-rank reports as one: steps take the slowest rank, the loss its owner's (or, when each
+    rank took the loss of its own samples, the sum of their shares)."""
     ranks = [reports[r] for r in sorted(reports)]
     bad = [r for r in ranks if r.get("status") != "ok"]
     if bad:
@@ -321,7 +322,10 @@ def _merge_ranks(reports: dict[int, dict]) -> dict:
         return out
     steps = [max(vals) for vals in zip(*(r["steps_s"] for r in ranks))]
     warm = [max(vals) for vals in zip(*(r["warmup_s"] for r in ranks))]
-    losses = next((r["losses"] for r in ranks if r.get("losses")), [])
+    if any(r.get("loss_share") for r in ranks):
+        losses = [sum(vals) for vals in zip(*(r["losses"] for r in ranks if r.get("losses")))]
+    else:
+        losses = next((r["losses"] for r in ranks if r.get("losses")), [])
     busy = {k: r["busy_s"] for k, r in zip(sorted(reports), ranks) if "busy_s" in r}
     return {"status": "ok", "message": "", "steps_s": steps, "warmup_s": warm, "losses": losses, "rank_busy_s": busy,
             "peak_memory_bytes": _merge_dicts(r.get("peak_memory_bytes") for r in ranks),

@@ -51,6 +51,7 @@ class _Worker:
         n = len(runs)
         report = {"status": "ok", "steps_s": [r.seconds for r in runs], "warmup_s": [r.seconds for r in warm],
                   "losses": [r.loss for r in runs if r.loss is not None], "peak_memory_bytes": peaks,
+                  "loss_share": any(r.loss_share for r in runs),
                   "bytes_per_step": (after[0] - before[0]) / n, "messages_per_step": (after[1] - before[1]) / n}
         if self.spec.get("profile"):
             report["profile"] = self.profiled(step)

@@ -53,19 +53,24 @@ class Loss:
         self.seed = seed
         self._labels: dict[tuple, torch.Tensor] = {}
 
-    def __call__(self, out) -> torch.Tensor:
+    def __call__(self, out, rows: tuple[int, int, int] | None = None) -> torch.Tensor:
+        """The loss of ``out``; with ``rows`` = (lo, hi, batch) ``out`` holds samples lo:hi of the batch and
+        the result is their share of the whole batch's mean loss (the shares of all shards add up to it)."""
         total = None
         for t in tree_leaves(out):
             if not isinstance(t, torch.Tensor) or not t.is_floating_point():
                 continue
+            lo, hi, n = rows if rows is not None else (0, t.shape[0], t.shape[0])
             if t.dim() == 2:
-                key = (tuple(t.shape), str(t.device))
+                key = ((n, t.shape[1]), str(t.device))
                 if key not in self._labels:
                     g = torch.Generator().manual_seed(self.seed + 1)
-                    self._labels[key] = torch.randint(t.shape[1], (t.shape[0],), generator=g).to(t.device)
-                term = torch.nn.functional.cross_entropy(t, self._labels[key])
+                    self._labels[key] = torch.randint(t.shape[1], (n,), generator=g).to(t.device)
+                term = torch.nn.functional.cross_entropy(t, self._labels[key][lo:hi])
             else:
                 term = t.float().pow(2).mean()
+            if rows is not None:
+                term = term * ((hi - lo) / n)
             total = term if total is None else total + term.to(total.device)
         if total is None:
             raise RuntimeError("the model returns no floating-point tensor to train on")
@@ -82,6 +87,7 @@ def _sync(devices) -> None:
 class StepResult:
     seconds: float
     loss: float | None
+    loss_share: bool = False  # the loss of this rank's samples only: the ranks' values add up to the step's
 
 
 class InProcessStep:
@@ -196,6 +202,12 @@ class RankStep:
         self.out_node = next(n for n in gm.graph.nodes if n.op == "output")
         out_args = self.out_node.all_input_nodes
         self.node_rank = dict(node_rank)
+        # a batch-split last op (shard_graph): each rank takes the loss of the shards it holds
+        shards = getattr(gm, "meta", {}).get("loss_shards") or {}
+        n = getattr(gm, "meta", {}).get("loss_batch", 0)
+        self.split_loss = bool(shards)
+        self.loss_rows = [(a, (shards[a.name][0], shards[a.name][1], n)) for a in out_args
+                          if a.name in shards and node_rank[a.name] == rank]
         self.out_rank = node_rank[out_args[0].name] if out_args else 0
         self.node_rank[self.out_node.name] = self.out_rank
         # who needs what: consumers' ranks per node; what this rank sends and receives
@@ -207,7 +219,7 @@ class RankStep:
         for n in self.nodes:
             if n.name in self.local_inputs:
                 continue
-            users = {self.node_rank[u.name] for u in n.users}
+            users = {self.node_rank[u.name] for u in n.users if not (shards and u is self.out_node)}
             owner = node_rank[n.name]
             if owner == rank:
                 remote = sorted(users - {rank})
@@ -277,7 +289,7 @@ class RankStep:
             tracker.ignore(self.owned_tensors())
         loss = self._forward_backward(tracker)
         _sync([self.device])
-        return StepResult(time.perf_counter() - t0, loss)
+        return StepResult(time.perf_counter() - t0, loss, self.split_loss)
 
     def _forward_backward(self, tracker) -> float | None:
         sends: list = []
@@ -341,7 +353,14 @@ class RankStep:
                 pending[name] = (items, spec)
         loss_value = None
         with (tracker if tracker is not None else _null()):
-            if self.rank == self.out_rank:
+            if self.loss_rows:  # this rank's share of a split loss; the benchmark adds the ranks' shares
+                loss = None
+                for node, rows in self.loss_rows:
+                    term = self.loss_fn(fetch(node, False), rows)
+                    loss = term if loss is None else loss + term
+                loss.backward()
+                loss_value = float(loss.detach())
+            elif self.rank == self.out_rank and not self.split_loss:
                 out = map_arg(self.out_node.args[0], lambda a: fetch(a, False))
                 loss = self.loss_fn(out)
                 loss.backward()

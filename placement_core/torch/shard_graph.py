@@ -172,8 +172,17 @@ def shard_graph(gm, node_op: Mapping[str, str], placement: Mapping[str, object],
             continue
         part = shard_of.get(node.name)
         need = (part.lo, part.hi) if part is not None else None
-        if node.op == "output":  # the loss is computed where the output's first value was to be
+        if node.op == "output":
             first = node.all_input_nodes[0] if node.all_input_nodes else None
+            if first is not None and node.args[0] is first and first.name in parts and parts[first.name][0].batch:
+                # a batch-split last op: each rank takes the loss of its own samples, as data parallelism does
+                # (DDP), so no output travels; the simulator likewise has no loss op to gather them for
+                shards = parts[first.name]
+                node.args = (tuple(p.node for p in shards),)
+                gm.meta["loss_shards"] = {p.node.name: (p.lo, p.hi) for p in shards}
+                gm.meta["loss_batch"] = batch
+                continue
+            # otherwise the loss is computed where the output's first value was to be
             rank = ranks.get(first.name, 0) if first is not None else 0
         else:
             rank = ranks.get(node.name, 0)
