@@ -1,5 +1,8 @@
 """Device graphs: the format, validation messages, presets, Exprimo import."""
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from placement_core.formats.catalog import builtin_devices, load_devices
@@ -103,17 +106,10 @@ def test_presets():
     assert len(nv.route) == 9 * 8
 
 
-EXPRIMO = {
-    "comm_channels": [{"type": "pcie3", "bandwidth": 128}, {"type": "pcie3", "bandwidth": 64}],
-    "devices": [
-        {"model": "Xeon", "clock": 2000, "peak_gflops": 1800, "memory": 395, "mem_bandwidth": 76.8, "type": "cpu",
-         "neighbours": [{"comm_channel": 0, "device": 1}, {"comm_channel": 1, "device": 2}]},
-        {"model": "V100", "clock": 1312, "peak_gflops": 14000, "memory": 32, "mem_bandwidth": 900, "type": "gpu",
-         "neighbours": [{"comm_channel": 0, "device": 0}, {"comm_channel": 0, "device": 2}]},
-        {"model": "V100", "clock": 1312, "peak_gflops": 14000, "memory": 32, "mem_bandwidth": 900, "type": "gpu",
-         "neighbours": [{"comm_channel": 1, "device": 0}, {"comm_channel": 1, "device": 1}]},
-    ],
-}
+# an Exprimo device file in miniature (a Xeon and two V100s on two PCIe channels), shared with the long fuzz
+# campaign, which mutates it
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from fuzz_campaign import EXPRIMO_DEVICES as EXPRIMO  # noqa: E402
 
 
 def test_exprimo_device_import():

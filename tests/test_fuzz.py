@@ -14,6 +14,9 @@ import json
 import math
 import os
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -28,6 +31,9 @@ from placement_core.problem import Problem
 from placement_core.store import RunStore
 from test_exprimo_and_cost import NET as EXPRIMO_NET
 from test_devices import EXPRIMO as EXPRIMO_DEVICES
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from fuzz_campaign import _paths  # noqa: E402  the long campaign walks documents the same way
 from helpers import examples
 
 NETWORK = {"format": "placement-network/1", "name": "n", "batch_size": 4, "ops": [
@@ -52,16 +58,6 @@ WEIRD = st.one_of(
     st.lists(st.integers(-3, 3), max_size=4), st.just([]), st.just({}), st.just([[]]),
     st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
 )
-
-
-def _paths(doc, prefix=()):
-    yield prefix
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            yield from _paths(v, prefix + (k,))
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc):
-            yield from _paths(v, prefix + (i,))
 
 
 @st.composite
