@@ -34,6 +34,8 @@ def all_reduce_buckets(replicas, comm) -> None:
     for params, group, k in replicas:
         for p in params:
             buckets.setdefault((id(group), p.dtype), (group, k, []))[2].append(p)
+    if not buckets:
+        return
     kept = comm.__dict__.setdefault("buckets", {})
     for (gid, dtype), (group, k, params) in buckets.items():
         key = (gid, dtype, tuple(id(p) for p in params))
