@@ -105,3 +105,15 @@ def test_one_process_group_per_rank_set_for_every_placement(monkeypatch):
     again = [replica_group(groups, ranks) for ranks in [(0, 1), (1, 0), (0, 2), (0, 1, 2), (2, 0)]]
     assert made == [(0, 1), (0, 2), (0, 1, 2)]  # in first-asked order, the same on every rank
     assert first[0] is first[1] is again[0] and first[2] is first[4] is again[4] and first[3] is again[3]
+
+
+@pytest.mark.parametrize("shape", [(5, 10), (5, 3, 4)])
+def test_the_shares_of_a_split_loss_add_up_to_the_whole_batchs(shape):
+    """Cross-entropy (2-d outputs, the batch's labels sliced) and mean square: samples 0:2 and 2:5 of a batch
+    of 5 weigh 2/5 and 3/5 of their own means, which add up to the mean over all 5."""
+    from placement_core.torch.executor import Loss
+    out = torch.randn(*shape, generator=torch.Generator().manual_seed(3))
+    whole = Loss(7)(out)
+    shares = Loss(7)(out[0:2], (0, 2, 5)) + Loss(7)(out[2:5], (2, 5, 5))
+    assert float(shares) == pytest.approx(float(whole), rel=1e-6)
+    assert float(Loss(7)(out[0:2], (0, 2, 5))) != pytest.approx(float(whole) * 2 / 5, rel=1e-3)  # not a scaled copy
