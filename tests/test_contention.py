@@ -116,14 +116,15 @@ def test_a_declared_curve_replaces_the_ring(fast):
 
 @pytest.mark.parametrize("fast", [True, False])
 def test_an_all_reduce_during_a_backward_takes_the_busy_curve(fast):
-    """x -> fc1 (backward 2 s) -> fc2 (backward 1 s), all split by batch: fc2's shards end at 0.5 s, when
-    fc1's start (until 1.5 s), so fc2's all-reduce takes the busy curve: 0.5 s, [0.5, 1.0]. fc1's starts at
-    1.5 s with nothing computing: 0.2 s, done at 1.7 s."""
+    """x -> fc1 (backward 2 s) -> fc2 (backward 1 s), all split by batch: the two ops' 2000 B each make one
+    bucket of 4000 B, 0.4 s alone and 0.9 s busy by the curves' last slopes, so each op pays half of it.
+    fc2's shards end at 0.5 s, when fc1's start (until 1.5 s), so fc2's share takes the busy curve: 0.45 s,
+    [0.5, 0.95]. fc1's starts at 1.5 s with nothing computing: 0.2 s, done at 1.7 s."""
     ops = [op("x", kind="input"), op("fc1", ["x"], bwd=2.0, params=2000.0), op("fc2", ["fc1"], bwd=1.0,
                                                                              params=2000.0)]
     res = run(ops, graph_of(collectives=[CURVE]), [DP, DP, DP], fast, splits=[DP])
     assert res.makespan == pytest.approx(1.7, rel=1e-12)
-    assert res.channel_busy[0] == pytest.approx(0.5 + 0.2, rel=1e-12)
+    assert res.channel_busy[0] == pytest.approx(0.45 + 0.2, rel=1e-12)
 
 
 @pytest.mark.parametrize("fast", [True, False])

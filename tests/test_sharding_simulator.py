@@ -14,6 +14,7 @@ from placement_core.model.sharding import Split, applicable, search_splits
 from placement_core.simulate import SimSettings
 
 from helpers import devices, examples, require_kernel
+from test_simulator_properties import shared_resources  # noqa: E402  at import: inside a strategy it nests @given
 
 BATCH = 8
 
@@ -177,7 +178,6 @@ def sharded_instances(draw):
     table = list(search_splits(dg, ["channel", "batch"], nd))
     table.append(Split("batch", (nd - 1, 0), (3, 5)))  # uneven sizes, devices out of order
     # measured all-reduce curves for some batch splits' device sets, and resources the devices share
-    from test_simulator_properties import shared_resources
     groups = sorted({tuple(sorted(set(s.devices))) for s in table if s.dim == "batch" and len(set(s.devices)) > 1})
     collectives = []
     for g in groups:
