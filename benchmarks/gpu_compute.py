@@ -31,6 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from placement_core.formats.clusters import KINDS  # noqa: E402
+
 # (hidden, tokens = micro-batch x sequence): GPT layers from GPT-2 medium to GPT-3 175B's width
 GEMM_SHAPES = ((1024, 2048), (2048, 2048), (4096, 2048), (8192, 2048), (12288, 2048), (4096, 8192))
 HEAD_DIM, ATTN_SEQ = 128, 2048
@@ -38,16 +40,21 @@ HEAD_DIM, ATTN_SEQ = 128, 2048
 STEPS = ((4, 1024, 16, 1024, 51200, 8), (4, 2048, 16, 2048, 51200, 2), (2, 4096, 32, 2048, 51200, 1))
 SMALL_GEMMS, SMALL_STEPS = ((256, 128),), ((2, 128, 4, 64, 1000, 2),)
 
-# datasheet figures of the GPU that is measured (docs/clusters.md names the sources)
+
+def _gpu(kind, model: str | None = None, memory_bytes: float | None = None, mem_bandwidth: float | None = None):
+    """One GPU of a cluster preset (formats/clusters.py, datasheet figures) as a device entry."""
+    return {"name": "gpu0", "kind": "gpu", "model": model or kind.gpu, "peak_flops": kind.peak_fp32,
+            "peak_flops_by_precision": {"bf16": kind.peak_half, "fp16": kind.peak_half},
+            "memory_bytes": memory_bytes or kind.memory_bytes, "mem_bandwidth": mem_bandwidth or kind.mem_bandwidth,
+            "sms": kind.sms}
+
+
+# the GPU that is measured (docs/clusters.md names the sources)
 GPUS = {
-    # NVIDIA H200 Tensor Core GPU datasheet (SXM: 141 GB HBM3e at 4.8 TB/s; the tensor-core rates are the
-    # H100 SXM5's, 989.4 TFLOP/s dense bf16, 67 TFLOP/s fp32) and the Hopper whitepaper (132 SMs)
-    "h200": {"name": "gpu0", "kind": "gpu", "model": "NVIDIA H200", "peak_flops": 67e12,
-             "peak_flops_by_precision": {"bf16": 989.4e12, "fp16": 989.4e12}, "memory_bytes": 141e9,
-             "mem_bandwidth": 4.8e12, "sms": 132},
-    "h100": {"name": "gpu0", "kind": "gpu", "model": "NVIDIA H100-SXM5-80GB", "peak_flops": 67e12,
-             "peak_flops_by_precision": {"bf16": 989.4e12, "fp16": 989.4e12}, "memory_bytes": 80e9,
-             "mem_bandwidth": 3.35e12, "sms": 132},
+    # NVIDIA H200 Tensor Core GPU datasheet (SXM: 141 GB HBM3e at 4.8 TB/s; the tensor-core rates and the 132
+    # SMs are the H100 SXM5's)
+    "h200": _gpu(KINDS["dgx-h100"], "NVIDIA H200", 141e9, 4.8e12),
+    "h100": _gpu(KINDS["dgx-h100"]),
 }
 
 

@@ -34,9 +34,9 @@ def all_reduce_buckets(replicas, comm) -> None:
     for params, group, k in replicas:
         for p in params:
             buckets.setdefault((id(group), p.dtype), (group, k, []))[2].append(p)
-    if not buckets:
+    if not buckets:  # nothing replicated (a calibration's single rank has no comm at all)
         return
-    kept = comm.__dict__.setdefault("buckets", {})
+    kept = comm.buckets
     for (gid, dtype), (group, k, params) in buckets.items():
         key = (gid, dtype, tuple(id(p) for p in params))
         total = sum(p.numel() for p in params)

@@ -135,6 +135,7 @@ class Comm:
         self.stage = backend == "gloo" and device.type == "cuda"
         self.bytes_sent = 0
         self.messages = 0
+        self.buckets: dict = {}  # gradient buckets kept between steps (collectives.all_reduce_buckets)
 
     def isend(self, t: torch.Tensor, dst: int, tag: int):
         t = t.detach()
