@@ -19,7 +19,8 @@ first, a rank sends back the gradients of what it received and runs
 op's backward runs exactly once, after its consumers', as in the simulator.
 Layers split by batch over several ranks (:mod:`.shard_graph`) hold a replica of
 their weights on each; their gradients are all-reduced (summed) among those
-ranks before the optimizer steps.
+ranks in buckets while the backward runs, as DDP does, and the optimizer steps
+once every sum is in.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from torch.fx.node import map_arg
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_map, tree_unflatten
 
 from .apply import mutates_input
-from .collectives import all_reduce_buckets, replica_group
+from .collectives import GradientBuckets, replica_group
 from .loss import Loss, make_input  # noqa: F401  the step's data and loss, here for the runners that import them
 from .memory import CpuTracker, tensor_bytes
 
@@ -135,7 +136,6 @@ class Comm:
         self.stage = backend == "gloo" and device.type == "cuda"
         self.bytes_sent = 0
         self.messages = 0
-        self.buckets: dict = {}  # gradient buckets kept between steps (collectives.all_reduce_buckets)
 
     def isend(self, t: torch.Tensor, dst: int, tag: int):
         t = t.detach()
@@ -207,6 +207,7 @@ class RankStep:
             if rank in ranks:
                 params = [p for t in targets for p in gm.get_submodule(t).parameters()]
                 self.replicas.append((params, group, len(ranks)))
+        self.buckets = GradientBuckets(self.replicas, comm, self._multi_use()) if self.replicas else None
 
     def _owned_parameters(self) -> list[torch.nn.Parameter]:
         seen: dict[int, torch.nn.Parameter] = {}
@@ -221,6 +222,16 @@ class RankStep:
                 if isinstance(v, torch.nn.Parameter):
                     seen[id(v)] = v
         return list(seen.values())
+
+    def _multi_use(self) -> set[int]:
+        """Ids of the parameters that more than one node on this rank uses (batch shards sharing a rank):
+        their gradient may come in over several backward calls (:class:`.collectives.GradientBuckets`)."""
+        uses: dict[int, int] = {}
+        for n in self.nodes:
+            if self.node_rank[n.name] == self.rank and n.op == "call_module":
+                for p in self.gm.get_submodule(n.target).parameters():
+                    uses[id(p)] = uses.get(id(p), 0) + 1
+        return {i for i, c in uses.items() if c > 1}
 
     def owned_tensors(self) -> list[torch.Tensor]:
         """Parameters and buffers this rank's ops use, and the input batch if it is here."""
@@ -315,6 +326,8 @@ class RankStep:
                     tracker.track([item[0] for item in items if isinstance(item, tuple)])
                 pending[name] = (items, spec)
         loss_value = None
+        if self.buckets is not None:
+            self.buckets.arm()
         with (tracker if tracker is not None else _null()):
             if self.loss_rows:  # this rank's share of a split loss; the benchmark adds the ranks' shares
                 loss = None
@@ -331,15 +344,12 @@ class RankStep:
             self._backward(env, roots, received, sends)
         for _, work in sends:
             work.wait()
-        self._all_reduce()
+        if self.buckets is not None:
+            self.buckets.finish()
         if self.opt is not None:
             with (tracker if tracker is not None else _null()):
                 self.opt.step()
         return loss_value
-
-    def _all_reduce(self) -> None:
-        """Sum the gradients of every replicated layer over its ranks (:mod:`.collectives`)."""
-        all_reduce_buckets(self.replicas, self.comm)
 
     def _backward(self, env, roots, received, sends) -> None:
         """Cuts from last to first: return received gradients, run backward from each cut value."""
