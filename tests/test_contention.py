@@ -5,6 +5,8 @@ import copy
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from placement_core.base.errors import InputError
 from placement_core.model.devices import (Channel, Collective, Device, DeviceGraph, SharedResource,
@@ -14,7 +16,7 @@ from placement_core.model.sharding import Split
 from placement_core.problem import Problem
 from placement_core.simulate import SimSettings
 
-from helpers import require_kernel
+from helpers import examples, require_kernel
 
 BATCH = 8
 
@@ -137,6 +139,27 @@ def test_a_curve_for_another_group_does_not_apply(fast):
     assert res.makespan == plain.makespan and res.transfers == plain.transfers == 2
 
 
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("coll, expected", [(1.0, 1.0), (0.0, 0.8)])
+def test_an_all_reduce_on_the_ranks_cores_slows_the_compute_beside_it(fast, coll, expected):
+    """x -> f1 (backward 0.4 s) -> f2 (0.2 s) -> fc (1 s, 2000 weight bytes), all split by batch over d0, d1,
+    which share a resource of capacity 2 (no slowdown from computing together). Backward: fc's shards
+    [0, 0.5]; at 0.5 f2's shards start (0.1 s, before the all-reduce: devices go first) and fc's all-reduce
+    from the busy curve at 2000 B, 0.2 s, [0.5, 0.7]. At 0.6 f1's shards start while it runs over both
+    devices: with a collective demand of 1, d0 counts itself, d0's and d1's all-reduce: 3 / 2, 0.3 s;
+    d1 then also counts d0 computing: 4 / 2, 0.4 s, done at 1.0. Without the demand: 0.2 s each, done at 0.8."""
+    ops = [op("x", kind="input"), op("f1", ["x"], bwd=0.4), op("f2", ["f1"], bwd=0.2),
+           op("fc", ["f2"], bwd=1.0, params=2000.0)]
+    curve = Collective(("d0", "d1"), "allreduce", (1000.0, 3000.0), (0.05, 0.15), (0.1, 0.3))
+    res = SharedResource("cpu-cores", ("d0", "d1"), 2.0, collective_demand=coll)
+    out = run(ops, graph_of(collectives=[curve], shared=[res]), [DP] * 4, fast, splits=[DP])
+    assert out.makespan == pytest.approx(expected, rel=1e-12)
+    assert sorted(out.busy) == pytest.approx(sorted([0.5 + 0.1 + (0.3 if coll else 0.2),
+                                                     0.5 + 0.1 + (0.4 if coll else 0.2)]), rel=1e-12)
+    plain = run(ops, graph_of(collectives=[curve]), [DP] * 4, fast, splits=[DP])
+    assert plain.makespan == pytest.approx(0.8, rel=1e-12)
+
+
 # -- the device file ----------------------------------------------------------------------------------------
 
 def good() -> dict:
@@ -147,6 +170,10 @@ def test_the_new_fields_read_and_write_back():
     g = devices_from_dict(good())
     assert g.collectives == (CURVE,) and g.shared == (CORE,)
     assert devices_to_dict(g) == good()
+    data = good()
+    data["shared"][0]["collective_demand"] = 0.5
+    assert devices_from_dict(data).shared[0].collective_demand == 0.5
+    assert devices_to_dict(devices_from_dict(data)) == data
     assert "collectives" not in devices_to_dict(graph_of()) and "shared" not in devices_to_dict(graph_of())
 
 
@@ -168,6 +195,8 @@ def test_the_new_fields_read_and_write_back():
     (lambda d: d["shared"][0].update(demand=[1.0]), "shared[0].demand", "1 entries for 2 devices"),
     (lambda d: d["shared"][0].update(demand=[1.0, 0]), "shared[0].demand[1]", "positive"),
     (lambda d: d["shared"][0].update(cores=4), "shared[0]", "unknown field"),
+    (lambda d: d["shared"][0].update(collective_demand=-1), "shared[0].collective_demand", "negative"),
+    (lambda d: d["shared"][0].update(collective_demand="1"), "shared[0].collective_demand", "number"),
 ])
 def test_bad_fields_name_the_field_and_the_fix(edit, field, words):
     data = good()
@@ -199,6 +228,8 @@ def test_calibrated_curves_and_contention_enter_the_device_graph():
     assert curve.seconds == (0.15, 0.2, 0.5) and curve.busy_seconds == (0.2, 0.4, 0.8)
     (res,) = out.devices.shared
     assert res.devices == ("d0", "d1") and res.capacity == pytest.approx(2 / 1.9, rel=1e-12)
+    # the all-reduce 0.8 s busy against 0.5 s alone at 4000 B: b = 1.6, a collective demand of 1 / 0.6
+    assert res.collective_demand == pytest.approx(1 / 0.6, rel=1e-12)
     assert out.report["contention"]["slowdown"] == pytest.approx(1.9)
     assert out.report["collective_errors"] == {"reducescatter": "not supported"}
     # the stored file reads back as the same graph
@@ -206,3 +237,39 @@ def test_calibrated_curves_and_contention_enter_the_device_graph():
     # ranks that do not slow each other: nothing shared
     calm = [{"device": "d0", "alone_s": 1.0, "together_s": 1.01}, {"device": "d1", "alone_s": 1.0, "together_s": 1.0}]
     assert with_collectives(cal, [], calm).devices.shared == ()
+    # ... but whose all-reduce a computing rank slows twofold: they share the cores with gloo, at capacity 2
+    (res,) = with_collectives(cal, events[:2], calm).devices.shared
+    assert res.capacity == 2.0 and res.collective_demand == pytest.approx(1 / 0.6, rel=1e-12)
+    doubled = [dict(ev, busy_seconds=[2 * x for x in ev["seconds"]]) for ev in events[:2]]
+    assert with_collectives(cal, doubled, calm).devices.shared[0].collective_demand == pytest.approx(1.0)
+    # an all-reduce that computing ranks barely slow (b = 1.02) takes no share: nothing declared
+    even = [dict(ev, busy_seconds=[1.02 * x for x in ev["seconds"]]) for ev in events[:2]]
+    assert with_collectives(cal, even, calm).devices.shared == ()
+
+
+@st.composite
+def data_parallel_chains(draw):
+    """A chain of 2-8 layers, all split by batch over 2-3 devices that share their cores with a measured
+    all-reduce: the case where the backward starts tasks while an all-reduce runs (random times)."""
+    nd = draw(st.integers(2, 3))
+    n = draw(st.integers(2, 8))
+    ops = [op("x", kind="input")] + [
+        op(f"l{i}", [f"l{i - 1}" if i else "x"], fwd=draw(st.floats(0.0, 1.0)), bwd=draw(st.floats(0.0, 2.0)),
+           params=draw(st.sampled_from([0.0, 500.0, 2000.0]))) for i in range(n)]
+    names = tuple(f"d{i}" for i in range(nd))
+    t0 = draw(st.floats(0.0, 0.5))
+    curve = Collective(names, "allreduce", (100.0, 3000.0), (t0, t0 + draw(st.floats(0.01, 1.0))),
+                       (2 * t0, 2 * t0 + draw(st.floats(0.01, 2.0))))
+    res = SharedResource("cpu-cores", names, draw(st.sampled_from([1.0, 2.0, 3.0])),
+                         collective_demand=draw(st.sampled_from([0.5, 1.0, 2.0])))
+    return ops, graph_of(nd, collectives=[curve], shared=[res]), Split("batch", tuple(range(nd)))
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(data_parallel_chains())
+def test_kernel_equals_reference_with_collectives_on_shared_cores(inst):
+    ops, devs, split = inst
+    fast, slow = (run(ops, devs, [split] * len(ops), f, splits=[split]) for f in (True, False))
+    assert fast.makespan == pytest.approx(slow.makespan, rel=1e-12, abs=1e-15)
+    assert np.allclose(fast.busy, slow.busy, rtol=1e-12, atol=1e-12)
+    assert np.allclose(fast.channel_busy, slow.channel_busy, rtol=1e-12, atol=1e-12)

@@ -35,7 +35,8 @@ def curves(draw):
 @st.composite
 def shared_resources(draw, nd: int):
     """Resources the devices share (docs/formats.md "shared"): none on most instances; else one or two over
-    random groups of devices, capacities below, at and above the demand of one device, demands 1 or given."""
+    random groups of devices, capacities below, at and above the demand of one device, demands 1 or given,
+    and measured all-reduces taking a share or none."""
     if nd < 2 or draw(st.integers(0, 2)):
         return ()
     out = []
@@ -43,7 +44,8 @@ def shared_resources(draw, nd: int):
         members = draw(st.lists(st.integers(0, nd - 1), min_size=2, max_size=nd, unique=True))
         demand = tuple(draw(st.sampled_from([0.5, 1.0, 2.0])) for _ in members) if draw(st.booleans()) else ()
         out.append(SharedResource(f"r{r}", tuple(f"dev{m}" for m in members),
-                                  draw(st.sampled_from([0.5, 1.0, 1.5, 3.0])), demand))
+                                  draw(st.sampled_from([0.5, 1.0, 1.5, 3.0])), demand,
+                                  collective_demand=draw(st.sampled_from([0.0, 0.0, 0.5, 1.0]))))
     return tuple(out)
 
 

@@ -10,6 +10,10 @@ from .calibration_fit import Calibration
 # ranks that compute together less than this much slower than alone share nothing worth modelling (the
 # product loop's slowdown read 0.93 and 1.07 in two runs on ranks that share nothing: noise)
 CONTENTION_THRESHOLD = 1.10
+# an all-reduce slowed by less than this while the ranks compute shares no cores worth modelling; a demand is
+# capped where the busy curve barely exceeds the alone one (c = 1 / (b - 1) grows without bound)
+COLLECTIVE_SHARE_MIN = 1.05
+COLLECTIVE_SHARE_MAX = 10.0
 
 
 def with_collectives(cal: Calibration, collectives: list[dict], contention: list[dict]) -> Calibration:
@@ -21,7 +25,15 @@ def with_collectives(cal: Calibration, collectives: list[dict], contention: list
     message never finishes sooner; a measured dip is noise). ``contention``: per CPU rank, a fixed product
     loop's seconds alone and with every rank computing at once; the median slowdown s of k ranks makes a
     resource of capacity k / s that the k devices share (each demand 1), declared when s exceeds
-    CONTENTION_THRESHOLD."""
+    CONTENTION_THRESHOLD.
+
+    On CPU ranks (``contention`` given) gloo sums on the ranks' own cores, so an all-reduce and the backward
+    beside it share them: the resource is declared with capacity k (or k / s) and a collective demand
+    c = 1 / (b - 1), b the all-reduce's busy over alone time at its largest size. That is processor sharing
+    of one core between the compute thread (weight 1) and gloo's (weight c): the all-reduce then runs at
+    c / (1 + c) = 1 / b of its speed, as measured, and the compute at 1 / (1 + c), which loses the all-reduce's
+    time alone, A, over the b A it lasts (docs/e5.md). An all-reduce that computing ranks do not slow
+    (b <= COLLECTIVE_SHARE_MIN) takes no share."""
     devices, report = cal.devices, dict(cal.report)
     curves, errors = [], {}
     by_op: dict[str, list[dict]] = {}
@@ -47,10 +59,16 @@ def with_collectives(cal: Calibration, collectives: list[dict], contention: list
         report["contention"] = {"devices": [ev["device"] for ev in contention], "slowdown": slowdown,
                                 "alone_s": {ev["device"]: ev["alone_s"] for ev in contention},
                                 "together_s": {ev["device"]: ev["together_s"] for ev in contention}}
-        if slowdown > CONTENTION_THRESHOLD:
+        capacity = k / slowdown if slowdown > CONTENTION_THRESHOLD else float(k)
+        ratio, coll = collective_share(curves)
+        if slowdown > CONTENTION_THRESHOLD or coll > 0.0:
             names = [ev["device"] for ev in contention]
-            shared.append(SharedResource("cpu-cores", tuple(n for n in devices.names if n in names), k / slowdown))
-            report["contention"]["capacity"] = k / slowdown
+            shared.append(SharedResource("cpu-cores", tuple(n for n in devices.names if n in names), capacity,
+                                         collective_demand=coll))
+            report["contention"]["capacity"] = capacity
+            if coll > 0.0:
+                report["contention"]["collective_demand"] = coll
+                report["contention"]["allreduce_busy_over_alone"] = ratio
     if curves:
         report["collectives"] = [{"op": c.op, "devices": list(c.devices), "sizes": list(c.sizes),
                                   "seconds": list(c.seconds), "busy_seconds": list(c.busy_seconds)} for c in curves]
@@ -61,6 +79,14 @@ def with_collectives(cal: Calibration, collectives: list[dict], contention: list
     graph = DeviceGraph(devices.name, list(devices.devices), list(devices.channels), source=devices.source,
                         collectives=curves, shared=shared)
     return Calibration(graph, cal.timings, report)
+
+
+def collective_share(curves) -> tuple[float, float]:
+    """(b, c): the all-reduce's busy over alone time at its largest size, and the collective demand it gives
+    on CPU ranks, 1 / (b - 1) (:func:`with_collectives`); (1, 0) without a busy all-reduce curve."""
+    allreduce = next((c for c in curves if c.op == "allreduce" and c.busy_seconds), None)
+    ratio = allreduce.busy_seconds[-1] / allreduce.seconds[-1] if allreduce and allreduce.seconds[-1] > 0 else 1.0
+    return ratio, (min(1.0 / (ratio - 1.0), COLLECTIVE_SHARE_MAX) if ratio > COLLECTIVE_SHARE_MIN else 0.0)
 
 
 def _running_max(values: list[float]) -> list[float]:

@@ -11,7 +11,7 @@ from ..base.errors import InputError, check_fields, require_list, require_mappin
 
 MAX_CURVE_POINTS = 64  # a transfer curve's knots (a measurement has one per message size: 10-20)
 _COLLECTIVE_FIELDS = {"devices", "op", "sizes", "seconds", "busy_seconds"}
-_SHARED_FIELDS = {"name", "devices", "capacity", "demand"}
+_SHARED_FIELDS = {"name", "devices", "capacity", "demand", "collective_demand"}
 
 
 def curve_time(points, nbytes: float) -> float:
@@ -61,6 +61,9 @@ class SharedResource:
     devices: tuple[str, ...]
     capacity: float = 1.0
     demand: tuple[float, ...] = ()  # per device, in ``devices`` order; empty: 1 each
+    # what a measured all-reduce running over a device adds to that device's demand: gloo sums on the ranks'
+    # own cores, so on CPU ranks a collective and the backward beside it share them (0: collectives take none)
+    collective_demand: float = 0.0
 
     def demands(self) -> tuple[float, ...]:
         return self.demand or tuple(1.0 for _ in self.devices)
@@ -183,7 +186,9 @@ def shared_from_list(raw: Any, source: str | None) -> list[SharedResource]:
             devices=_names(item.get("devices"), source, f"{at}.devices"),
             capacity=require_number(item.get("capacity", 1.0), source=source, field=f"{at}.capacity",
                                     positive=True, minimum=1e-6, maximum=1e6),
-            demand=_numbers(item.get("demand", []), source, f"{at}.demand", "a list of demands, one per device")))
+            demand=_numbers(item.get("demand", []), source, f"{at}.demand", "a list of demands, one per device"),
+            collective_demand=require_number(item.get("collective_demand", 0.0), source=source,
+                                             field=f"{at}.collective_demand", maximum=1e6)))
     return out
 
 
@@ -196,5 +201,7 @@ def sharing_to_dict(g) -> dict:
                                                               if c.busy_seconds else {})} for c in g.collectives]
     if g.shared:
         out["shared"] = [{"name": r.name, "devices": list(r.devices), "capacity": r.capacity,
-                          **({"demand": list(r.demand)} if r.demand else {})} for r in g.shared]
+                          **({"demand": list(r.demand)} if r.demand else {}),
+                          **({"collective_demand": r.collective_demand} if r.collective_demand else {})}
+                         for r in g.shared]
     return out

@@ -141,6 +141,7 @@ typedef struct {
      * sr_ptr[r + 1]], their demands sr_dem, its capacity sr_cap[r] */
     const int *sr_ptr, *sr_dev;
     const double *sr_dem, *sr_cap;
+    const double *sr_coll;  /* per resource: a measured all-reduce's demand on each member device; NULL: 0 */
     int n_sr;
     /* the objective (set_objective; problem.Problem.objective): per-device capacities, batches per run, penalty */
     double *capacity, batches;
@@ -223,6 +224,7 @@ typedef struct {
     char *is_open;
     double *busy, *mem, *peak, *ch_bytes_out, *ch_busy_out;
     double *until;                    /* per device: when its current (or last) task ends */
+    double *coll_until;               /* per device: when the measured all-reduce running over it ends */
     Heap *q, *events;                 /* PQ: a heap per resource; the events (time, creation order) */
     int *fq, *fq_head, *fq_tail;      /* without PQ: the queues' items in arrival order */
     Item *stash;
@@ -368,8 +370,9 @@ STEP int capped(const Sim *s, const int SCHED, int d, int uu, int ph, int o) {
 }
 
 /* Shared resources: a task starting on device d runs slower by demand / capacity of the most contended
- * resource d shares, counting d and the devices whose task ends after now (contention.py's ``stretch``, in
- * the same order of operations). */
+ * resource d shares, counting d, the devices whose task ends after now and, at the resource's collective
+ * demand, those a measured all-reduce still runs over (contention.py's ``stretch``, in the same order of
+ * operations). */
 STEP double stretched(const Sim *s, int d, double len) {
     const KernelObject *k = s->k;
     double factor = 1.0;
@@ -378,9 +381,11 @@ STEP double stretched(const Sim *s, int d, double len) {
         for (int j = k->sr_ptr[r]; j < k->sr_ptr[r + 1]; j++) if (k->sr_dev[j] == d) { in = 1; break; }
         if (!in) continue;
         double total = 0.0;
+        const double coll = k->sr_coll ? k->sr_coll[r] : 0.0;
         for (int j = k->sr_ptr[r]; j < k->sr_ptr[r + 1]; j++) {
             const int m = k->sr_dev[j];
             if (m == d || s->until[m] > s->now) total += k->sr_dem[j];
+            if (coll > 0.0 && s->coll_until[m] > s->now) total += coll;
         }
         if (total > k->sr_cap[r] && total / k->sr_cap[r] > factor) factor = total / k->sr_cap[r];
     }
@@ -487,6 +492,10 @@ STEP int dispatch_channel(Sim *s, const int PQ, int j, int instant_only) {
         for (int v = k->ring_first[x->entry]; v < k->ring_first[x->entry] + k->ring_count[x->entry]; v++)
             if (s->until[s->place[v]] > s->now) { busy = 1; break; }
         len = busy ? k->ring_tbusy[x->entry] : k->ring_talone[x->entry];
+        if (len < k->min_xfer[x->src]) len = k->min_xfer[x->src];
+        if (k->n_sr && !(instant_only && len > 0.0))  /* the ranks' cores it runs on (contention.py) */
+            for (int v = k->ring_first[x->entry]; v < k->ring_first[x->entry] + k->ring_count[x->entry]; v++)
+                if (s->coll_until[s->place[v]] < s->now + len) s->coll_until[s->place[v]] = s->now + len;
     } else {
         len = k->cv_ptr && k->cv_ptr[j + 1] > k->cv_ptr[j] ? curve_len(k, j, x->bytes)
                                                            : k->ch_lat[j] + x->bytes * k->ch_inv[j];
@@ -749,7 +758,7 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
     need += room(ni, UT) + room(ni, UN) + room(ni, UE);                    /* deps, activation/recv refs */
     need += room(ni, U) + room(ni, UG) + room(ni, UG) + room(1, UG);       /* units, open tracking per group */
     need += room(sizeof(Heap), 1) + room(sizeof(Item), NR + 2);           /* events */
-    need += room(nf, nd) + room(nf, nd) + room(nf, nd) + room(nf, nd);
+    need += room(nf, nd) + room(nf, nd) + room(nf, nd) + room(nf, nd) + room(nf, nd);  /* busy .. coll_until */
     need += room(ni, nd) + room(ni, nd) + room(ni, nd) + room(ni, nd);
     need += room(ni, (size_t)RU * R * 2);                                  /* rings */
 
@@ -898,6 +907,7 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
     Item *ev_items = TAKE(&ar, Item, NR + 2);
     double *busy = TAKE(&ar, double, nd), *mem = TAKE(&ar, double, nd), *peak = TAKE(&ar, double, nd);
     double *until = TAKE(&ar, double, nd);
+    double *coll_until = TAKE(&ar, double, nd);
     int *open_count = TAKE(&ar, int, nd), *input_dev = TAKE(&ar, int, nd);
     int *cap_buf = TAKE(&ar, int, nd);
     int *ovh_msgs = TAKE(&ar, int, nd);  /* per device: send and receive tasks per unit */
@@ -992,7 +1002,7 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
         for (j = 0; j < R; j++) { ring_left[u * R + j] = k->ring_count[j] * (k->upd_step ? U : 1);
                                   ring_pend[u * R + j] = 0; }
     for (d = 0; d < nd; d++) {
-        busy[d] = 0.0; until[d] = 0.0; mem[d] = 0.0; open_count[d] = 0; input_dev[d] = 0;
+        busy[d] = 0.0; until[d] = 0.0; coll_until[d] = 0.0; mem[d] = 0.0; open_count[d] = 0; input_dev[d] = 0;
     }
     for (i = 0; i < n; i++) mem[place[i]] += k->static_mem[i];
     for (d = 0; d < nd; d++) peak[d] = mem[d];
@@ -1034,7 +1044,7 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
         .dep = dep, .act_refs = act_refs, .recv_refs = recv_refs, .unit_left = unit_left, .done_on = done_on,
         .fdone_on = fdone_on, .open_count = open_count, .ring_left = ring_left, .ring_pend = ring_pend,
         .active = active, .is_open = is_open,
-        .busy = busy, .until = until, .mem = mem, .peak = peak, .ch_bytes_out = ch_bytes_out, .ch_busy_out = ch_busy_out,
+        .busy = busy, .until = until, .coll_until = coll_until, .mem = mem, .peak = peak, .ch_bytes_out = ch_bytes_out, .ch_busy_out = ch_busy_out,
         .q = q, .events = events_h, .fq = fq, .fq_head = fq_head, .fq_tail = fq_tail, .stash = stash,
         .dirty = dirty, .n_words = n_words, .xf = xf,
         .n_xf = 0, .admitted = 0, .units_in_flight = 0, .oldest = 0, .step_left = step_left, .qseq = 0, .seq = 0,
@@ -1208,6 +1218,7 @@ static const ArgSpec KERNEL_ARGS[] = {
     {"shared_dev", ARG_I32, NEED_NEVER, LEN_ANY, AT(sr_dev)},
     {"shared_demand", ARG_F64, NEED_NEVER, LEN_ANY, AT(sr_dem)},
     {"shared_cap", ARG_F64, NEED_NEVER, LEN_ANY, AT(sr_cap)},
+    {"shared_collective", ARG_F64, NEED_NEVER, LEN_ANY, AT(sr_coll)},  /* None: collectives take no share */
 };
 #undef AT
 #define N_ARGS ((int)(sizeof(KERNEL_ARGS) / sizeof(KERNEL_ARGS[0])))
@@ -1371,7 +1382,7 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
     self->ring_talone = self->ring_tbusy = NULL;
     self->n_rings = 0;
     self->sr_ptr = self->sr_dev = NULL;
-    self->sr_dem = self->sr_cap = NULL;
+    self->sr_dem = self->sr_cap = self->sr_coll = NULL;
     self->n_sr = 0;
     if (parse_keywords(self, args, kwds, given)) return -1;
     if (self->sched < SCHED_STATIC || self->sched > SCHED_ZB || self->vstages < 1) {
@@ -1449,6 +1460,17 @@ static int Kernel_init(KernelObject *self, PyObject *args, PyObject *kwds) {
                 PyErr_SetString(PyExc_ValueError, "Kernel(): shared_ptr: bad offsets, or a capacity <= 0");
                 return -1;
             }
+        }
+        if (self->sr_coll) {
+            if (z.count[arg_index("shared_collective")] < ns) {
+                PyErr_SetString(PyExc_ValueError, "Kernel(): shared_collective: one demand per resource");
+                return -1;
+            }
+            for (int r = 0; r < ns; r++)
+                if (!(self->sr_coll[r] >= 0.0)) {
+                    PyErr_SetString(PyExc_ValueError, "Kernel(): shared_collective: a demand < 0");
+                    return -1;
+                }
         }
         for (Py_ssize_t j = 0; j < nm; j++)
             if (self->sr_dev[j] < 0 || self->sr_dev[j] >= nd || !(self->sr_dem[j] > 0.0)) {

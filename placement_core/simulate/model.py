@@ -127,6 +127,7 @@ class Compiled:
     shared_dev: np.ndarray | None = None
     shared_demand: np.ndarray | None = None
     shared_cap: np.ndarray | None = None
+    shared_coll: np.ndarray | None = None  # per resource: a measured all-reduce's demand on each member device
     op_names: tuple[str, ...] = ()
     dev_names: tuple[str, ...] = ()
     ch_names: tuple[str, ...] = ()
@@ -138,7 +139,9 @@ class Compiled:
         return {"shared_ptr": np.ascontiguousarray(self.shared_ptr, dtype=np.int32),
                 "shared_dev": np.ascontiguousarray(self.shared_dev, dtype=np.int32),
                 "shared_demand": np.ascontiguousarray(self.shared_demand, dtype=float),
-                "shared_cap": np.ascontiguousarray(self.shared_cap, dtype=float)}
+                "shared_cap": np.ascontiguousarray(self.shared_cap, dtype=float),
+                **({} if self.shared_coll is None
+                   else {"shared_collective": np.ascontiguousarray(self.shared_coll, dtype=float)})}
 
     def __post_init__(self) -> None:
         if self.msg_overhead is None:
@@ -164,7 +167,8 @@ def shared_arrays(devices: DeviceGraph) -> dict:
         ptr.append(len(dev))
     return {"shared_ptr": np.array(ptr, dtype=np.int32), "shared_dev": np.array(dev, dtype=np.int32),
             "shared_demand": np.array(demand, dtype=float),
-            "shared_cap": np.array([r.capacity for r in devices.shared], dtype=float)}
+            "shared_cap": np.array([r.capacity for r in devices.shared], dtype=float),
+            "shared_coll": np.array([r.collective_demand for r in devices.shared], dtype=float)}
 
 
 def compile_problem(graph: Graph, devices: DeviceGraph, costs: CostArrays) -> Compiled:

@@ -16,7 +16,7 @@ from .messages import messages
 from .model import (ADMIT_THESIS, ALLREDUCE, BWD, DIRECTIONS, FWD, PHASES, SCHED_INTERLEAVED, SCHED_ZB, UPD, WGT,
                     Compiled, SimResult, SimSettings, TraceEvent)
 from .pipeline_rules import Gates, chunks, interleaved_caps, interleaved_priority, stage_index
-from .contention import shared_table, stretch, transfer_length
+from .contention import note_collective, shared_table, stretch, transfer_length
 from .schedules import stage_caps
 from .shards import RingState
 
@@ -85,7 +85,8 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
     step_updates_left = sum(has_upd) if (training and s.update_per_step) else 0
 
     # Resources.
-    running, until, shared = [-1] * nd, [0.0] * nd, shared_table(c)  # until: when each device's task ends
+    # until: when each device's task ends; coll_until: the measured all-reduce running over it (contention.py)
+    running, until, coll_until, shared = [-1] * nd, [0.0] * nd, [0.0] * nd, shared_table(c)
     dev_q: list[list] = [[] for _ in range(nd)]
     chan_busy_now = [False] * c.n_ch
     chan_q: list[list] = [[] for _ in range(c.n_ch)]
@@ -300,8 +301,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
         if task >= ovh_base:
             return False
         u, rest = divmod(task, n_ph * n)
-        phase, op = divmod(rest, n)
-        return gates.blocked(u, phase, op, next((v for v in range(U) if unit_left[v] > 0), U))
+        return gates.blocked(u, *divmod(rest, n), next((v for v in range(U) if unit_left[v] > 0), U))
 
     def xfer_length(ch: int, x: int) -> float:
         return transfer_length(c, ring, xfers[x], ch, place, until, now)
@@ -309,8 +309,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
     def task_length(d: int, task: int) -> float:
         if task >= ovh_base:
             return ovh[d]  # a send task runs on the sender, a receive task on the receiver: d either way
-        u, rest = divmod(task, n_ph * n)
-        return dur(*divmod(rest, n))
+        return dur(*divmod(task % (n_ph * n), n))
 
     def dispatch(t: float, instant_only: bool = False) -> int:
         """Start the best ready item on every idle device and channel; returns how many started.
@@ -347,7 +346,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
             task = chosen[2]
             if task >= ovh_base:
                 x, r = divmod(task - ovh_base, 2)
-                length = stretch(shared, d, ovh[d], until, t)
+                length = stretch(shared, d, ovh[d], until, t, coll_until)
                 start_task(d, task, length)
                 if trace_events is not None:
                     u, direction, op, src, dst, nbytes = xfers[x]
@@ -358,7 +357,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
             u, rest = divmod(task, n_ph * n)
             phase, op = divmod(rest, n)
             gates.start(u, phase, op)
-            length = stretch(shared, d, dur(phase, op), until, t)
+            length = stretch(shared, d, dur(phase, op), until, t, coll_until)
             start_task(d, task, length)
             if trace_events is not None:
                 trace_events.append(TraceEvent("op", c.op_names[op], u, PHASES[phase], c.dev_names[d],
@@ -371,6 +370,8 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
             _, _, x = heapq.heappop(chan_q[ch])
             u, direction, op, src, dst, nbytes = xfers[x]
             length = xfer_length(ch, x)
+            if shared:
+                note_collective(ring, xfers[x], place, coll_until, t + length)
             chan_busy_now[ch] = True
             ch_busy[ch] += length
             ch_bytes[ch] += nbytes

@@ -263,6 +263,7 @@ def _compiled(c: Compiled, place, fwd, bwd, upd, out, static, hasu, parents, ops
         input_ops=np.array([v for v in range(m) if ops[v] in inputs and not parents[v]], dtype=np.int32),
         msg_overhead=c.msg_overhead, curve_ptr=c.curve_ptr, curve_bytes=c.curve_bytes, curve_time=c.curve_time,
         shared_ptr=c.shared_ptr, shared_dev=c.shared_dev, shared_demand=c.shared_demand, shared_cap=c.shared_cap,
+        shared_coll=c.shared_coll,
         op_names=tuple(names), dev_names=c.dev_names, ch_names=c.ch_names)
 
 

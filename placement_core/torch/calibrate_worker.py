@@ -57,7 +57,7 @@ def worker_main(spec: dict, rank: int, events) -> None:
             from .collective_probe import COLLECTIVES, collective_times, contention
             device = torch.device(devs[rank].torch)
             if not devs[rank].is_cuda:
-                alone, together = contention(device, rank, len(devs))
+                alone, together = contention(device, rank, len(devs), shard_step(traced, devs[rank], spec, len(devs)))
                 events.write({"event": "contention", "device": devs[rank].name, "alone_s": alone,
                               "together_s": together})
             for op, fn in COLLECTIVES.items():
@@ -73,6 +73,30 @@ def worker_main(spec: dict, rank: int, events) -> None:
     finally:
         if ranks:
             dist.destroy_process_group()
+
+
+def shard_step(traced, dev: LocalDevice, spec: dict, k: int):
+    """A training step of the whole model at the batch each of k data-parallel ranks runs (the batch where it
+    cannot run another), as the contention probe's work: what ranks computing together actually do."""
+    import copy
+
+    import torch
+
+    from .executor import RankStep, dry_run
+
+    device = torch.device(dev.torch)
+    shape, seed = tuple(spec["input_shape"]), spec["seed"]
+    node_rank = {n.name: 0 for n in traced.gm.graph.nodes}
+    for batch in dict.fromkeys((max(1, int(spec["batch_size"]) // k), int(spec["batch_size"]))):
+        try:
+            gm = copy.deepcopy(traced.gm).to(device)
+            step = RankStep(gm, node_rank, 0, device, None, dry_run(traced.gm, shape, batch), shape, batch, seed,
+                            barrier=False)
+            step.step()  # warm-up, and the check that the traced model runs at this batch
+            return step.step
+        except Exception:  # noqa: BLE001 (a graph traced with its batch fixed runs no other)
+            continue
+    return None
 
 
 def _sync(device) -> None:
