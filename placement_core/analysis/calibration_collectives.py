@@ -57,6 +57,7 @@ def with_collectives(cal: Calibration, collectives: list[dict], contention: list
                                                                       + ratios[len(ratios) // 2]) / 2
         k = len(contention)
         report["contention"] = {"devices": [ev["device"] for ev in contention], "slowdown": slowdown,
+                                "work": contention[0].get("work", "products"),
                                 "alone_s": {ev["device"]: ev["alone_s"] for ev in contention},
                                 "together_s": {ev["device"]: ev["together_s"] for ev in contention}}
         capacity = k / slowdown if slowdown > CONTENTION_THRESHOLD else float(k)

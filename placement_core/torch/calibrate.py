@@ -140,8 +140,8 @@ def calibrate(source: str, input_shape, devices, *, runner: str = "ranks", batch
                     elif kind == "contention":
                         contention.append(ev)
                         if progress:
-                            progress(f"{ev['device']}: products {ev['together_s'] / ev['alone_s']:.2f}x slower with "
-                                     "every rank computing")
+                            progress(f"{ev['device']}: {ev.get('work', 'a step')} {ev['together_s'] / ev['alone_s']:.2f}x "
+                                     "slower with every rank computing")
                     elif kind == "fatal":
                         if ev.get("kind") == "input":
                             raise InputError(ev["message"])

@@ -57,9 +57,10 @@ def worker_main(spec: dict, rank: int, events) -> None:
             from .collective_probe import COLLECTIVES, collective_times, contention
             device = torch.device(devs[rank].torch)
             if not devs[rank].is_cuda:
-                alone, together = contention(device, rank, len(devs), shard_step(traced, devs[rank], spec, len(devs)))
+                work = shard_step(traced, devs[rank], spec, len(devs))
+                alone, together = contention(device, rank, len(devs), work)
                 events.write({"event": "contention", "device": devs[rank].name, "alone_s": alone,
-                              "together_s": together})
+                              "together_s": together, "work": "the model's step" if work else "products"})
             for op, fn in COLLECTIVES.items():
                 try:
                     quiet = collective_times(fn, spec["collective_sizes"], len(devs), device, busy=False)
