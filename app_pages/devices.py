@@ -11,6 +11,7 @@ from dashboard.charts import topology
 from placement_core import InputError
 from placement_core.analysis.device_tables import (CHANNEL_COLUMNS, DEVICE_COLUMNS, add_device, devices_from_tables,
                                                    devices_to_tables)
+from placement_core.analysis.sharing_tables import SHARED_COLUMNS, carry_sharing, collective_rows, shared_to_rows
 from placement_core.model.devices import devices_to_dict
 
 ui.header("Devices", "The machines a placement can use: each device's compute, memory and memory bandwidth, "
@@ -22,7 +23,7 @@ _, presets = state.builtin_choices()
 
 def _reset_editors():
     s.dev_editor_version = s.get("dev_editor_version", 0) + 1
-    s.dev_tables = devices_to_tables(state.devices())
+    s.dev_tables = (*devices_to_tables(state.devices()), shared_to_rows(state.devices()))
     s.dev_tables_key = state.devices_key()
     s.dev_draft = None
     s.pop("dev_outcome", None)
@@ -70,14 +71,14 @@ def _tables_follow_devices():
     (Streamlit drops the state of widgets that were not drawn), so the last edited rows become the tables."""
     if "dev_tables" not in s or s.get("dev_tables_key") != state.devices_key():
         _reset_editors()
-    elif (f"dev_editor_{s.get('dev_editor_version', 0)}" not in s
-          and f"chan_editor_{s.get('dev_editor_version', 0)}" not in s and s.get("dev_draft") is not None):
+    elif (all(f"{e}_editor_{s.get('dev_editor_version', 0)}" not in s for e in ("dev", "chan", "shared"))
+          and s.get("dev_draft") is not None):
         s.dev_tables = s.dev_draft
 
 
 with ui.guarded("the device tables"):
     _tables_follow_devices()
-    dev_rows, chan_rows = s.dev_tables
+    dev_rows, chan_rows, shared_rows = s.dev_tables
     v = s.get("dev_editor_version", 0)
     st.markdown(f"##### {ui.esc(s.devices_label)}: devices")
     st.caption("Edit cells, add rows at the bottom or delete selected rows; changes apply as soon as they are valid "
@@ -118,18 +119,45 @@ with ui.guarded("the device tables"):
                 "transfer curve", help="optional: measured BYTES: SECONDS points (placement calibrate, placement "
                                        "experiment e1) that replace latency and bandwidth for this channel"),
         })
-    draft = (dev_df.to_dict("records"), chan_df.to_dict("records"))
+    current = state.devices()
+    with st.expander(f"Shared resources ({len(shared_rows)}) and measured collectives ({len(current.collectives)})",
+                     icon=":material/memory:", expanded=bool(shared_rows or current.collectives)):
+        st.caption("What devices share (the cores of one CPU, a PCIe switch): tasks on several of them at once run "
+                   "slower by their demands over the capacity; a collective demand is what a measured all-reduce "
+                   "over a device adds (gloo sums on the CPU ranks' own cores). `placement calibrate` writes "
+                   "both; docs/formats.md, \"shared\".")
+        shared_df = st.data_editor(
+            _frame(shared_rows, SHARED_COLUMNS, ("name", "devices", "demands")), key=f"shared_editor_{v}",
+            num_rows="dynamic", hide_index=True, placeholder="",
+            column_config={
+                "name": st.column_config.TextColumn("name", required=True),
+                "devices": st.column_config.TextColumn("devices", help="two or more device names, comma-separated"),
+                "capacity": st.column_config.NumberColumn("capacity", format="%.4g",
+                                                          help="demand served at full speed at once; empty = 1"),
+                "demands": st.column_config.TextColumn("demands", help="one per device, comma-separated; empty: 1 each"),
+                "collective demand": st.column_config.NumberColumn(
+                    "collective demand", format="%.4g",
+                    help="what a measured all-reduce running over a device adds to its demand; empty or 0: none"),
+            })
+        if current.collectives:
+            st.caption("Measured collectives (from calibration; the simulator uses an all-reduce curve for a "
+                       "data-parallel split over exactly its devices). They stay when you edit the tables above.")
+            st.dataframe(collective_rows(current), hide_index=True, key="dev_collectives",
+                         column_config={c: st.column_config.NumberColumn(c, format="%.4g")
+                                        for c in ("largest MB", "alone ms", "while computing ms")})
+    draft = (dev_df.to_dict("records"), chan_df.to_dict("records"), shared_df.to_dict("records"))
     s.dev_draft = draft
     try:
-        edited = devices_from_tables(s.devices_label, *draft)
+        edited, notes = carry_sharing(current, devices_from_tables(s.devices_label, *draft[:2]), draft[2])
     except InputError as e:
         st.error(f"{ui.esc(e)}  \nThe last valid device graph is still in use.", icon=":material/error:")
     else:
-        if devices_to_dict(edited) != devices_to_dict(state.devices()):
+        if devices_to_dict(edited) != devices_to_dict(current):
             label = s.devices_label if s.devices_label.endswith("(edited)") else f"{s.devices_label} (edited)"
             state.set_devices(edited, state.edited_devices_key(edited), label)
             s.dev_tables_key = state.devices_key()
-            st.success("Changes applied.", icon=":material/check_circle:")
+            st.success("Changes applied." + "".join(f"  \n{ui.esc(n[0].upper() + n[1:])}." for n in notes),
+                       icon=":material/check_circle:")
 
 with ui.guarded("adding a device"):
     with st.expander("Add a device, connected to every other device", icon=":material/add_circle:",

@@ -19,8 +19,9 @@ def devices_page():
 @pytest.mark.slow
 def test_default_devices_in_tables_and_pictures():
     at = devices_page()
-    dev, chan = at.data_editor
+    dev, chan, shared = at.data_editor
     assert dev.value["name"].tolist() == ["cpu0", "gpu0", "gpu1", "gpu2", "gpu3"]
+    assert shared.value.empty  # the preset shares nothing
     assert dev.value["memory GB"].tolist() == [755, 32, 32, 32, 32]
     assert chan.value["bandwidth GB/s"].tolist() == [16] * 4
     assert not figures(at) and at.get("iframe")  # the explorable graph by default (tests/test_app_nodelink.py)
@@ -162,3 +163,42 @@ def test_the_new_devices_suggested_name_follows_the_devices_until_the_user_types
     at.selectbox(key="dev_preset").set_value("nvlink-8gpu").run()
     assert at.text_input(key="dev_add_name").value == "tpu0"
     assert_clean(at)
+
+
+@pytest.mark.slow
+def test_a_calibrated_graph_keeps_its_collectives_and_shared_cores_through_an_edit():
+    """Editing one memory size of a calibrated graph used to rebuild it from the two tables and drop its
+    measured all-reduce and shared cores; they stay, are shown, and the shared resource is editable."""
+    at = devices_page()
+    doc = {"format": "placement-devices/1", "name": "local", "devices": [
+        {"name": n, "kind": "cpu", "peak_flops": 5e10, "memory_bytes": 8e9, "mem_bandwidth": 1.8e10} for n in
+        ("cpu0", "cpu1")], "channels": [{"name": "cpu0-cpu1", "bandwidth": 3.5e9, "latency": 2.3e-4,
+                                         "routes": [["cpu0", "cpu1"], ["cpu1", "cpu0"]]}],
+        "collectives": [{"devices": ["cpu0", "cpu1"], "op": "allreduce", "sizes": [4096, 33554432],
+                         "seconds": [0.0037, 0.0325], "busy_seconds": [0.004, 0.0678]}],
+        "shared": [{"name": "cpu-cores", "devices": ["cpu0", "cpu1"], "capacity": 2.0, "collective_demand": 0.92}]}
+    at.file_uploader(key="dev_upload").upload("local.json", json.dumps(doc).encode(), "application/json").run()
+    assert_clean(at)
+    dev, _, shared = at.data_editor
+    assert shared.value.to_dict("records") == [{"name": "cpu-cores", "devices": "cpu0, cpu1", "capacity": 2.0,
+                                                 "demands": "", "collective demand": 0.92}]
+    collectives = next(d.value for d in at.dataframe if "alone ms" in d.value.columns)
+    assert collectives["op"].tolist() == ["allreduce"] and collectives["alone ms"].tolist() == [32.5]
+    at.session_state[dev.key] = {"edited_rows": {1: {"memory GB": 4}}, "added_rows": [], "deleted_rows": []}
+    at.run()
+    assert_clean(at)
+    g = at.session_state["devices"]
+    assert g.devices[1].memory_bytes == 4e9
+    assert len(g.collectives) == 1 and g.collectives[0].busy_seconds == (0.004, 0.0678)
+    assert g.shared[0].collective_demand == 0.92 and g.shared[0].capacity == 2.0
+    # the shared resource's own cells apply, and a bad one is named by row and column
+    key = at.data_editor[2].key
+    at.session_state[key] = {"edited_rows": {0: {"collective demand": 0.5}}, "added_rows": [], "deleted_rows": []}
+    at.run()
+    assert_clean(at)
+    assert at.session_state["devices"].shared[0].collective_demand == 0.5
+    at.session_state[key] = {"edited_rows": {0: {"capacity": 0}}, "added_rows": [], "deleted_rows": []}
+    at.run()
+    [err] = at.error
+    assert "Shared resources table, row 1" in err.value and "capacity" in err.value
+    assert at.session_state["devices"].shared[0].capacity == 2.0

@@ -339,3 +339,33 @@ def test_forms_survive_navigation_while_a_run_is_live(page):
     pg.get_by_role("button", name="Stop all").click()
     settle(pg)
     no_errors(pg)
+
+
+def test_a_calibrated_graph_keeps_its_measurements_through_an_edit(page, tmp_path):
+    """Upload a calibrated device file (an all-reduce curve, shared cores), change one memory size, leave
+    and come back: the measurements are still listed, still in the graph the download delivers."""
+    import json
+    pg = page
+    open_page(pg, "Devices")
+    doc = {"format": "placement-devices/1", "name": "local", "devices": [
+        {"name": n, "kind": "cpu", "peak_flops": 5e10, "memory_bytes": 8e9, "mem_bandwidth": 1.8e10} for n in
+        ("cpu0", "cpu1")], "channels": [{"name": "cpu0-cpu1", "bandwidth": 3.5e9, "latency": 2.3e-4,
+                                         "routes": [["cpu0", "cpu1"], ["cpu1", "cpu0"]]}],
+        "collectives": [{"devices": ["cpu0", "cpu1"], "op": "allreduce", "sizes": [4096, 33554432],
+                         "seconds": [0.0037, 0.0325], "busy_seconds": [0.004, 0.0678]}],
+        "shared": [{"name": "cpu-cores", "devices": ["cpu0", "cpu1"], "capacity": 2.0, "collective_demand": 0.92}]}
+    path = tmp_path / "local.json"
+    path.write_text(json.dumps(doc))
+    pg.locator("[data-testid='stFileUploaderDropzoneInput']").first.set_input_files(str(path))
+    wait_text(pg, "Shared resources (1) and measured collectives (1)")
+    settle(pg)
+    edit_cell(pg, 0, 1, 4, 4)   # cpu1's memory 8 -> 4 GB
+    wait_text(pg, "Changes applied")
+    open_page(pg, "Network")
+    open_page(pg, "Devices")
+    no_errors(pg)
+    wait_text(pg, "Shared resources (1) and measured collectives (1)")
+    got = json.loads(download(pg, pg.get_by_role("button", name="Download as JSON"), tmp_path / "got.json")
+                     .read_text())
+    assert [d["memory_bytes"] for d in got["devices"]] == [8e9, 4e9]
+    assert got["collectives"] == doc["collectives"] and got["shared"] == doc["shared"]

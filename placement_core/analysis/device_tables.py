@@ -188,7 +188,8 @@ def _in_table(e: InputError, device_rows, channel_rows) -> InputError:
 def add_device(g: DeviceGraph, row: dict, channel: str | None = None, new_channel: dict | None = None) -> DeviceGraph:
     """``g`` with one more device (a device-table row, in the table's units) connected to every existing device
     in both directions: over the existing ``channel``, or over ``new_channel`` (a channel-table row without
-    routes), which it then shares with nobody else. Saves typing 2·n ``SRC→DST`` pairs; errors name the field."""
+    routes), which it then shares with nobody else. Saves typing 2·n ``SRC→DST`` pairs; errors name the field.
+    The graph's measured collectives and shared resources stay (:func:`.sharing_tables.carry_sharing`)."""
     device_rows, channel_rows = devices_to_tables(g)
     name = _value(row.get("name"))
     if not isinstance(name, str) or not name.strip():
@@ -215,4 +216,5 @@ def add_device(g: DeviceGraph, row: dict, channel: str | None = None, new_channe
             raise InputError(f"a channel named {chan_name.strip()!r} exists already", field="channel name",
                              fix="Choose another name, or connect to the existing channel")
         channel_rows.append({**new_channel, "name": chan_name.strip(), "routes": ", ".join(routes)})
-    return devices_from_tables(g.name, device_rows + [{**row, "name": name}], channel_rows)
+    from .sharing_tables import carry_sharing
+    return carry_sharing(g, devices_from_tables(g.name, device_rows + [{**row, "name": name}], channel_rows))[0]
