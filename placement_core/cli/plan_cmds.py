@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from ..base.units import fmt_bytes, fmt_seconds
+from ..optimize.plan_space import DIMS
 from .common import positive_int, print_json, printable, table
+from .plan_output import NOTHING_FITS, plan_rows
+from .validate import count_int, seed_int
 
 
 def register(sub) -> None:
@@ -28,13 +30,17 @@ def register(sub) -> None:
     p.add_argument("--pp", type=positive_int, help="pipeline stages (default: searched)")
     p.add_argument("--dp", type=positive_int, help="data-parallel replicas (default: searched)")
     p.add_argument("--micro-batch", type=positive_int, help="sequences per micro-batch and replica (searched)")
-    p.add_argument("--schedule", default="1f1b", choices=["1f1b", "gpipe", "zb-h1", "interleaved-1f1b"])
-    p.add_argument("--virtual-stages", type=positive_int, default=1, help="chunks per GPU (interleaved-1f1b)")
-    p.add_argument("--recompute", default="none", choices=["none", "selective", "full"],
+    p.add_argument("--schedule", choices=["1f1b", "gpipe", "zb-h1", "interleaved-1f1b"],
+                   help="pipeline schedule (default 1f1b; searched by --search map-elites)")
+    p.add_argument("--virtual-stages", type=positive_int,
+                   help="chunks per GPU (interleaved-1f1b; default 1, searched by --search map-elites)")
+    p.add_argument("--recompute", choices=["none", "selective", "full"],
                    help="activation recomputation: none, selective (attention's scores) or full (each layer's "
-                        "forward again in its backward); a gpt: network")
-    p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], default=0,
-                   help="ZeRO stage over each data-parallel group (3: a gpt: network)")
+                        "forward again in its backward); a gpt: network (default none; searched by --search "
+                        "map-elites)")
+    p.add_argument("--zero", type=int, choices=[0, 1, 2, 3],
+                   help="ZeRO stage over each data-parallel group (3: a gpt: network; default 0, searched by "
+                        "--search map-elites)")
     p.add_argument("--optimizer", choices=["sgd", "adam"], default="adam", help="training state (default adam)")
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help="default: the network's own")
     p.add_argument("--comm-efficiency", type=float, help="share of link bandwidth transfers reach (default 0.25)")
@@ -43,7 +49,16 @@ def register(sub) -> None:
                    help="print what a training stack needs to run a plan instead of the table: Megatron-LM's "
                         "launch command, NeMo's overrides, or the stage split as JSON")
     p.add_argument("--pick", type=positive_int, default=1, metavar="K", help="the plan to export (default 1: the best)")
-    p.add_argument("--json", action="store_true", help='print {"best": {...}, "candidates": [...]}')
+    p.add_argument("--search", choices=["exhaustive", "map-elites"], default="exhaustive",
+                   help="exhaustive (default): simulate every tp x pp x dp x micro-batch plan (at most 400); "
+                        "map-elites: keep an archive of the best plan per niche (--niches), searching the "
+                        "schedule, virtual stages, recomputation and ZeRO stage too unless given")
+    p.add_argument("--budget", type=count_int, default=100, help="map-elites: plans to simulate (default 100)")
+    p.add_argument("--niches", default="pp,tp", metavar="DIMS",
+                   help="map-elites: two or more of " + ", ".join(DIMS) + " (default pp,tp)")
+    p.add_argument("--seed", type=seed_int, default=0, help="map-elites: random seed (default 0)")
+    p.add_argument("--json", action="store_true", help='print {"best": {...}, "candidates": [...]} (and "archive" '
+                                                       "under --search map-elites)")
     p.set_defaults(handler=cmd_plan)
 
 
@@ -63,6 +78,9 @@ def _devices(spec: str, fold: bool):
     return load_devices(spec)
 
 
+DEFAULTS = {"schedule": "1f1b", "virtual_stages": 1, "recompute": "none", "zero": 0}
+
+
 def cmd_plan(args) -> int:
     from ..base.errors import InputError
     from ..families import gpt
@@ -73,12 +91,21 @@ def cmd_plan(args) -> int:
     if args.precision:
         graph = graph.with_precision(args.precision)
     devices = _devices(args.devices, args.fold)
+    given = {k: getattr(args, k) for k in DEFAULTS}
+    fixed = {k: DEFAULTS[k] if v is None else v for k, v in given.items()}
     req = PlanRequest(global_batch=args.global_batch, tp=args.tp, pp=args.pp, dp=args.dp,
-                      micro_batch=args.micro_batch, schedule=args.schedule, virtual_stages=args.virtual_stages,
-                      optimizer=args.optimizer, zero=args.zero, comm_efficiency=args.comm_efficiency,
-                      sequence_parallel=args.sequence_parallel, recompute=args.recompute)
+                      micro_batch=args.micro_batch, optimizer=args.optimizer, comm_efficiency=args.comm_efficiency,
+                      sequence_parallel=args.sequence_parallel, **fixed)
     config = gpt.parse(args.network) if gpt.is_gpt(args.network) else None
-    plans = plan(graph, devices, req, config)
+    archive = None
+    if args.search == "map-elites":
+        from ..optimize.plan_elites import search_plans
+        niches = tuple(n.strip() for n in args.niches.split(",") if n.strip())
+        archive = search_plans(graph, devices, req, config, vary=[k for k, v in given.items() if v is None],
+                               niches=niches, budget=args.budget, seed=args.seed)
+        plans = [e.plan for e in archive.ranked()]
+    else:
+        plans = plan(graph, devices, req, config)
     gpus = plans[0].tp * plans[0].pp * plans[0].dp
     if args.export:
         from ..optimize.plan_export import export
@@ -98,30 +125,33 @@ def cmd_plan(args) -> int:
         flops = c.matmul_flops()
         model.update(parameters=c.parameters(), tokens_per_step=args.global_batch * c.seq,
                      matmul_flops_per_step=flops)
-    rows = []
-    for p in plans:
+
+    def row(p) -> dict:
         d = p.to_dict()
         if flops is not None and p.step_time_s > 0:
             d["tokens_per_s"] = model["tokens_per_step"] / p.step_time_s
             d["model_tflops_per_gpu"] = flops / p.step_time_s / gpus / 1e12
-        rows.append(d)
+        return d
+
+    rows = [row(p) for p in plans]
+    setting = (f"{printable(graph.name)} ({len(graph)} ops, {graph.precision}) on {printable(devices.name)}: "
+               f"{gpus} GPUs, global batch {args.global_batch}, {args.optimizer}"
+               + (", sequence-parallel" if args.sequence_parallel else ""))
+    if archive is not None:
+        from .plan_output import archive_json, print_archive
+        if args.json:
+            print_json(archive_json(archive, model, row, args.budget, args.seed))
+        else:
+            print_archive(archive, setting, rows, args.budget, args.seed, args.top, flops is not None)
+        return 0
     if args.json:
         print_json({"model": model, "best": rows[0], "candidates": rows})
         return 0
-    print(f"{printable(graph.name)} ({len(graph)} ops, {graph.precision}) on {printable(devices.name)}: "
-          f"{gpus} GPUs, global batch {args.global_batch}, {args.schedule}, {args.optimizer}"
-          + (f", ZeRO-{args.zero}" if args.zero else "") + (", sequence-parallel" if args.sequence_parallel else "")
-          + (f", recompute {args.recompute}" if args.recompute != "none" else "") + f"; {len(plans)} plans simulated")
-    body = [[str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["micro_batch"]), str(r["micro_batches"]),
-             fmt_seconds(r["step_time_s"]),
-             fmt_bytes(r["peak_memory_bytes"]), "yes" if r["fits"] else "no",
-             f"{r['breakdown']['bubble_fraction']:.0%}", fmt_seconds(r["breakdown"]["tensor_parallel_comm_s"])]
-            + ([f"{r['model_tflops_per_gpu']:.0f}"] if "model_tflops_per_gpu" in r else [])
-            for r in rows[:args.top]]
-    header = ["tp", "pp", "dp", "micro-batch", "micro-batches", "step", "fullest GPU", "fits", "idle", "TP comm"] + (
-        ["TFLOP/s per GPU"] if flops is not None else [])
+    print(setting + f", {fixed['schedule']}" + (f", ZeRO-{fixed['zero']}" if fixed["zero"] else "")
+          + (f", recompute {fixed['recompute']}" if fixed["recompute"] != "none" else "")
+          + f"; {len(plans)} plans simulated")
+    header, body = plan_rows(rows[:args.top], flops is not None)
     print(table(body, header, right=range(len(header))))
     if not plans[0].fits:
-        print("no plan fits in memory: try more GPUs, ZeRO (--zero 1 to 3), --recompute selective or full, smaller "
-              "micro-batches or a smaller model")
+        print(NOTHING_FITS)
     return 0
