@@ -2,9 +2,9 @@
 
 import streamlit as st
 
-from dashboard import archive_bins, state, ui
+from dashboard import archive_bins, planarchive, state, ui
 from dashboard.charts import archive as archive_charts
-from dashboard.archiveview import archive_sources, clicked_cell, fits_in_memory
+from dashboard.archiveview import archive_sources, clicked_cell, fits_in_memory, is_plan_archive
 from placement_core.analysis import (archive_heatmap, compare_placements, elite_label, fmt_bytes, fmt_seconds,
                                      placement_summary, top_elites)
 
@@ -57,8 +57,10 @@ def map_section(run, pick_key) -> None:
     others = [labels[i] for i in dims if i not in (x_dim, y_dim)]
     picked = s[pick_key]
     st.markdown("##### Map of the archive")
+    over = ("a plan over memory (no plan simulated in its niche fits)" if is_plan_archive(archive)
+            else "an elite over memory (its objective includes the penalty)")
     st.caption(f"Each cell: the best elite over {', '.join(others) or 'nothing else'}; darker is slower; a red ✕ "
-               "marks an elite over memory (its objective includes the penalty), a ▲ one slower than the colour "
+               f"marks {over}, a ▲ one slower than the colour "
                "scale that fits; grey cells with a dot are empty niches. Click a cell to inspect its elite (outlined in red), or "
                "choose one from the list below.")
     event = st.plotly_chart(archive_charts.heatmap_figure(heat, (y_of[picked[y_dim]], x_of[picked[x_dim]]), scale),
@@ -183,7 +185,8 @@ def compare_section(run, ranked, rank_of, pick_key) -> None:
 
 ui.header("Archive", "MAP-Elites keeps the best placement it found in every niche: by the device used most, "
           "the number of devices used and how many tensors cross devices. Instead of one answer you get a map "
-          "of good, different placements to choose from, e.g. a slightly slower one that uses fewer devices.")
+          "of good, different placements to choose from, e.g. a slightly slower one that uses fewer devices. "
+          "A plan archive (Cluster plan page) keeps the fastest plan that fits per pipeline depth × tensor degree.")
 sources = []
 with ui.guarded("the list of archives"):
     sources = archive_sources()
@@ -191,7 +194,8 @@ with ui.guarded("the list of archives"):
 with ui.guarded("the archive"):
     if not sources:
         st.info("No archive yet: run **MAP-Elites** on the Optimize page; its archive appears here when it finishes "
-                "(stored MAP-Elites runs from earlier sessions and the command line appear too).",
+                "(stored MAP-Elites runs from earlier sessions and the command line appear too). An archive of "
+                "cluster plans comes from the Cluster plan page (Search with MAP-Elites).",
                 icon=":material/info:")
         st.page_link("app_pages/optimize.py", label="Go to Optimize", icon=":material/rocket_launch:")
     else:
@@ -206,6 +210,10 @@ with ui.guarded("the archive"):
         pick_key = ui.persist(f"arch_pick_{run.key}", options)  # the inspected elite, by niche
         if not ranked:
             st.info("This run's archive holds no elite yet: run MAP-Elites for longer.", icon=":material/info:")
+        elif is_plan_archive(run.archive):
+            s.setdefault(pick_key, options[0])
+            planarchive.elite_section(run, ranked, rank_of, pick_key, map_section)
+            planarchive.top_section(run.archive)
         else:
             s.setdefault(pick_key, options[0])
             archive_section(run, ranked, rank_of, pick_key)

@@ -3,7 +3,7 @@ and memory."""
 
 import streamlit as st
 
-from dashboard import clusterview, state, ui
+from dashboard import clusterview, planarchive, state, ui
 from dashboard.charts.gantt import gantt_figure
 from placement_core.analysis.trace import gantt_rows, gantt_segments
 from placement_core import InputError
@@ -12,17 +12,25 @@ from placement_core.optimize.plan_export import export
 
 ui.header("Cluster plan", "Tensor-parallel groups inside a node, pipeline stages across groups, data "
           "parallelism over the rest, micro-batches under a pipeline schedule: every plan of the current network "
-          "on a DGX cluster is simulated, the fastest that fits first. Build a GPT on the Network page (A GPT by "
-          "its shape) to plan a transformer with tensor parallelism and recomputation (docs/clusters.md).")
+          "on a DGX cluster is simulated, the fastest that fits first; or MAP-Elites keeps an archive of the best "
+          "plan per pipeline depth × tensor degree, browsed on the Archive page. Build a GPT on the Network page "
+          "(A GPT by its shape) to plan a transformer with tensor parallelism and recomputation (docs/clusters.md).")
 s = state.session()
 g = state.graph()
 gpt_config = gpt.parse(s.base_graph_key) if gpt.is_gpt(s.base_graph_key) else None
 
 with ui.guarded("the plan form"):
     st.markdown(f"##### {ui.esc(s.network_label)}: {len(g):,} ops, {g.precision}")
-    choices = clusterview.form(gpt_config)
-    if choices is not None:
-        clusterview.run(choices, gpt_config)
+    submitted = clusterview.form(gpt_config, extra=planarchive.form_row)
+    if submitted is not None and submitted[1] is None:
+        clusterview.run(submitted[0], gpt_config)
+    elif submitted is not None:
+        planarchive.run(submitted[0], submitted[1], gpt_config)
+
+with ui.guarded("the plan archive"):
+    newest = next(iter(planarchive.runs()), None)
+    if newest is not None and newest.graph_key == state.graph_key():
+        planarchive.summary(newest)
 
 result = s.get("cluster_result")
 with ui.guarded("the plans' network"):

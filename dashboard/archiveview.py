@@ -1,6 +1,7 @@
-"""Where the Archive page's archives come from: this session's MAP-Elites runs and the run store's.
+"""Where the Archive page's archives come from: this session's MAP-Elites runs and plan archives (the Cluster plan
+page's) and the run store's.
 
-Both kinds are wrapped as an :class:`ArchiveSource`, so the page draws and
+Every kind is wrapped as an :class:`ArchiveSource`, so the page draws and
 adopts them the same way. A finished run of this session is also in the store;
 it is listed once, as the live run (which carries its full result).
 """
@@ -17,6 +18,7 @@ from placement_core.analysis.archive_view import elite_fits
 
 from . import state, stored
 from .background_runs import REGISTRY
+from .planarchive import runs as plan_runs
 
 
 @dataclass
@@ -26,7 +28,7 @@ class ArchiveSource:
     description: str
     archive: object  # placement_core.optimize.archive.Archive
     evaluations: int
-    adopt: Callable[[np.ndarray, str], None]  # make a placement current, with this run's problem
+    adopt: Callable[[np.ndarray, str], None] | None  # make a placement current (None: a plan archive's plans)
     others: dict[str, np.ndarray] = field(default_factory=dict)  # other runs' bests on the same problem
     current_problem: bool = False  # made for the current network, devices and settings
     quality: list = field(default_factory=list)  # background_runs.Run.quality, then the final archive's point
@@ -94,11 +96,26 @@ def _stored_sources(skip: set[int]) -> list[ArchiveSource]:
     return out
 
 
+def _plan_sources() -> list[ArchiveSource]:
+    """This session's plan archives (MAP-Elites over cluster plans), newest first."""
+    return [ArchiveSource(key=f"plan:{r.id}", name=r.name,
+                         description=f"{r.name} · {r.network_label} on {r.devices_spec} · {len(r.archive)} plans "
+                                     f"({' × '.join(d.label for d in r.archive.descriptors)})",
+                         archive=r.archive, evaluations=r.archive.evaluations, adopt=None,
+                         current_problem=r.graph_key == state.graph_key())
+            for r in plan_runs()]
+
+
+def is_plan_archive(archive) -> bool:
+    return getattr(archive, "kind", None) == "plan"
+
+
 def archive_sources() -> list[ArchiveSource]:
-    """This session's archives first (newest first), then the stored ones (newest first)."""
+    """This session's archives first (plan archives, then placement runs; newest first), then the stored ones
+    (newest first)."""
     live = _live_sources()
     skip = {r.store_id for r in REGISTRY.runs(state.session().session_key) if r.store_id is not None}
-    return list(reversed(live)) + _stored_sources(skip)
+    return _plan_sources() + list(reversed(live)) + _stored_sources(skip)
 
 
 # archive -> {niche: (objective, fits)}: one simulation per elite per archive, not per rerun.
@@ -107,7 +124,9 @@ _FITS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 def fits_in_memory(archive) -> Callable[[tuple], bool]:
     """``niche -> fits in memory`` for :func:`archive_heatmap`, memoised per archive (a stored archive's
-    problem is shared between sessions, so its simulations take the page lock)."""
+    problem is shared between sessions, so its simulations take the page lock). A plan archive knows already."""
+    if is_plan_archive(archive):
+        return archive.fits
     memo = _FITS.setdefault(archive, {})
 
     def fits(niche) -> bool:

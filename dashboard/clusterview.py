@@ -42,9 +42,11 @@ class Choices:
                            sequence_parallel=self.sequence_parallel, recompute=self.recompute)
 
 
-def form(config=None) -> Choices | None:
-    """The plan's choices once the user presses Plan; ``config``, the current network's ``gpt:`` configuration
-    (or None), offers tensor and sequence parallelism and recomputation, which split a GPT's layers."""
+def form(config=None, extra=None) -> tuple[Choices, object] | None:
+    """The plan's choices once the user presses Plan or ``extra``'s button, with what ``extra(config)`` (more
+    widgets in the same form, e.g. the plan archive's) returned: None unless its button was pressed.
+    ``config``, the current network's ``gpt:`` configuration (or None), offers tensor and sequence parallelism
+    and recomputation, which split a GPT's layers."""
     g = state.graph()
     with st.form("cluster_form", border=False):
         c = st.columns(4)
@@ -77,10 +79,11 @@ def form(config=None) -> Choices | None:
                                help="All-gathers and reduce-scatters instead of all-reduces; norms split over the "
                                     "sequence (needs tensor parallelism above 1).")
         go_ = st.form_submit_button("Plan", type="primary", icon=":material/search:")
-    if not go_:
+        more = extra(config) if extra is not None else None
+    if not go_ and more is None:
         return None
     return Choices(cluster, int(nodes), int(batch), schedule, optimizer, int(zero), int(pp), int(micro),
-                   int(tp), bool(sp), recompute)
+                   int(tp), bool(sp), recompute), more
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)

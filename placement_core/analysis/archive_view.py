@@ -103,9 +103,9 @@ def archive_heatmap(archive: Archive, x_dim: int, y_dim: int,
     def text(yi, xi):  # Plotly renders tags in hover text: device names (user strings) are escaped
         where = html.escape(f"{dy.label} {y_labels[yi]} · {dx.label} {x_labels[xi]}")
         if niche[yi][xi] is None:
-            return f"<b>empty niche</b><br>{where}<br>no placement found here"
+            return f"<b>empty niche</b><br>{where}<br>{getattr(archive, 'empty_note', 'no placement found here')}"
         memory = "" if cell_fits is None else "<br>fits in memory" if cell_fits[yi, xi] else \
-            "<br><b>over memory</b> (objective includes the memory penalty)"
+            "<br><b>over memory</b> " + getattr(archive, "over_memory_note", "(objective includes the memory penalty)")
         label = html.escape(elite_label(archive, archive.elites[niche[yi][xi]]))
         return (f"objective {fmt_seconds(z[yi, xi])}<br>{label}"
                 f"{memory}<br>{where}<br>{count[yi, xi]} elite(s) in this cell")

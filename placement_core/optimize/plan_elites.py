@@ -66,6 +66,9 @@ class PlanArchive:
 
     kind = "plan"
     problem = None  # plans have a problem each (:meth:`simulate`), not one for the archive
+    # what the archive map's hover says (analysis.archive_view): an empty niche, an elite over memory
+    empty_note = "no plan simulated here, or none is valid (t·p·d must be the GPUs)"
+    over_memory_note = "(no plan simulated in this niche fits: the one nearest to fitting)"
 
     def __init__(self, space: PlanSpace, niches=NICHES, setup: tuple | None = None):
         bad = [n for n in niches if n not in DIMS]
