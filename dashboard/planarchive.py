@@ -94,7 +94,8 @@ def summary(r: PlanRun) -> None:
     with st.container(border=True):
         st.markdown(f"**{ui.esc(r.name)}**: {a.evaluations} of {len(a.space):,} plans simulated, {len(a)} of "
                     f"{len(a.reachable)} niches ({' × '.join(d.label for d in a.descriptors)}) filled; best "
-                    f"{ui.esc(clusterview.label(best.plan))}")
+                    f"{ui.esc(plan_label(best.plan))}, {fmt_seconds(best.plan.step_time_s)} a step"
+                    + ("" if best.fits else " (over memory: no plan simulated fits)"))
         st.page_link("app_pages/archive.py", label="Browse it on the Archive page", icon=":material/grid_view:")
 
 
@@ -129,8 +130,7 @@ def elite_section(source, ranked, rank_of, pick_key, map_section) -> None:
         elite = archive.elites[niche]
         p = elite.plan
         with st.container(border=True):
-            st.markdown(f"**Elite #{rank_of[niche]}** · {ui.esc(archive.label(elite))}: "
-                        f"{ui.esc(clusterview.label(p))}")
+            st.markdown(f"**Elite #{rank_of[niche]}** · {ui.esc(archive.label(elite))}: {ui.esc(plan_label(p))}")
             m = st.columns(5)
             m[0].metric("Step", fmt_seconds(p.step_time_s), help="one step of the global batch")
             m[1].metric("Fullest GPU", fmt_bytes(p.peak_memory_bytes), help=f"of {fmt_bytes(run.capacity)}")
@@ -166,11 +166,20 @@ def trace_section(run, elite) -> None:
         st.plotly_chart(gantt_figure(gantt_segments(result.trace, rows), rows, problem.n_devices, result.makespan,
                                      unit="micro-batch"),
                         key="plan_arch_gantt", config={"displaylogo": False, "scrollZoom": True})
-        data = chrome_trace(result, problem.devices.names, channels, title=f"{run.name}: {clusterview.label(plan)}",
+        data = chrome_trace(result, problem.devices.names, channels, title=f"{run.name}: {plan_label(plan)}",
                             graph=problem.graph)
         st.download_button("Trace (Chrome JSON)", json.dumps(data), file_name="plan-trace.json",
                            mime="application/json", key="plan_arch_trace_json", icon=":material/download:",
                            help="Open it in ui.perfetto.dev or chrome://tracing.")
+
+
+def plan_label(p) -> str:
+    """The plan in words, its schedule, recomputation and ZeRO stage when they are not the defaults."""
+    extra = [f"{p.schedule}" + (f" × {p.virtual_stages} virtual stages" if p.virtual_stages > 1 else "")]
+    extra += [f"recompute {p.recompute}"] if p.recompute != "none" else []
+    extra += [f"ZeRO-{p.zero}"] if p.zero else []
+    return (f"tensor parallel {p.tp}, {p.pp} stage(s) × {p.dp} replica(s), micro-batch {p.micro_batch} "
+            f"({p.micro_batches} per step), " + ", ".join(extra))
 
 
 def plan_rows(elites, archive: PlanArchive) -> list[dict]:

@@ -1,0 +1,105 @@
+"""A plan archive in Chromium: search a small GPT's plans with MAP-Elites on the Cluster plan page, follow the link
+to the Archive page, click the niche pipeline stages 2 × tensor parallel 2 on its map and see that niche's plan
+(the exhaustive search's best there, worked out by the test itself), then open its trace."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import browser_util
+from browser_util import main, multiselect, no_errors, open_page, selected, settle, shot, wait_text
+
+from placement_core.analysis import fmt_seconds
+from placement_core.families import gpt
+from placement_core.formats.catalog import load_devices, load_network
+from placement_core.optimize.plans import PlanRequest, plan
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
+
+NET = "gpt:layers=2,hidden=64,heads=4,seq=32,vocab=100,batch=8"
+
+
+def best_per_niche():
+    """(pp, tp) -> the exhaustive search's fastest plan there (every plan of this GPT fits an A100)."""
+    best = {}
+    for p in plan(load_network(NET), load_devices("dgx-a100:nodes=1"), PlanRequest(global_batch=8), gpt.parse(NET)):
+        if (p.pp, p.tp) not in best or p.step_time_s < best[p.pp, p.tp].step_time_s:
+            best[p.pp, p.tp] = p
+    return best
+
+
+def cell_centre(pg, cell, shape):
+    """Pixel centre of heatmap cell (row, column): the chart's axes span [-0.5, n - 0.5], rows upwards."""
+    chart = main(pg).locator("[data-testid='stPlotlyChart']").first
+    box = chart.locator(".nsewdrag").first.bounding_box()
+    (yi, xi), (ny, nx) = cell, shape
+    return box["x"] + (xi + 0.5) / nx * box["width"], box["y"] + (1 - (yi + 0.5) / ny) * box["height"]
+
+
+def test_search_the_plans_then_pick_a_niche_on_the_archive_map(page, tmp_path):
+    pg = page
+    open_page(pg, "Network")
+    pg.get_by_role("tab", name="A GPT by its shape").click()
+    settle(pg)
+    for label, value in (("Layers", 2), ("Hidden size", 64), ("Attention heads", 4), ("Sequence length", 32),
+                         ("Vocabulary", 100), ("Sequences per batch", 8)):
+        main(pg).get_by_role("spinbutton", name=label, exact=True).first.fill(str(value))
+    main(pg).get_by_role("button", name="Build this GPT").click()
+    settle(pg)
+    open_page(pg, "Cluster plan")
+    main(pg).get_by_role("spinbutton", name="Nodes (8 GPUs each)", exact=True).first.fill("1")
+    main(pg).get_by_role("spinbutton", name="Global batch (sequences)", exact=True).first.fill("8")
+    main(pg).get_by_role("spinbutton", name="Plans to simulate", exact=True).first.fill("100")
+    box = multiselect(pg, "Also search")
+    for name in ("schedule", "ZeRO stage", "recomputation"):  # the exhaustive search's space: 26 plans
+        box.get_by_role("button", name=f"Remove {name}").click()
+    main(pg).get_by_role("button", name="Search with MAP-Elites").click()
+    wait_text(pg, "26 of 26 plans simulated, 9 of 9 niches", timeout_s=120)
+    no_errors(pg)
+
+    best = best_per_niche()
+    ranked = sorted(best.values(), key=lambda p: p.step_time_s)
+    target = best[2, 2]
+    k = ranked.index(target) + 1
+    assert k > 1  # not the elite the page shows first
+
+    main(pg).get_by_role("link", name="Browse it on the Archive page").click()
+    pg.get_by_role("heading", name="Archive", exact=True).first.wait_for()
+    settle(pg)
+    wait_text(pg, "Map of the archive")
+    wait_text(pg, "Elite #1")
+    no_errors(pg)
+    assert selected(pg, "MAP-Elites run").startswith("plan archive")
+    # columns: pipeline stages 1, 2, 4, 8; rows: tensor parallel 1, 2, 4
+    x, y = cell_centre(pg, (1, 1), (3, 4))
+    pg.mouse.move(x, y)
+    hover = pg.locator(".hoverlayer .hovertext").first
+    hover.wait_for()
+    assert f"objective {fmt_seconds(target.step_time_s)}" in hover.text_content()
+    pg.mouse.click(x, y)
+    settle(pg)
+    no_errors(pg)
+    wait_text(pg, f"Elite #{k}")
+    assert selected(pg, "Elite").startswith(f"#{k} · {fmt_seconds(target.step_time_s)}")
+    step = main(pg).locator("[data-testid='stMetric']").filter(has=pg.get_by_text("Step", exact=True))
+    assert step.locator("[data-testid='stMetricValue']").inner_text().strip() == fmt_seconds(target.step_time_s)
+    text = main(pg).inner_text()
+    assert f"tensor parallel 2, 2 stage(s) × {target.dp} replica(s), micro-batch {target.micro_batch}" in text
+
+    main(pg).get_by_text("Show its trace", exact=True).click()
+    settle(pg)
+    wait_text(pg, "The step, GPU by GPU", timeout_s=60)
+    no_errors(pg)
+    path = browser_util.download(pg, main(pg).get_by_role("button", name="Trace (Chrome JSON)"),
+                                 tmp_path / "plan-trace.json")
+    events = json.loads(path.read_text())["traceEvents"]
+    assert any(".tp_allreduce " in e.get("name", "") for e in events)  # tensor parallel 2's collectives
+    shot(pg, "plan-archive")
+
+    # leave and come back: the archive and the picked niche stay with the session
+    open_page(pg, "Cluster plan")
+    open_page(pg, "Archive")
+    wait_text(pg, f"Elite #{k}")
+    no_errors(pg)
