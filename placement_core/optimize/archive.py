@@ -16,6 +16,7 @@ import numpy as np
 
 from ..base.errors import InputError
 from ..problem import Problem
+from .operators import _batch
 
 
 @dataclass
@@ -28,38 +29,65 @@ class Descriptor:
 
     def values(self, problem: Problem, placements: np.ndarray) -> np.ndarray:
         """The raw (unbinned) value, for display."""
-        raise NotImplementedError
+        raw = self.measured(batch_stats(problem, placements, *getattr(self, "_edges", ())), placements)
+        if raw is None:
+            raise NotImplementedError
+        return raw
 
     def bins(self, problem: Problem, placements: np.ndarray) -> np.ndarray:
-        return self.values(problem, placements).astype(np.int64)
+        return self.binned(self.values(problem, placements))
+
+    # The built-in descriptors read what one pass over a batch counts (batch_stats), so the archive counts
+    # once for all of them; one without ``measured`` (a user's) is asked through values() and bins().
+    def measured(self, stats: np.ndarray, placements: np.ndarray) -> np.ndarray | None:
+        """The raw values from ``batch_stats`` columns (most-used device, devices used, cross-device edges)."""
+        return None
+
+    def binned(self, values: np.ndarray) -> np.ndarray:
+        return values.astype(np.int64)
 
     def tick_labels(self, problem: Problem) -> list[str]:
         return [str(i) for i in range(self.size)]
 
 
-def _device_use(problem: Problem, placements: np.ndarray) -> np.ndarray | None:
-    """``[placements, ops, devices]``: which devices each op runs on, when ops may be split (else None)."""
-    if not problem.splits:
-        return None
-    from .genes import gene_space
-    return gene_space(problem).uses[placements]
+_NO_EDGES = np.zeros(0, dtype=np.int64)
 
 
-def _device_counts(placements: np.ndarray, n_devices: int) -> np.ndarray:
-    """``[placements, devices]``: how many ops each placement puts on each device (one pass over the batch)."""
-    k = len(placements)
-    rows = np.arange(k, dtype=np.int64)[:, None] * n_devices
-    return np.bincount((placements + rows).ravel(), minlength=k * n_devices).reshape(k, n_devices)
+def batch_stats(problem: Problem, placements: np.ndarray, src: np.ndarray = _NO_EDGES, dst: np.ndarray = _NO_EDGES
+                ) -> np.ndarray:
+    """``[placements, 3]`` int64: the most-used device (ties: the lowest index; a split op counts on each of its
+    devices), the number of devices used and the number of edges ``src -> dst`` between different genes. One C
+    pass when the batch helper is built, else numpy."""
+    placements = np.ascontiguousarray(placements, dtype=np.int32).reshape(-1, problem.n_ops)
+    uses = _uses(problem)
+    out = np.empty((len(placements), 3), dtype=np.int64)
+    if _batch is not None and problem.n_ops:
+        _batch.describe(placements, problem.n_ops, uses if problem.splits else None, uses.shape[1], src, dst, out)
+        return out
+    counts = uses[placements].sum(axis=1, dtype=np.int64)  # [placements, devices]
+    out[:, 0] = counts.argmax(axis=1)
+    out[:, 1] = (counts > 0).sum(axis=1)
+    out[:, 2] = (placements[:, src] != placements[:, dst]).sum(axis=1) if len(src) else 0
+    return out
+
+
+def _uses(problem: Problem) -> np.ndarray:
+    """``[genes, devices]`` uint8: the devices each gene runs on (the identity without splits), made once."""
+    cached = getattr(problem, "_gene_uses", None)
+    if cached is None:
+        from .genes import gene_space
+        space = gene_space(problem)
+        cached = (np.eye(problem.n_devices) if isinstance(space, (int, np.integer)) else space.uses).astype(np.uint8)
+        problem._gene_uses = cached
+    return cached
 
 
 class MostUsedDevice(Descriptor):
     def __init__(self, problem: Problem):
         super().__init__("most_used_device", "most-used device", problem.n_devices)
 
-    def values(self, problem, placements):
-        use = _device_use(problem, placements)  # a split op counts on each of its devices
-        counts = use.sum(axis=1) if use is not None else _device_counts(placements, problem.n_devices)
-        return counts.argmax(axis=1)  # ties: the lowest device index
+    def measured(self, stats, placements):
+        return stats[:, 0]
 
     def tick_labels(self, problem):
         return list(problem.devices.names)
@@ -69,13 +97,11 @@ class DevicesUsed(Descriptor):
     def __init__(self, problem: Problem):
         super().__init__("devices_used", "devices used", problem.n_devices)
 
-    def values(self, problem, placements):
-        use = _device_use(problem, placements)
-        used = use.any(axis=1) if use is not None else _device_counts(placements, problem.n_devices) > 0
-        return used.sum(axis=1)
+    def measured(self, stats, placements):
+        return stats[:, 1]
 
-    def bins(self, problem, placements):
-        return self.values(problem, placements) - 1
+    def binned(self, values):
+        return values.astype(np.int64) - 1
 
     def tick_labels(self, problem):
         return [str(i + 1) for i in range(self.size)]
@@ -85,18 +111,14 @@ class CrossDeviceEdges(Descriptor):
     def __init__(self, problem: Problem, bins: int = 40):
         super().__init__("cross_device_edges", "cross-device edges", bins)
         edges = problem.graph.edges()
-        self._src = np.array([e[0] for e in edges], dtype=np.int64)
-        self._dst = np.array([e[1] for e in edges], dtype=np.int64)
+        self._edges = (np.array([e[0] for e in edges], dtype=np.int64), np.array([e[1] for e in edges], dtype=np.int64))
         self.max_edges = max(len(edges), 1)
 
-    def values(self, problem, placements):
-        if len(self._src) == 0:
-            return np.zeros(len(placements), dtype=np.int64)
-        return (placements[:, self._src] != placements[:, self._dst]).sum(axis=1)
+    def measured(self, stats, placements):
+        return stats[:, 2]
 
-    def bins(self, problem, placements):
-        v = self.values(problem, placements)
-        return np.rint(v / self.max_edges * (self.size - 1)).astype(np.int64)
+    def binned(self, values):
+        return np.rint(values / self.max_edges * (self.size - 1)).astype(np.int64)
 
     def tick_labels(self, problem):
         return [f"{round(i * self.max_edges / (self.size - 1))}" for i in range(self.size)]
@@ -107,12 +129,16 @@ class ShardedShare(Descriptor):
 
     def __init__(self, problem: Problem, bins: int = 11):
         super().__init__("sharded", "ops split", bins)
+        self._n_devices = problem.n_devices
 
     def values(self, problem, placements):
         return (placements >= problem.n_devices).mean(axis=1)
 
-    def bins(self, problem, placements):
-        return np.rint(self.values(problem, placements) * (self.size - 1)).astype(np.int64)
+    def measured(self, stats, placements):
+        return (placements >= self._n_devices).mean(axis=1)
+
+    def binned(self, values):
+        return np.rint(values * (self.size - 1)).astype(np.int64)
 
     def tick_labels(self, problem):
         return [f"{i / (self.size - 1):.0%}" for i in range(self.size)]
@@ -153,8 +179,14 @@ class Archive:
         self.shape = tuple(d.size for d in descriptors)
         self.elites: dict[tuple[int, ...], Elite] = {}
         # arrays() kept up to date by add() instead of rebuilt per batch (a 10,000-op archive is tens of MB):
-        # (the elites dict it describes, niches sorted, placements, objectives)
-        self._sorted: tuple[dict, list, np.ndarray, np.ndarray] | None = None
+        # (the elites dict it describes, niches sorted, placements, objectives, the niches' row-major codes, or
+        # None when a niche lies outside the shape)
+        self._sorted: tuple[dict, list, np.ndarray, np.ndarray, np.ndarray | None] | None = None
+        self._sizes = np.array(self.shape, dtype=np.int64)
+        self._strides = np.cumprod((1,) + self.shape[:0:-1], dtype=np.int64)[::-1]
+        # the built-in descriptors share one count of the batch (batch_stats); a user's is asked on its own
+        self._counted = all(type(d) in DESCRIPTORS.values() for d in descriptors)
+        self._edges = next((d._edges for d in descriptors if isinstance(d, CrossDeviceEdges)), ())
 
     def __len__(self) -> int:
         return len(self.elites)
@@ -168,8 +200,20 @@ class Archive:
         return len(self.elites) / float(np.prod(self.shape))
 
     def describe(self, placements: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        bins = np.stack([d.bins(self.problem, placements) for d in self.descriptors], axis=1)
-        raw = np.stack([d.values(self.problem, placements) for d in self.descriptors], axis=1)
+        bins, raw = self._measure(placements)
+        if raw is None:
+            raw = np.stack([d.values(self.problem, placements) for d in self.descriptors], axis=1)
+        return bins, raw
+
+    def _measure(self, placements: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """(bins, raw values) of a batch; the raw values only when one count gives them for every placement."""
+        if not self._counted:
+            return np.stack([d.bins(self.problem, placements) for d in self.descriptors], axis=1), None
+        stats = batch_stats(self.problem, placements, *self._edges)
+        bins, raw = np.empty((len(stats), len(self.shape)), dtype=np.int64), np.empty((len(stats), len(self.shape)))
+        for j, d in enumerate(self.descriptors):
+            raw[:, j] = v = d.measured(stats, placements)
+            bins[:, j] = d.binned(v)
         return bins, raw
 
     def add(self, placements: np.ndarray, objectives: np.ndarray) -> int:
@@ -179,39 +223,80 @@ class Archive:
         if not len(placements):
             return 0
         fs = np.asarray(objectives, dtype=float)
-        bins = np.stack([d.bins(self.problem, placements) for d in self.descriptors], axis=1)
-        if ((bins >= 0) & (bins < np.array(self.shape))).all():  # one integer per niche (row-major)
-            key = bins @ np.cumprod((1,) + self.shape[:0:-1], dtype=np.int64)[::-1]
+        bins, raw = self._measure(placements)
+        inside = bool(((bins >= 0) & (bins < self._sizes)).all())
+        if inside:  # one integer per niche (row-major: ordered as the niches' tuples)
+            key = bins @ self._strides
         else:  # a descriptor out of its range: still one niche per distinct row
             key = np.unique(bins, axis=0, return_inverse=True)[1].reshape(-1)
         order = np.lexsort((np.arange(len(fs)), fs, key))  # by niche, then objective, then batch order
         ks = key[order]
-        first = order[np.r_[True, ks[1:] != ks[:-1]]]  # each niche's best in the batch
-        winners = []
-        for i, niche in zip(first.tolist(), map(tuple, bins[first].tolist())):
-            old = self.elites.get(niche)
-            if old is None or fs[i] < old.objective:
-                winners.append((i, niche, old is None))
-        if not winners:
-            return 0
-        rows = np.array([i for i, _, _ in winners])
-        raw = np.stack([d.values(self.problem, placements[rows]) for d in self.descriptors], axis=1)
-        for (i, niche, new), r in zip(winners, raw):
-            x = placements[i]
-            self.elites[niche] = Elite(niche, x.copy(), float(fs[i]), tuple(float(v) for v in r))
-            self._keep_sorted(niche, x, float(fs[i]), new=new)
-        return len(winners)
-
-    def _keep_sorted(self, niche, x, f, new: bool) -> None:
-        if self._sorted is None or self._sorted[0] is not self.elites:
-            return  # none built yet, or the elites were replaced wholesale: arrays() rebuilds
-        owner, keys, xs, fs = self._sorted
-        i = bisect.bisect_left(keys, niche)
-        if new:
-            keys.insert(i, niche)
-            self._sorted = (owner, keys, np.insert(xs, i, x, axis=0), np.insert(fs, i, f))
+        first = order[np.concatenate(([True], ks[1:] != ks[:-1]))]  # each niche's best in the batch, in niche order
+        view = self._view()
+        codes, sorted_fs = view[4], view[3]
+        if inside and codes is not None:  # the incumbents looked up by code, all at once
+            kf = key[first]
+            pos = np.minimum(np.searchsorted(codes, kf), max(len(codes) - 1, 0))
+            had = codes[pos] == kf if len(codes) else np.zeros(len(kf), dtype=bool)
+            better = ~had | (fs[first] < (sorted_fs[pos] if len(codes) else 0.0))
+            won, new = first[better], ~had[better]
         else:
-            xs[i], fs[i] = x, f
+            won, new = [], []
+            for i, niche in zip(first.tolist(), map(tuple, bins[first].tolist())):
+                old = self.elites.get(niche)
+                if old is None or fs[i] < old.objective:
+                    won.append(i)
+                    new.append(old is None)
+            won, new = np.array(won, dtype=np.int64), np.array(new, dtype=bool)
+        if not len(won):
+            return 0
+        if raw is None:
+            raw = np.stack([d.values(self.problem, placements[won]) for d in self.descriptors], axis=1).astype(float)
+        else:
+            raw = raw[won]
+        niches = list(map(tuple, bins[won].tolist()))
+        for i, niche, r in zip(won.tolist(), niches, raw.tolist()):
+            self.elites[niche] = Elite(niche, placements[i].copy(), float(fs[i]), tuple(r))
+        self._keep_sorted(view, niches, key[won] if inside else None, new, placements[won], fs[won])
+        return len(won)
+
+    def _view(self) -> tuple:
+        """The sorted arrays (``_sorted``), rebuilt from the elites when they were replaced or changed size."""
+        cached = self._sorted
+        if cached is None or cached[0] is not self.elites or len(cached[1]) != len(self.elites):
+            niches = sorted(self.elites)
+            arr = np.array(niches, dtype=np.int64).reshape(-1, len(self.shape))
+            codes = arr @ self._strides if ((arr >= 0) & (arr < self._sizes)).all() else None
+            cached = self._sorted = (
+                self.elites, niches,
+                np.array([self.elites[k].placement for k in niches], dtype=np.int32).reshape(-1, self.problem.n_ops),
+                np.array([self.elites[k].objective for k in niches], dtype=float), codes)
+        return cached
+
+    def _keep_sorted(self, view, niches, codes_won, new, xs_won, fs_won) -> None:
+        """The batch's winners into the sorted arrays: the new niches inserted in one call each, then every
+        winner's row and objective written where its niche is."""
+        owner, keys, xs, fs, codes = view
+        if codes is not None and codes_won is not None:
+            if new.any():
+                at = np.searchsorted(codes, codes_won[new])
+                codes = np.insert(codes, at, codes_won[new])
+                xs = np.insert(xs, at, xs_won[new], axis=0)
+                fs = np.insert(fs, at, fs_won[new])
+                for i, niche in reversed(list(zip(at.tolist(), [n for n, f in zip(niches, new) if f]))):
+                    keys.insert(i, niche)
+            at = np.searchsorted(codes, codes_won)
+            xs[at], fs[at] = xs_won, fs_won
+            self._sorted = (owner, keys, xs, fs, codes)
+            return
+        for niche, x, f, fresh in zip(niches, xs_won, fs_won.tolist(), new.tolist()):  # a niche outside the shape
+            i = bisect.bisect_left(keys, niche)
+            if fresh:
+                keys.insert(i, niche)
+                xs, fs = np.insert(xs, i, x, axis=0), np.insert(fs, i, f)
+            else:
+                xs[i], fs[i] = x, f
+        self._sorted = (owner, keys, xs, fs, None)
 
     def best(self) -> Elite:
         return min(self.elites.values(), key=lambda e: e.objective)
@@ -222,14 +307,8 @@ class Archive:
     def arrays(self) -> tuple[list[tuple[int, ...]], np.ndarray, np.ndarray]:
         """Niches in sorted order with their placements and objectives. The arrays are the archive's own:
         valid until the next ``add`` (which updates them in place), not to be modified."""
-        cached = self._sorted
-        if cached is None or cached[0] is not self.elites or len(cached[1]) != len(self.elites):
-            niches = sorted(self.elites)
-            cached = self._sorted = (
-                self.elites, niches,
-                np.array([self.elites[k].placement for k in niches], dtype=np.int32).reshape(-1, self.problem.n_ops),
-                np.array([self.elites[k].objective for k in niches], dtype=float))
-        return list(cached[1]), cached[2], cached[3]
+        _, niches, xs, fs, _ = self._view()
+        return list(niches), xs, fs
 
     def to_dict(self) -> dict:
         return {"dimensions": [{"name": d.name, "label": d.label, "size": d.size} for d in self.descriptors],

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
+try:  # the per-gene work after the draws, in one C pass (setup.py builds it; the numpy below is the same work)
+    from . import _batch  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - installs without a C compiler
+    _batch = None
+
 
 def _fresh(rng: np.random.Generator, space, positions: np.ndarray) -> np.ndarray:
     """A random gene for each op position: a device (an int space), or the gene space's draw."""
@@ -185,9 +190,15 @@ def batch_crossover_mask(rng: np.random.Generator, k: int, n: int, kind: str) ->
 
 def batch_point_mutation(rng: np.random.Generator, xs: np.ndarray, rates: np.ndarray, n_devices) -> np.ndarray:
     """Each gene of row i gets a random device with probability ``rates[i]``."""
-    mask = _uniform(rng, xs.shape) < np.asarray(rates, dtype=np.float32).reshape(-1, 1)
+    u = _uniform(rng, xs.shape)
+    rate = np.asarray(rates, dtype=np.float32).reshape(-1, 1)
     out = np.array(xs, dtype=np.int32)
-    np.copyto(out, _devices(rng, xs.shape, n_devices), where=mask)
+    genes = _devices(rng, xs.shape, n_devices)
+    if _batch is not None and genes.dtype == np.uint8 and out.size:
+        rate = np.ascontiguousarray(np.broadcast_to(rate[:, 0], len(out)))
+        _batch.point(out, np.arange(len(out), dtype=np.int64), u, rate, genes, out.shape[1])
+    else:
+        np.copyto(out, genes, where=u < rate)
     return out
 
 
@@ -201,9 +212,12 @@ def batch_zone_mutation(rng: np.random.Generator, xs: np.ndarray, n_devices, p_l
         device = rng.integers(0, n_devices, k)
     else:
         device = np.array([n_devices.draw_any(rng) for _ in range(k)], dtype=np.int64)
-    pos = np.arange(n)[None, :]
     out = np.array(xs, dtype=np.int32)
-    np.copyto(out, device[:, None], where=(pos >= start[:, None]) & (pos < end[:, None]), casting="unsafe")
+    if _batch is not None and out.size:
+        _batch.zone(out, np.arange(k, dtype=np.int64), start, end, device.astype(np.int64), n)
+    else:
+        pos = np.arange(n)[None, :]
+        np.copyto(out, device[:, None], where=(pos >= start[:, None]) & (pos < end[:, None]), casting="unsafe")
     return _repaired(n_devices, out)
 
 
@@ -211,7 +225,8 @@ def batch_replace_mutation(rng: np.random.Generator, xs: np.ndarray, n_devices) 
     """Per row, every gene on device a moves to device b (a uniform among the row's used devices)."""
     k = len(xs)
     total = gene_count(n_devices)
-    used = np.stack([(xs == d).any(axis=1) for d in range(total)], axis=1)
+    used = np.zeros((k, total), dtype=bool)
+    used[np.arange(k)[:, None], xs] = True  # the genes each row uses
     a = np.argmax(rng.random((k, total)) * used, axis=1)
     if isinstance(n_devices, (int, np.integer)):
         b = rng.integers(0, n_devices, k)
@@ -224,13 +239,36 @@ def batch_copy_point_mutation(rng: np.random.Generator, xs: np.ndarray, copy_rat
                               n_devices) -> np.ndarray:
     """Per gene: the predecessor's device (as it was) with ``copy_rate``, else a random device with
     ``point_rate`` (MAP-Elites' gene mutation)."""
-    point = _uniform(rng, xs.shape) < np.float32(point_rate)
-    copy = _uniform(rng, xs.shape) < np.float32(copy_rate)
+    up, uc = _uniform(rng, xs.shape), _uniform(rng, xs.shape)
+    if _batch is not None and xs.size and gene_count(n_devices) <= 256:
+        y = np.array(xs, dtype=np.int32)
+        genes = _devices(rng, xs.shape, n_devices)
+        _batch.copy_point(y, np.arange(len(y), dtype=np.int64), up, uc, genes, point_rate, copy_rate, y.shape[1])
+        return _repaired(n_devices, y)
+    point, copy = up < np.float32(point_rate), uc < np.float32(copy_rate)
     copy[:, 0] = False
     narrow = _narrow(xs, n_devices)
     y = np.where(point, _devices(rng, xs.shape, n_devices), narrow).astype(np.int32)
     np.copyto(y[:, 1:], narrow[:, :-1], where=copy[:, 1:])  # the predecessor as it was (column 0 never copies)
     return _repaired(n_devices, y)
+
+
+def mutate_rows(rng: np.random.Generator, kids: np.ndarray, rows: np.ndarray, mutation, *args) -> None:
+    """``kids[rows] = mutation(rng, kids[rows], *args)`` for :func:`batch_zone_mutation` and
+    :func:`batch_copy_point_mutation`, with the same draws; in place in C when genes are devices (no gather and
+    scatter of a batch of 10,000-op rows)."""
+    n = kids.shape[1]
+    plain = _batch is not None and isinstance(args[-1], (int, np.integer)) and args[-1] <= 256 and n
+    if plain and mutation is batch_copy_point_mutation:
+        shape = (len(rows), n)
+        up, uc = _uniform(rng, shape), _uniform(rng, shape)
+        _batch.copy_point(kids, rows, up, uc, _devices(rng, shape, args[-1]), args[1], args[0], n)
+    elif plain and mutation is batch_zone_mutation and len(args) == 1:
+        start = rng.integers(0, n, len(rows))
+        end = np.minimum(start + rng.geometric(0.2, len(rows)), n)
+        _batch.zone(kids, rows, start, end, rng.integers(0, args[0], len(rows)), n)
+    else:
+        kids[rows] = mutation(rng, kids[rows], *args)
 
 
 # Whole-batch draws in the narrowest types that hold them: a batch of a 10,000-op network is millions of genes.

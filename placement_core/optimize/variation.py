@@ -74,16 +74,28 @@ def apply(recipe: Recipe, space=None) -> tuple[np.ndarray, np.ndarray | None]:
     return map_elites_children(rng, a, b, p, d), None
 
 
-def crossed(rng: np.random.Generator, a: np.ndarray, b: np.ndarray, rate: float, kind: str = "single-point"
-            ) -> np.ndarray:
-    """(k, n) booleans: True where child i takes parent ``b[i]``'s gene. A pair crosses over with probability
-    ``rate`` (``kind`` as in :func:`.operators.crossover`); a pair that does not keeps ``a[i]`` whole."""
+def crossed(rng: np.random.Generator, a: np.ndarray, b: np.ndarray, rate: float, kind: str = "single-point",
+            pair: bool = False) -> np.ndarray:
+    """Children of the parent pairs (a[i], b[i]), int32: a pair crosses over with probability ``rate`` (``kind`` as
+    in :func:`.operators.crossover`; the segments after odd cuts come from ``b[i]``), one that does not gives
+    ``a[i]`` whole. With ``pair``, rows 2i and 2i + 1 are that child and its complement."""
     k, n = a.shape
-    take_b = np.zeros((k, n), dtype=bool)
     cross = np.flatnonzero(rng.random(k) < rate)
+    if ops._batch is not None and kind in ("single-point", "1-point") and n:  # one cut per row: copies in C
+        cut = np.full(k, n, dtype=np.int64)
+        if len(cross) and n >= 2:  # the draws of operators.batch_crossover_mask
+            cut[cross] = rng.integers(1, n, (len(cross), 1))[:, 0]
+        out = np.empty((2 * k if pair else k, n), dtype=np.int32)
+        ops._batch.cross(np.ascontiguousarray(a, dtype=np.int32), np.ascontiguousarray(b, dtype=np.int32), cut,
+                         out, n, pair)
+        return out
+    take_b = np.zeros((k, n), dtype=bool)
     if len(cross):
         take_b[cross] = ops.batch_crossover_mask(rng, len(cross), n, kind)
-    return take_b
+    kids = np.where(take_b, b, a)
+    if pair:
+        kids = np.stack([kids, np.where(take_b, a, b)], axis=1).reshape(2 * k, n)
+    return kids.astype(np.int32)
 
 
 def ga_mutate(rng: np.random.Generator, kids: np.ndarray, rates: np.ndarray, p: dict, space
@@ -98,14 +110,14 @@ def ga_mutate(rng: np.random.Generator, kids: np.ndarray, rates: np.ndarray, p: 
     kids = ops.batch_point_mutation(rng, kids, rates, space)
     zone = np.flatnonzero(rng.random(k) < p["zone_mutation_rate"])
     if len(zone):
-        kids[zone] = ops.batch_zone_mutation(rng, kids[zone], space)
+        ops.mutate_rows(rng, kids, zone, ops.batch_zone_mutation, space)
     return kids, rates
 
 
 def ga_children(rng: np.random.Generator, a, b, rates_a, rates_b, p: dict, space) -> tuple[np.ndarray, np.ndarray]:
     """``ga-steady``: one child per parent pair (crossover, then a random weighted mix of the parents'
     rates, then :func:`ga_mutate`)."""
-    kids = np.where(crossed(rng, a, b, p["crossover_rate"], p.get("crossover", "single-point")), b, a)
+    kids = crossed(rng, a, b, p["crossover_rate"], p.get("crossover", "single-point"))
     alpha = rng.random(len(a))
     return ga_mutate(rng, kids, alpha * rates_a + (1 - alpha) * rates_b, p, space)
 
@@ -116,13 +128,12 @@ def ga_pair_children(rng: np.random.Generator, a, b, rates_a, rates_b, p: dict, 
     and 2i + 1). A pair crosses over with ``crossover_rate`` (child 1 takes ``b`` where child 2 takes
     ``a``); with one weight alpha per pair, child 1 inherits alpha a + (1 - alpha) b of the parents' rates
     and child 2 alpha b + (1 - alpha) a (:func:`.operators.mix_rates`); both then mutate (:func:`ga_mutate`)."""
-    m, n = a.shape
-    take_b = crossed(rng, a, b, p["crossover_rate"], p.get("crossover", "single-point"))
-    kids = np.stack([np.where(take_b, b, a), np.where(take_b, a, b)], axis=1).reshape(2 * m, n)
+    m = len(a)
+    kids = crossed(rng, a, b, p["crossover_rate"], p.get("crossover", "single-point"), pair=True)
     alpha = rng.random(m)
     rates = np.stack([alpha * rates_a + (1 - alpha) * rates_b, alpha * rates_b + (1 - alpha) * rates_a],
                      axis=1).reshape(2 * m)
-    return ga_mutate(rng, kids.astype(np.int32), rates, p, space)
+    return ga_mutate(rng, kids, rates, p, space)
 
 
 def map_elites_children(rng: np.random.Generator, a, b, p: dict, space) -> np.ndarray:
@@ -130,7 +141,7 @@ def map_elites_children(rng: np.random.Generator, a, b, p: dict, space) -> np.nd
     then one mutation: replace (``replace_mutation_rate``), else zone (``zone_mutation_rate``), else per
     gene copy or point (:func:`.operators.batch_copy_point_mutation`)."""
     k = len(a)
-    kids = np.where(crossed(rng, a, b, p["crossover_rate"]), b, a).astype(np.int32)
+    kids = crossed(rng, a, b, p["crossover_rate"])
     u = rng.random(k)
     replace = u < p["replace_mutation_rate"]
     zone = ~replace & (rng.random(k) < p["zone_mutation_rate"])
@@ -138,10 +149,10 @@ def map_elites_children(rng: np.random.Generator, a, b, p: dict, space) -> np.nd
     if replace.any():
         kids[replace] = ops.batch_replace_mutation(rng, kids[replace], space)
     if zone.any():
-        kids[zone] = ops.batch_zone_mutation(rng, kids[zone], space)
+        ops.mutate_rows(rng, kids, np.flatnonzero(zone), ops.batch_zone_mutation, space)
     if gene.any():
-        kids[gene] = ops.batch_copy_point_mutation(rng, kids[gene], p["copy_mutation_rate"], p["mutation_rate"],
-                                                   space)
+        ops.mutate_rows(rng, kids, np.flatnonzero(gene), ops.batch_copy_point_mutation, p["copy_mutation_rate"],
+                        p["mutation_rate"], space)
     return kids
 
 
