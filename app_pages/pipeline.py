@@ -3,14 +3,10 @@ measured against simulated; the micro-batch sweep; a toy pipeline to teach with.
 
 import streamlit as st
 
-from dashboard import pipelineview, state, ui
-from dashboard.charts import pipeline_bars
+from dashboard import pipelinesections, pipelineview, state, ui
 from dashboard.lectureview import toy_section
 from dashboard.pipelineview import NAMES, SHORT
-from placement_core.analysis import fmt_bytes, fmt_seconds
-from placement_core.analysis.bubble import stage_times
-from placement_core.analysis.closed_forms import FORMULAS, bubble_fraction
-from placement_core.analysis.pipeline import best_micro_batches, check_micro_batches, is_contiguous, stages_of
+from placement_core.analysis.pipeline import check_micro_batches, is_contiguous, stages_of
 
 ui.header("Pipeline", "Pipeline parallelism, schedule by schedule: the network is cut into stages, one per device, "
           "and the batch into micro-batches that flow through them. GPipe runs every forward, then every "
@@ -101,7 +97,7 @@ with ui.guarded("the pipeline settings"):
         st.caption("The placement is not a clean pipeline split: some devices hold ops from several places in the "
                    "network, so micro-batches go back and forth between stages (interleaved 1F1B's chunks).")
 
-m, views, parts = None, [], []
+m, views, parts, facts = None, [], [], []
 with ui.guarded("the schedules"):
     m = check_micro_batches(g.batch_size, int(m_in)) if placement_of is not None else None
     if m is None:
@@ -112,15 +108,10 @@ with ui.guarded("the schedules"):
         views = pipelineview.schedule_runs(state.graph_key(), state.devices_key(), g, d,
                                            {k: placement_of[k] for k in schedules}, m, v, state.cost_key(),
                                            state.cost_kw(g, sim), sim.penalty, ideal)
-        x_max = max(vw["run"].step_time for vw in views)
-        capacity = {n: dv.memory_bytes for n, dv in zip(d.names, d.devices)}
-        peak_max = max(max(vw["run"].stage_peak_memory()) for vw in views)
-        cap_max = max(d.devices[i].memory_bytes for vw in views for i in vw["run"].stage_devices)
-        mem_max = max(peak_max * 1.3, cap_max * 1.08) if cap_max <= 5 * peak_max else peak_max * 1.3
         st.markdown(f"##### {p} stage(s), {m} micro-batches of {g.batch_size // m}"
                     + (" · ideal pipeline (free transfers and weight updates)" if ideal else "")
                     + (f" · V = {v} chunks per device for interleaved 1F1B" if "interleaved-1f1b" in schedules else ""))
-        if not ideal:  # the bubble's parts: here for the line on transfers, below as a chart
+        if not ideal:  # the bubble's parts: here for the line on transfers, in their tab as a chart
             parts = pipelineview.breakdowns(state.graph_key(), state.devices_key(), g, d,
                                             {vw["run"].schedule: vw["placement"] for vw in views}, m, v,
                                             state.cost_key(), state.cost_kw(g, sim), sim.penalty)
@@ -131,126 +122,19 @@ with ui.guarded("the schedules"):
                 b.button("Free transfers (Ideal pipeline)", key="pipe_free_transfers", on_click=_ideal_on,
                          icon=":material/toggle_on:", help="Turns on *Ideal pipeline* above: transfers and weight "
                                                            "updates take no time.")
-        compare, memory_rows = [], []
-        for vw in views:
-            run = vw["run"]
-            devs = [d.names[i] for i in run.stage_devices]
-            unit = "batch" if run.schedule == "thesis" else "micro-batch"
-            t = stage_times(g, d, vw["placement"], run.stage_devices, schedule=run.schedule, micro_batches=m,
-                            **state.cost_kw(g, sim))
-            closed = bubble_fraction(run.schedule, len(devs), run.micro_batches, t["t_f"], t["t_b"],
-                                     v=run.virtual_stages, t_w=t["t_w"])
-            with st.container(border=True):
-                if big:  # the timeline across the page; the numbers and the memory under it
-                    left = st.container()
-                    right, mem_col = st.columns([1, 2])
-                else:
-                    left, right = st.columns([4, 1.25])
-                    mem_col = right
-                title = f"{(SHORT if big else NAMES)[run.schedule]} · step {fmt_seconds(run.step_time)} · bubble {run.bubble_fraction:.1%}"
-                fig = pipelineview.gantt_figure(vw, x_max, title, unit, run.chunk_of is not None and
-                                                run.virtual_stages > 1, big)
-                left.plotly_chart(fig, key=f"pipe_gantt_{run.schedule}", config=CONFIG)
-                right.metric("Step time", fmt_seconds(run.step_time),
-                             help="One batch (all its micro-batches), from the first forward to the last weight "
-                                  "update.")
-                right.metric("Bubble", f"{run.bubble_fraction:.1%}",
-                             help="Share of the step a stage device is idle, averaged over the stages.")
-                right.metric("Closed form", f"{closed:.1%}",
-                             help=f"{FORMULAS[run.schedule]} over the step, for {len(devs)} equal stages with the "
-                                  "stages' mean times (t_f, t_b, t_W per micro-batch) and free transfers.")
-                peaks = run.stage_peak_memory()
-                mem_col.plotly_chart(pipelineview.memory_figure(vw, devs, peaks, [capacity[n] for n in devs], mem_max,
-                                                                big),
-                                     key=f"pipe_memory_{run.schedule}", config=CONFIG)
-                if not run.evaluation.feasible:
-                    mem_col.warning("Exceeds a device's memory.", icon=":material/warning:")
-            compare.append({"schedule": NAMES[run.schedule], "micro-batches": run.micro_batches,
-                            "step time (ms)": run.step_time * 1e3, "bubble (%)": run.bubble_fraction * 100,
-                            "closed-form bubble (%)": closed * 100,
-                            "first-stage peak (GB)": peaks[0] / 1e9, "highest stage peak (GB)": max(peaks) / 1e9,
-                            "fits in memory": run.evaluation.feasible})
-            memory_rows += [{"schedule": run.schedule, "device": dev, "peak": pk} for dev, pk in zip(devs, peaks)]
-        st.caption("Bars: **F k** = forward of micro-batch k in its colour, **B k** = its backward in a lighter "
-                   "shade (under ZB-H1 only the input gradient), **W k** = ZB-H1's weight gradient, lightest and "
-                   "hatched, **F k·c** = through chunk c (interleaved 1F1B), **U** = weight updates (grey); thin "
-                   "bars on the link rows are transfers. Every chart has the same time axis.")
-        st.dataframe(compare, hide_index=True, key="pipe_compare",
-                     column_config={k: st.column_config.NumberColumn(format="%.4g") for k in (
-                         "step time (ms)", "bubble (%)", "closed-form bubble (%)", "first-stage peak (GB)",
-                         "highest stage peak (GB)")})
-        st.plotly_chart(pipeline_bars.memory_by_schedule_figure(memory_rows, SHORT, capacity, big=big),
-                        key="pipe_memory_all", config=CONFIG)
+        facts = pipelinesections.compare_facts(views, g, d, m, state.cost_kw(g, sim))
 
-if views and parts:
-    with ui.guarded("the bubble's parts"):
-        st.markdown("##### Where the bubble comes from")
-        named = [(SHORT[vw["run"].schedule], pt) for vw, pt in zip(views, parts)]
-        st.plotly_chart(pipeline_bars.breakdown_figure(named, big=big), key="pipe_breakdown",
-                        config=CONFIG)
-        st.dataframe([{"schedule": name, "idle, all stages (ms)": pt["idle_s"] * 1e3,
-                       "schedule (ms)": pt["schedule_s"] * 1e3, "imbalance (ms)": pt["imbalance_s"] * 1e3,
-                       "weight updates (ms)": pt["updates_s"] * 1e3, "transfers (ms)": pt["transfers_s"] * 1e3,
-                       "transfers (%)": pt["transfers_share"] * 100, "imbalance (%)": pt["imbalance_share"] * 100}
-                      for name, pt in named], hide_index=True, key="pipe_breakdown_table",
-                     column_config={k: st.column_config.NumberColumn(format="%.4g") for k in (
-                         "idle, all stages (ms)", "schedule (ms)", "imbalance (ms)", "weight updates (ms)",
-                         "transfers (ms)", "transfers (%)", "imbalance (%)")})
-        st.caption("The stages' idle time in one step, summed over them, split by simulating the same placement "
-                   "again: with free transfers (what is left over is the **transfers**' part), then also free weight "
-                   "updates (the **updates**' part). What the ideal run still idles beyond the closed form for equal "
-                   "stages of the stages' mean times is the **imbalance** between stages.")
-
+# One section drawn at a time: every chart on the page is redrawn by the browser at each change of m (the
+# page's slowest part), so the tabs rerun the page and only the chosen one is built and sent.
 if views:
-    with ui.guarded("the measured pipelines"):
-        measured = pipelineview.measured_pipelines(g)
-        st.markdown("##### Measured: pipelined runs of this network")
-        if not measured:
-            st.caption("No pipelined benchmark of this network is stored yet. Run one with torch.distributed."
-                       "pipelining on CPU ranks, e.g. `placement benchmark --model ... --devices cpu:4 --placement "
-                       "stages:4 --schedule 1f1b --micro-batches 8 --simulate local --timings local` (after "
-                       "`placement calibrate`); see docs/pipeline.md.")
-        else:
-            st.plotly_chart(pipeline_bars.measured_figure(measured, SHORT, big=big), key="pipe_measured",
-                            config=CONFIG)
-            st.dataframe([{"benchmark": r["id"], "schedule": SHORT.get(r["schedule"], r["schedule"]),
-                           "stages": r["stages"], "V": r["virtual_stages"], "micro-batches": r["micro_batches"],
-                           "batch": r["batch_size"], "measured step (ms)": (r["measured_step_s"] or 0) * 1e3,
-                           "measured bubble (%)": r["measured_bubble"] * 100,
-                           "simulated step (ms)": None if r["simulated_step_s"] is None else r["simulated_step_s"] * 1e3,
-                           "simulated bubble (%)": None if r["simulated_bubble"] is None else r["simulated_bubble"] * 100,
-                           "simulated on": r["simulated_on"] or "–"} for r in measured],
-                         hide_index=True, key="pipe_measured_table",
-                         column_config={k: st.column_config.NumberColumn(format="%.4g") for k in (
-                             "measured step (ms)", "measured bubble (%)", "simulated step (ms)",
-                             "simulated bubble (%)")})
-            st.caption("Measured bubble: per step, the mean over the ranks of the share of the step a rank waits "
-                       "outside its stages' forward, backward and weight-gradient work. Simulated: the same "
-                       "pipeline on the devices the run was given with --simulate (a calibrated preset).")
-
-if m is not None and schedules:
-    with ui.guarded("the micro-batch sweep"):
-        st.markdown("##### Choosing m: step time and memory against the number of micro-batches")
-        counts = pipelineview.sweep_counts(g.batch_size, m)
-        rows = pipelineview.sweep_rows(state.graph_key(), state.devices_key(), g, d,
-                                       {k: placement_of[k] for k in schedules}, counts, v, state.cost_key(),
-                                       state.cost_kw(g, sim), sim.penalty, ideal)
-        first = stages[0].device
-        fig = pipelineview.sweep_figure(state.graph_key(), state.devices_key(), g, d,
-                                        {k: placement_of[k] for k in schedules}, counts, v, state.cost_key(),
-                                        state.cost_kw(g, sim), sim.penalty, ideal, m,
-                                        d.devices[d.index[first]].memory_bytes)
-        st.plotly_chart(fig, key="pipe_sweep", config=CONFIG)
-        best = best_micro_batches(rows)
-        notes = [f"{SHORT[k]}: m = {r['micro_batches']} ({fmt_seconds(r['step_time_s'])} per batch, first stage "
-                 f"{fmt_bytes(r['first_stage_peak_bytes'])})" if r else f"{SHORT[k]}: no m fits in memory"
-                 for k, r in best.items() if k != "thesis"]
-        if notes:
-            st.caption("Fastest m that fits in memory — " + "; ".join(notes) + f". Dotted line: the chosen m = {m}; "
-                       f"the memory line is the first stage's ({first}).")
-        if views:
-            st.caption(pipelineview.peak_stage_note(views, d.names, m) + " GPipe keeps all m micro-batches' "
-                       "activations until their backward passes, 1F1B at most about p per stage.")
+    with ui.guarded("the pipeline's sections"):
+        labels = [lb for lb in pipelinesections.VIEWS if parts or lb != pipelinesections.BUBBLE]  # ideal: no parts
+        shown = pipelinesections.Shown(views, parts, facts, m, v, big, CONFIG, ideal, stages,
+                                       {k: placement_of[k] for k in schedules})
+        for label, tab in zip(labels, st.tabs(labels, key=ui.persist("pipe_view", labels), on_change="rerun")):
+            if tab.open:
+                with tab:
+                    pipelinesections.SECTIONS[label](shown)
 
 with ui.guarded("the toy pipeline"):
     # runs only while open: its animation (40 frames) is the page's most expensive figure

@@ -231,11 +231,12 @@ def trace_pipelined(pg, batches: int = 10, in_flight: int = 4) -> float:
 
 def open_pipeline(pg) -> float:
     """The click on Pipeline in the sidebar to its finished page (the first visit on this server: its even
-    splits, the traced schedules, the bubble's parts and the sweep over m are all computed)."""
+    splits, the traced schedules and the bubble's parts are computed, and the tab shown drawn: the timelines
+    unless the user left the page on another)."""
     t0 = time.time()
     pg.locator("[data-testid='stSidebarNavLink']", has_text="Pipeline").first.click()
     pg.get_by_role("heading", name="Pipeline", exact=True).first.wait_for()
-    bu.wait_text(pg, "Choosing m", scope=bu.main(pg))
+    bu.wait_text(pg, "micro-batches of", scope=bu.main(pg))
     return finished(pg, t0)
 
 

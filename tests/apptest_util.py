@@ -89,6 +89,14 @@ def decode(values):
     return list(values)
 
 
+def show_tab(at: AppTest, key: str, label: str) -> AppTest:
+    """Choose the tab ``label`` of the lazy tabs ``key`` (as a click does: the page reruns drawing only it)."""
+    at.session_state[key] = label
+    at.run()
+    assert_clean(at)
+    return at
+
+
 def frame(at, first_column: str):
     """The dataframe on the page whose first column is ``first_column``."""
     for df in at.dataframe:

@@ -8,11 +8,12 @@ the closed forms: step (m + p - 1)(t_f + t_b), bubble (p - 1)/(m + p - 1).
 import json
 
 import pytest
-from apptest_util import assert_clean, figures, frame, goto, metrics, sidebar_text, start, text, wait_for_runs
+from apptest_util import (assert_clean, figures, frame, goto, metrics, show_tab, sidebar_text, start, text,
+                          wait_for_runs)
 from helpers import devices, op
 
 from placement_core import load_devices, load_network
-from placement_core.analysis import fmt_seconds
+from placement_core.analysis import fmt_bytes, fmt_seconds
 from placement_core.analysis.pipeline import even_stages, run_schedule, stages_of, sweep
 from placement_core.model.devices import devices_to_dict
 from placement_core.model.graph import Graph
@@ -39,6 +40,11 @@ def pipeline_page(at=None, **widgets):
     return at
 
 
+def show(at, label: str):
+    """One of the page's tabs (only the chosen one is drawn): Timelines, Numbers and memory, ..."""
+    return show_tab(at, "pipe_view", label)
+
+
 def gantts(at) -> dict[str, dict]:
     """The schedule timelines by schedule name (their titles start with it)."""
     out = {}
@@ -50,6 +56,7 @@ def gantts(at) -> dict[str, dict]:
 
 
 def memory_figures(at) -> list[dict]:
+    """Each schedule's peak memory per stage (the Numbers and memory tab)."""
     return [f for f in figures(at) if (f["layout"].get("title") or {}).get("text") == "Peak memory per stage"]
 
 
@@ -82,8 +89,11 @@ def test_page_renders_cleanly_with_the_default_state():
     assert sum(table["ops"]) == len(RESNET)
     assert list(table["first op"])[0] == "x" and list(table["last op"])[-1] == "fc"
     assert set(gantts(at)) == ALL
-    assert len(memory_figures(at)) == 4
-    for f in figures(at):
+    assert not memory_figures(at)  # the timelines alone: the other sections are tabs, drawn when chosen
+    drawn = figures(at) + figures(show(at, "Numbers and memory"))
+    assert len(memory_figures(at)) == 4 and not gantts(at)
+    drawn += figures(show(at, "Choosing m")) + figures(show(at, "Where the bubble comes from"))
+    for f in drawn:
         for axis in ("xaxis", "yaxis"):
             if f["layout"].get(axis, {}).get("type") != "category" and "title" in f["layout"].get(axis, {}):
                 assert "(" in f["layout"][axis]["title"]["text"]  # a unit on every quantitative axis
@@ -95,8 +105,8 @@ def test_numbers_shown_are_the_simulators():
     at = pipeline_page(pipe_stages=p, pipe_micro_batches=m)
     placement = even_stages(RESNET, MALVIK, p)
     runs = {s: run_schedule(RESNET, MALVIK, placement, s, m) for s in ("gpipe", "1f1b")}
-    compare = frame(at, "schedule").set_index("schedule")
-    shown = [(m_.label, m_.value) for m_ in at.metric]
+    shown = [(m_.label, m_.value) for m_ in at.metric]  # beside the timelines
+    compare = frame(show(at, "Numbers and memory"), "schedule").set_index("schedule")
     for name, s in (("GPipe", "gpipe"), ("1F1B (PipeDream-flush)", "1f1b")):
         run = runs[s]
         assert compare.loc[name, "step time (ms)"] == pytest.approx(run.step_time * 1e3, rel=1e-12)
@@ -105,11 +115,12 @@ def test_numbers_shown_are_the_simulators():
         assert compare.loc[name, "first-stage peak (GB)"] == pytest.approx(run.stage_peak_memory()[0] / 1e9)
         assert ("Step time", fmt_seconds(run.step_time)) in shown
         assert ("Bubble", f"{run.bubble_fraction:.1%}") in shown
+        assert ("Peak memory", fmt_bytes(max(run.stage_peak_memory()))) in shown
     # the bubble is the stage devices' mean idle share of the step: check it from busy times too
     r = runs["gpipe"].evaluation.result
     stage_devs = [MALVIK.index[s.device] for s in stages_of(placement, RESNET, MALVIK)]
     assert runs["gpipe"].bubble_fraction == pytest.approx(1 - r.busy[stage_devs].mean() / r.makespan)
-    # peak memory per stage, next to each Gantt, in stage order
+    # peak memory per stage, a chart per schedule, in stage order
     for fig, s in zip(memory_figures(at), ("gpipe", "1f1b")):  # the first two of the four
         bar = fig["data"][0]
         assert bar["y"] == ["gpu0", "gpu1", "gpu2"]
@@ -160,7 +171,7 @@ def test_gantts_have_a_row_per_stage_and_one_colour_per_micro_batch():
 
 @pytest.mark.slow
 def test_sweep_chart_is_the_sweep():
-    at = pipeline_page()
+    at = show(pipeline_page(), "Choosing m")
     sweep_fig = next(f for f in figures(at) if "micro-batches per batch (m)" in str(f["layout"].get("xaxis")))
     counts = [k for k in range(1, 65) if 128 % k == 0]
     assert counts == [1, 2, 4, 8, 16, 32, 64]
@@ -196,7 +207,7 @@ def test_micro_batches_that_do_not_divide_the_batch_are_an_error_message():
 def test_the_thesis_scheme_can_join_the_comparison():
     at = pipeline_page(pipe_schedules=["gpipe", "1f1b", "thesis"])
     assert len(gantts(at)) == 3
-    compare = frame(at, "schedule").set_index("schedule")
+    compare = frame(show(at, "Numbers and memory"), "schedule").set_index("schedule")
     run = run_schedule(RESNET, MALVIK, even_stages(RESNET, MALVIK, 4), "thesis", 1)
     assert compare.loc["Thesis scheme (whole batch)", "step time (ms)"] == pytest.approx(run.step_time * 1e3)
     assert compare.loc["Thesis scheme (whole batch)", "micro-batches"] == 1
@@ -225,17 +236,18 @@ def upload_equal_stages(at):
 def test_ideal_pipeline_of_equal_stages_has_the_textbook_bubble(m):
     at = upload_equal_stages(start())
     at = pipeline_page(at, pipe_stages=P, pipe_micro_batches=m, pipe_schedules=["gpipe", "1f1b"])
-    compare = frame(at, "schedule").set_index("schedule")
+    compare = frame(show(at, "Numbers and memory"), "schedule").set_index("schedule")
     real = compare.loc["GPipe", "step time (ms)"]
     at.toggle(key="pipe_ideal").set_value(True).run()
     assert_clean(at)
     assert list(frame(at, "stage")["device"]) == [f"d{s}" for s in range(P)]
-    compare = frame(at, "schedule").set_index("schedule")
+    compare = frame(at, "schedule").set_index("schedule")  # the tab chosen stays
     bubble = (P - 1) / (m + P - 1)
     step = (m + P - 1) * (T_F + T_B) / m  # times are per batch: a micro-batch takes 1/m of them
     for name in ("GPipe", "1F1B (PipeDream-flush)"):
         assert compare.loc[name, "bubble (%)"] == pytest.approx(100 * bubble, rel=1e-9)
         assert compare.loc[name, "step time (ms)"] == pytest.approx(step * 1e3, rel=1e-9)
+    show(at, "Timelines")
     assert [v for k, v in [(x.label, x.value) for x in at.metric] if k == "Bubble"] == [f"{bubble:.1%}"] * 2
     assert real > step * 1e3  # with transfers and weight updates the same pipeline is slower
     figs = gantts(at)

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from apptest_util import assert_clean, figures, frame, goto, metrics, start, text
+from apptest_util import assert_clean, figures, frame, goto, metrics, show_tab, start, text
 from helpers import devices, op
 
 from placement_core.analysis.bubble import bubble_breakdown
@@ -35,6 +35,11 @@ def upload(at, graph=None, bandwidth=1e6):
     goto(at, "pipeline")
     assert_clean(at)
     return at
+
+
+def show(at, label: str):
+    """One of the page's tabs (only the chosen one is drawn)."""
+    return show_tab(at, "pipe_view", label)
 
 
 def gantts(at) -> dict[str, dict]:
@@ -69,13 +74,13 @@ def test_ideal_equal_stages_meet_every_closed_form(m):
     tf, tb = 2 * T_F / m, 2 * T_B / m  # a stage: two ops, the file's times are for the batch of m micro-batches
     bubble = {"GPipe": (P - 1) * (tf + tb), "1F1B (PipeDream-flush)": (P - 1) * (tf + tb),
               "Interleaved 1F1B": (P - 1) * (tf + tb) / 2, "ZB-H1 (zero bubble)": (P - 1) * tf}
-    compare = frame(at, "schedule").set_index("schedule")
+    compare = frame(show(at, "Numbers and memory"), "schedule").set_index("schedule")
     for name, idle in bubble.items():
         step = m * (tf + tb) + idle
         assert compare.loc[name, "step time (ms)"] == pytest.approx(step * 1e3, rel=1e-9)
         assert compare.loc[name, "bubble (%)"] == pytest.approx(100 * idle / step, rel=1e-9)
         assert compare.loc[name, "closed-form bubble (%)"] == pytest.approx(100 * idle / step, rel=1e-9)
-    figs = gantts(at)
+    figs = gantts(show(at, "Timelines"))
     # V on the chart: interleaved bars say their chunk; the placement holds 8 chunks, 2 per device
     inter = labels(figs["Interleaved 1F1B"])
     assert {f"F{k}·{c}" for k in range(1, m + 1) for c in (1, 2)} <= set(inter)
@@ -98,6 +103,7 @@ def test_the_bubble_is_split_into_its_parts():
     at = upload(start(), bandwidth=2e6)
     at.number_input(key="pipe_micro_batches").set_value(4).run()
     assert_clean(at)
+    show(at, "Where the bubble comes from")
     table = next(df.value for df in at.dataframe if "imbalance (ms)" in df.value.columns).set_index("schedule")
     graph, devs = equal_chunks_graph(), devices(P, bandwidth=2e6)
     for name, schedule in (("GPipe", "gpipe"), ("Interleaved 1F1B", "interleaved-1f1b"), ("ZB-H1", "zb-h1")):
@@ -112,9 +118,12 @@ def test_the_bubble_is_split_into_its_parts():
         assert parts == pytest.approx(row["idle, all stages (ms)"], rel=1e-9)
         assert row["transfers (ms)"] > 0  # 1 MB at 2 MB/s per hop: the transfers are a visible part
     assert any((f["layout"].get("title") or {}).get("text") == "Where the bubble comes from" for f in figures(at))
-    # the ideal pipeline has no transfers or updates to split off: the section goes
+    # the ideal pipeline has no transfers or updates to split off: the section goes, the timelines are shown
     at.toggle(key="pipe_ideal").set_value(True).run()
-    assert "Where the bubble comes from" not in text(at)
+    assert_clean(at)
+    assert "Where the bubble comes from" not in [t.label for t in at.tabs] and "Where the bubble" not in text(at)
+    assert not [f for f in figures(at) if (f["layout"].get("title") or {}).get("text") == "Where the bubble comes from"]
+    assert len(gantts(at)) == 4
 
 
 @pytest.mark.slow
@@ -133,7 +142,7 @@ def test_measured_pipelines_of_this_network_are_shown_beside_the_simulated():
                             simulated_s=None, measured_median_s=0.1, network_hash="another network", batch_size=BATCH,
                             result={"status": "ok", "pipeline": {"schedule": "gpipe", "micro_batches": 2,
                                                                  "bubble_fraction": 0.1}})
-    at = upload(at)
+    at = show(upload(at), "Measured")
     table = frame(at, "benchmark")
     assert list(table["benchmark"]) == [bid]  # the other row is another network's
     row = table.iloc[0]
