@@ -125,8 +125,8 @@ def schedule_runs(graph_key: str, devices_key: str, graph: Graph, devices: Devic
 
 def prefetch(graph_key: str, devices_key: str, graph: Graph, devices: DeviceGraph, placement_of: dict, counts,
              v: int, cost_key: str, cost: dict, penalty: str, ideal: bool, delay_s: float = 3.0) -> None:
-    """Simulate the schedules at the micro-batch ``counts`` (the page passes the neighbours of the chosen m) in
-    one background thread, ``delay_s`` after the page is drawn (its browser draws first). It stops, between
+    """Simulate the schedules at the micro-batch ``counts`` (the page passes the neighbours of the chosen m), then
+    split their bubbles into parts (:func:`breakdowns`, unless ideal), in one background thread, ``delay_s`` after the page is drawn (its browser draws first). It stops, between
     two runs, as soon as any page asks for runs again, so it never holds up what a user asked for by more
     than one schedule's simulation."""
     placement_of = {s: np.asarray(p, dtype=np.int32) for s, p in placement_of.items()}
@@ -146,6 +146,13 @@ def prefetch(graph_key: str, devices_key: str, graph: Graph, devices: DeviceGrap
                 _one_run(graph_key, devices_key, s, p, c, int(v), cost_key, penalty, bool(ideal), graph, devices, cost)
             except Exception:  # noqa: BLE001 - the page simulates it again when asked, and shows the error there
                 log.debug("prefetching %s at m = %d failed", s, c, exc_info=True)
+        for c in [] if ideal else sorted({c for _, _, c in jobs}, key=list(counts).index):
+            if _ASKED[0] != asked:
+                return
+            try:  # the bubble's parts too: the page splits the bubble at every m (the line on transfers)
+                breakdowns(graph_key, devices_key, graph, devices, placement_of, c, int(v), cost_key, cost, penalty)
+            except Exception:  # noqa: BLE001 - as above
+                log.debug("prefetching the bubble's parts at m = %d failed", c, exc_info=True)
 
     threading.Thread(target=work, name="pipeline-prefetch", daemon=True).start()
 
