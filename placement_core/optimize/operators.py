@@ -188,11 +188,13 @@ def batch_crossover_mask(rng: np.random.Generator, k: int, n: int, kind: str) ->
     return crossed % 2 == 1
 
 
-def batch_point_mutation(rng: np.random.Generator, xs: np.ndarray, rates: np.ndarray, n_devices) -> np.ndarray:
-    """Each gene of row i gets a random device with probability ``rates[i]``."""
+def batch_point_mutation(rng: np.random.Generator, xs: np.ndarray, rates: np.ndarray, n_devices, copy: bool = True
+                         ) -> np.ndarray:
+    """Each gene of row i gets a random device with probability ``rates[i]`` (in ``xs`` itself, an int32
+    C-contiguous array, unless ``copy``)."""
     u = _uniform(rng, xs.shape)
     rate = np.asarray(rates, dtype=np.float32).reshape(-1, 1)
-    out = np.array(xs, dtype=np.int32)
+    out = np.array(xs, dtype=np.int32) if copy else xs
     genes = _devices(rng, xs.shape, n_devices)
     if _batch is not None and genes.dtype == np.uint8 and out.size:
         rate = np.ascontiguousarray(np.broadcast_to(rate[:, 0], len(out)))

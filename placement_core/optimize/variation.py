@@ -102,12 +102,13 @@ def ga_mutate(rng: np.random.Generator, kids: np.ndarray, rates: np.ndarray, p: 
               ) -> tuple[np.ndarray, np.ndarray]:
     """The GA's mutation of a batch: each child's inherited rate drifts (Gaussian, clamped) when
     ``self_adaptive``, it mutates each gene with that rate (point mutation), and with probability
-    ``zone_mutation_rate`` a run of genes goes to one device (zone mutation). (children, their rates)."""
+    ``zone_mutation_rate`` a run of genes goes to one device (zone mutation). (children, their rates);
+    ``kids``, the caller's own int32 array, is mutated in place."""
     k = len(kids)
     if p["self_adaptive"]:
         rates = np.minimum(np.maximum(rates + rng.normal(0, p["rate_drift"], k), p["min_mutation_rate"]),
                            p["max_mutation_rate"])  # a clamp (np.clip costs more than the rest on 45 children)
-    kids = ops.batch_point_mutation(rng, kids, rates, space)
+    kids = ops.batch_point_mutation(rng, kids, rates, space, copy=False)
     zone = np.flatnonzero(rng.random(k) < p["zone_mutation_rate"])
     if len(zone):
         ops.mutate_rows(rng, kids, zone, ops.batch_zone_mutation, space)
@@ -131,8 +132,8 @@ def ga_pair_children(rng: np.random.Generator, a, b, rates_a, rates_b, p: dict, 
     m = len(a)
     kids = crossed(rng, a, b, p["crossover_rate"], p.get("crossover", "single-point"), pair=True)
     alpha = rng.random(m)
-    rates = np.stack([alpha * rates_a + (1 - alpha) * rates_b, alpha * rates_b + (1 - alpha) * rates_a],
-                     axis=1).reshape(2 * m)
+    rates = np.empty(2 * m)
+    rates[0::2], rates[1::2] = alpha * rates_a + (1 - alpha) * rates_b, alpha * rates_b + (1 - alpha) * rates_a
     return ga_mutate(rng, kids, rates, p, space)
 
 
