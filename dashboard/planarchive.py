@@ -51,8 +51,9 @@ def form_row(config) -> ArchiveChoices | None:
     st.markdown("**Or an archive of plans**: MAP-Elites keeps the fastest plan that fits in every niche; browse "
                 "it on the Archive page.")
     c = st.columns([1, 2, 2])
-    budget = c[0].number_input("Plans to simulate", 1, 2000, 60, key="cluster_me_budget",
-                               help="MAP-Elites simulates each plan once; it stops earlier when every plan is done.")
+    budget = c[0].number_input("MAP-Elites budget", 1, 2000, 60, key="cluster_me_budget",
+                               help="How many plans MAP-Elites simulates (each once); it stops earlier when "
+                                    "every plan is done.")
     niches = c[1].multiselect("Niches", list(DIMS), default=list(NICHES), key="cluster_me_niches",
                               format_func=LABELS.get, help="Two or more plan dimensions: each combination of "
                                                            "their values is a niche with its own best plan.")

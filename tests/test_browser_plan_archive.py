@@ -51,7 +51,7 @@ def test_search_the_plans_then_pick_a_niche_on_the_archive_map(page, tmp_path):
     open_page(pg, "Cluster plan")
     main(pg).get_by_role("spinbutton", name="Nodes (8 GPUs each)", exact=True).first.fill("1")
     main(pg).get_by_role("spinbutton", name="Global batch (sequences)", exact=True).first.fill("8")
-    main(pg).get_by_role("spinbutton", name="Plans to simulate", exact=True).first.fill("100")
+    main(pg).get_by_role("spinbutton", name="MAP-Elites budget", exact=True).first.fill("100")
     box = multiselect(pg, "Also search")
     for name in ("schedule", "ZeRO stage", "recomputation"):  # the exhaustive search's space: 26 plans
         box.get_by_role("button", name=f"Remove {name}").click()

@@ -2,12 +2,12 @@
 
 A genome is a plan's discrete dimensions (tp, pp, dp, micro-batch, schedule, virtual stages, recomputation,
 ZeRO stage), stored as indices into each dimension's sorted values. The valid genomes are enumerated once (a
-tuple per plan, no simulation: tens of thousands even on 3,072 GPUs), so validity is never re-derived by a
-mutation: t·p·d = the GPUs, dp divides the global batch, the micro-batch a replica's share, interleaved 1F1B's
-micro-batches come in rounds of pp are the same rules :func:`.plans.candidates` applies, and interleaved 1F1B
-and ZB-H1 run a stage on whole devices (dp 1) unless the replicas are folded, as the simulator requires. A mutation moves one
-dimension to a neighbouring value (or, sometimes, any other) and takes the valid genome nearest the parent in
-the other dimensions, so changing the tensor degree halves dp or pp instead of breaking the product.
+tuple per plan, no simulation: tens of thousands even on 3,072 GPUs), so a mutation never has to re-derive
+validity. The rules are :func:`.plans.candidates`' (t·p·d = the GPUs, dp divides the global batch, the
+micro-batch a replica's share, interleaved 1F1B's micro-batches come in rounds of pp) and the simulator's
+(interleaved 1F1B and ZB-H1 run a stage on whole devices, dp 1, unless the replicas are folded). A mutation
+moves one dimension to a neighbouring value (or, sometimes, any other) and takes the valid genome nearest the
+parent in the other dimensions, so changing the tensor degree halves dp or pp instead of breaking the product.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ LABELS = {"tp": "tensor parallel", "pp": "pipeline stages", "dp": "data parallel
 VARIABLE = ("schedule", "virtual_stages", "recompute", "zero")  # searched only when asked (the rest: when not given)
 ORDER = {"schedule": SCHEDULES, "recompute": gpt_parallel.RECOMPUTE}  # categorical values in their own order
 MAX_GENOMES = 200_000
-INTERLEAVE = (2, 4)
-WHOLE_STAGES = ("interleaved-1f1b", "zb-h1")  # unfolded, they need dp 1 (simulate.Simulator._check_schedule)  # the virtual stages interleaved 1F1B tries when they are searched
+INTERLEAVE = (2, 4)  # the virtual stages interleaved 1F1B tries when they are searched
+WHOLE_STAGES = ("interleaved-1f1b", "zb-h1")  # unfolded, they need dp 1 (simulate.Simulator._check_schedule)
 
 
 @dataclass
