@@ -212,10 +212,7 @@ class AsyncMapElites(_Pipelined, MapElites):
         if not self._seeded:
             self._seeded = True
             return self._recipe("given", MapElites.ask(self, limit))  # initial, single devices, random
-        k = self._batch(limit)
-        _, xs, fs = self._pool
-        a = xs[ops.tournament(self.rng, fs, self.params["tournament_size"], k)]
-        b = xs[ops.tournament(self.rng, fs, self.params["tournament_size"], k)]
+        a, b = self._parent_pairs(self._batch(limit))
         return self._recipe("map-elites", a, b)
 
     def take_results(self, placements: np.ndarray, objectives: np.ndarray, rates=None) -> None:

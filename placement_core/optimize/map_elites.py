@@ -66,10 +66,15 @@ class MapElites(Optimizer):
             seeds.append(self.random_placements(p["initial_size"]))
             return np.concatenate(seeds)[:limit].astype(np.int32)
         k = min(p["batch"], limit)
-        _, xs, fs = self._pool
-        a = xs[ops.tournament(self.rng, fs, p["tournament_size"], k)]
-        b = xs[ops.tournament(self.rng, fs, p["tournament_size"], k)]
+        a, b = self._parent_pairs(k)
         return variation.map_elites_children(self.rng, a, b, p, self.space)
+
+    def _parent_pairs(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """k first parents, then k second parents, each by tournament among the elites: drawn in one call, the
+        same numbers as two calls of k (bounded integers carry nothing from one call to the next)."""
+        _, xs, fs = self._pool
+        both = xs[ops.tournament(self.rng, fs, self.params["tournament_size"], 2 * k)]
+        return both[:k], both[k:]
 
     def tell(self, placements: np.ndarray, objectives: np.ndarray) -> None:
         self._started = True
