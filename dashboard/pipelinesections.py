@@ -64,7 +64,7 @@ def timelines(s: Shown) -> None:
     d = state.devices()
     x_max = max(vw["run"].step_time for vw in s.views)
     capacity = {n: dv.memory_bytes for n, dv in zip(d.names, d.devices)}
-    for f in s.facts:
+    for i, f in enumerate(s.facts):
         vw, run = f["view"], f["view"]["run"]
         unit = "batch" if run.schedule == "thesis" else "micro-batch"
         with st.container(border=True):
@@ -75,8 +75,9 @@ def timelines(s: Shown) -> None:
                 left, right = st.columns([4, 1.25])
                 cells = [right] * 4
             title = f"{(SHORT if s.big else NAMES)[run.schedule]} · step {fmt_seconds(run.step_time)} · bubble {run.bubble_fraction:.1%}"
+            # one legend, under the first timeline (the colours are the same on all); each on a projector
             fig = pipelineview.gantt_figure(vw, x_max, title, unit, run.chunk_of is not None and run.virtual_stages > 1,
-                                            s.big)
+                                            s.big, legend=s.big or i == 0)
             left.plotly_chart(fig, key=f"pipe_gantt_{run.schedule}", config=s.config)
             cells[0].metric("Step time", fmt_seconds(run.step_time),
                             help="One batch (all its micro-batches), from the first forward to the last weight update.")

@@ -204,13 +204,14 @@ def sweep_rows(graph_key: str, devices_key: str, graph: Graph, devices: DeviceGr
                   bool(ideal), graph, devices, placement_of, cost)
 
 
-def gantt_figure(view: dict, x_max: float, title: str, unit: str, chunks: bool, big: bool):
+def gantt_figure(view: dict, x_max: float, title: str, unit: str, chunks: bool, big: bool, legend: bool = True):
     """The schedule's timeline, built once per view and drawing settings: ``view`` is one of
     :func:`schedule_runs`' cached dicts, so a rerun that changes nothing on it (the sweep, another schedule's
     setting, a click elsewhere) reuses its figure."""
     from .charts import pipeline_gantt
-    return _memo(view, ("gantt", x_max, title, unit, chunks, big), lambda: pipeline_gantt.schedule_gantt(
-        view["blocks"], view["rows"], len(view["run"].stage_devices), x_max, title, unit, chunks=chunks, big=big))
+    return _memo(view, ("gantt", x_max, title, unit, chunks, big, legend), lambda: pipeline_gantt.schedule_gantt(
+        view["blocks"], view["rows"], len(view["run"].stage_devices), x_max, title, unit, chunks=chunks, big=big,
+        legend=legend))
 
 
 def memory_figure(view: dict, devices: list[str], peaks: list[float], capacity: list[float], x_max: float,

@@ -167,6 +167,8 @@ def test_gantts_have_a_row_per_stage_and_one_colour_per_micro_batch():
     # the legend names micro-batches, grouped into forward and backward
     legend = {t["name"] for f in figs.values() for t in f["data"] if t.get("showlegend")}
     assert {f"micro-batch {k}" for k in range(1, m + 1)} <= legend
+    # one legend, under the first timeline: the colours are the same on every chart
+    assert [any(t.get("showlegend") for t in f["data"]) for f in figs.values()] == [True, False, False, False]
 
 
 @pytest.mark.slow

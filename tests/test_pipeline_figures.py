@@ -49,6 +49,19 @@ def test_schedule_gantt_is_what_validation_builds(schedule, overhead, big):
     assert fig["layout"]["xaxis"]["range"] == pytest.approx([0, run.step_time * 1e3 * 1.01])
 
 
+def test_a_timeline_without_its_legend_is_the_same_chart_with_less_drawn():
+    """The page's later timelines leave the legend out (the first one's serves all): same bars, no legend
+    entries, the message-overhead bars not named in a legend either, and the chart shorter by the legend's row."""
+    run, rows, blocks = _two_stage_run("1f1b", 0.25)
+    full = _same_as_validated(pipeline_gantt.schedule_gantt(blocks, rows, 2, run.step_time, "a · step"))
+    bare = _same_as_validated(pipeline_gantt.schedule_gantt(blocks, rows, 2, run.step_time, "a · step", legend=False))
+    assert bare["layout"]["showlegend"] is False and not any(t.get("showlegend") for t in bare["data"])
+    drawn = [t for t in full["data"] if t.get("x") != [None]]
+    assert [{**t, "showlegend": False} for t in drawn] == [{**t, "showlegend": False} for t in bare["data"]]
+    entries = sum(1 for t in full["data"] if t.get("showlegend"))
+    assert entries == 6 and full["layout"]["height"] - bare["layout"]["height"] == 22  # a legend row: six entries
+
+
 def test_lecture_animation_is_what_validation_builds():
     toy = Toy(3, 4, 1e-3, 2e-3, 0.0, 0.0, 1, 0.0)
     run = run_toy(toy, "gpipe")

@@ -137,11 +137,12 @@ def _layout(rows: list[str], labels: list[str], n_devices: int, x_max: float, ti
 
 
 def schedule_gantt(blocks, rows: list[str], n_devices: int, x_max: float, title: str, unit: str = "micro-batch",
-                   *, chunks: bool = False, big: bool = False) -> go.Figure:
+                   *, chunks: bool = False, big: bool = False, legend: bool = True) -> go.Figure:
     """A schedule's timeline from :func:`placement_core.analysis.pipeline.schedule_blocks`: F k, B k and (ZB-H1)
     W k per micro-batch in its shades, ``F k·c`` through chunk c under interleaved 1F1B, updates grey,
     transfers thinner on the link rows, send/receive tasks as thin grey bars. ``x_max`` (seconds) is shared by
-    the charts compared."""
+    the charts compared. ``legend=False`` leaves the legend out (the page's later timelines: the same colours,
+    and a third of a timeline's drawing time in the browser)."""
     fonts = font_sizes(big)
     labels = [r if i < n_devices else f"{r} (link)" for i, r in enumerate(rows)]
     overhead = [b for b in blocks if b.kind == "overhead"]
@@ -151,13 +152,15 @@ def schedule_gantt(blocks, rows: list[str], n_devices: int, x_max: float, title:
         data.append(dict(
             type="bar", orientation="h", y=[labels[b.row] for b in overhead], base=[b.start * 1e3 for b in overhead],
             x=[(b.end - b.start) * 1e3 for b in overhead], width=0.25, marker=dict(color=OVERHEAD_COLOR),
-            name=OVERHEAD_NAME, showlegend=True,
+            name=OVERHEAD_NAME, showlegend=legend,
             hovertemplate="<b>message overhead</b><br>%{y}: %{base:.4g} ms, %{x:.4g} ms<extra></extra>"))
     units = sorted({b.unit for b in work if b.phase != "update"})
     has_w = any(b.phase == "wgrad" for b in work)
-    legend = _legend(units, unit, has_w, fonts)
-    return fast_figure(data + legend, _layout(rows, labels, n_devices, x_max, title, fonts,
-                                              len(legend) + bool(overhead), big))
+    entries = _legend(units, unit, has_w, fonts) if legend else []
+    layout = _layout(rows, labels, n_devices, x_max, title, fonts, len(entries) + bool(overhead and legend), big)
+    if not legend:
+        layout["showlegend"] = False
+    return fast_figure(data + entries, layout)
 
 
 def animated_gantt(blocks, rows: list[str], n_devices: int, end: float, title: str, unit: str = "micro-batch",
