@@ -112,18 +112,43 @@ def test_batch_stats_count_what_a_count_by_hand_gives(monkeypatch, sharded):
 
 @needs_helper
 def test_the_helper_refuses_what_would_write_out_of_bounds():
+    cap = np.random.default_rng(0).bit_generator.capsule
     kids = np.zeros((3, 5), dtype=np.int32)
-    u = np.zeros((1, 5), dtype=np.float32)
-    genes = np.zeros((1, 5), dtype=np.uint8)
     with pytest.raises(IndexError):
-        ops._batch.copy_point(kids, np.array([3]), u, u, genes, 0.5, 0.5, 5)
-    with pytest.raises(ValueError):
-        ops._batch.point(kids, np.array([0, 1]), u, np.ones(2, dtype=np.float32), genes, 5)
-    with pytest.raises(ValueError):
-        ops._batch.cross(kids, kids, np.zeros(3, dtype=np.int64), np.zeros((3, 5), dtype=np.int32), 5, True)
+        ops._batch.copy_point(cap, kids, np.array([3]), 0.5, 0.5, 5, 3)
+    with pytest.raises(ValueError):  # a rate for 2 rows, 3 rows to mutate
+        ops._batch.point(cap, kids, np.ones(2, dtype=np.float32), 5, 3)
+    with pytest.raises(ValueError):  # no room for the complementary children
+        ops._batch.cross(cap, kids, kids, 0.5, np.zeros((3, 5), dtype=np.int32), 5, True)
     with pytest.raises(ValueError):  # a gene beyond the uses table
         ops._batch.describe(np.full((1, 5), 7, dtype=np.int32), 5, None, 3, np.zeros(0, dtype=np.int64),
                             np.zeros(0, dtype=np.int64), np.zeros((1, 3), dtype=np.int64))
+    with pytest.raises(ValueError):  # not a bit generator's capsule
+        ops._batch.tournament(object(), np.ones(3), 2, 4, np.zeros(4, dtype=np.int64))
+
+
+@needs_helper
+def test_the_helper_draws_numpys_numbers_for_every_bound(monkeypatch):
+    # Lemire's method on 32-bit draws (tournaments over 1 to 2^20 + 3 elites) and on 8-bit ones from a buffered
+    # 32-bit draw (1 to 256 devices, 255 and 256 the edge cases), float32 uniforms: the same numbers and the
+    # generator left in the same state as numpy's own calls.
+    src = np.random.default_rng(1)
+    for m in (1, 2, 3, 7, 255, 256, 257, 1000, (1 << 20) + 3):
+        fs = src.random(m)
+        fs[src.random(m) < 0.3] = 0.5  # ties
+        for size in (1, 3, 10):
+            (fast, s1), (slow, s2) = both(monkeypatch, lambda rng: ops.tournament(rng, fs, size, 37))
+            assert same(fast, slow) and s1 == s2
+    for d in (1, 2, 3, 4, 7, 200, 255, 256):
+        xs = src.integers(0, d, (9, 31)).astype(np.int32)
+        rates = src.random(9)
+        for make in (lambda rng: ops.batch_point_mutation(rng, xs, rates, d),
+                     lambda rng: ops.batch_copy_point_mutation(rng, xs, 0.3, 0.6, d)):
+            (fast, s1), (slow, s2) = both(monkeypatch, make)
+            assert same(fast, slow) and s1 == s2
+    fs = np.array([1.0, np.nan, 0.5, np.nan])  # numpy's argmin takes the first NaN
+    (fast, _), (slow, _) = both(monkeypatch, lambda rng: ops.tournament(rng, fs, 3, 50))
+    assert same(fast, slow)
 
 
 class Parity(Descriptor):

@@ -3,12 +3,14 @@
  * niche descriptors, over a whole batch in one pass each.
  *
  * A generation of 45-50 placements of ResNet-50 takes 1.6-2 ms to simulate;
- * the same work as a dozen numpy calls (masks, where, copyto, bincount, fancy
- * indexing) took half of that again. These functions do only what follows the
- * random draws: the draws themselves stay with numpy's Generator in
- * operators.py, in the same order and shapes, so a seed gives the same run
- * with or without this module (the numpy code is the fallback and the
- * reference the tests compare with).
+ * the same work as a few dozen numpy calls (draws, masks, where, copyto,
+ * bincount, fancy indexing) took half of that again. The draws come from the
+ * Generator's own bit generator (its "BitGenerator" capsule) with numpy's own
+ * algorithms (numpy/random/src/distributions: Lemire's bounded integers on
+ * 32-bit draws, 8-bit ones from a buffered 32-bit draw, float32 uniforms from
+ * the top 24 bits), in the order and number numpy's calls in operators.py
+ * make them, so a seed gives the same run with or without this module (the
+ * numpy code is the fallback and the reference the tests compare with).
  *
  * Arrays come through the buffer protocol, C-contiguous; the Python callers
  * (operators.py, archive.py) build them with the right dtypes, and every size
@@ -18,6 +20,67 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+
+/* numpy/random/bitgen.h: what a BitGenerator's capsule points to. */
+typedef struct {
+    void *state;
+    uint64_t (*next_uint64)(void *st);
+    uint32_t (*next_uint32)(void *st);
+    double (*next_double)(void *st);
+    uint64_t (*next_raw)(void *st);
+} bitgen_t;
+
+static bitgen_t *bitgen_of(PyObject *capsule) {
+    return PyCapsule_GetPointer(capsule, "BitGenerator");  /* sets an exception on anything else */
+}
+
+/* An integer in [0, rng], rng < 2^32 - 1 (buffered_bounded_lemire_uint32). */
+static uint32_t lemire32(bitgen_t *g, uint32_t rng) {
+    const uint32_t excl = rng + 1;
+    uint64_t m = (uint64_t)g->next_uint32(g->state) * excl;
+    uint32_t left = (uint32_t)m;
+    if (left < excl) {
+        const uint32_t threshold = (UINT32_MAX - rng) % excl;
+        while (left < threshold) {
+            m = (uint64_t)g->next_uint32(g->state) * excl;
+            left = (uint32_t)m;
+        }
+    }
+    return (uint32_t)(m >> 32);
+}
+
+/* Generator.integers(0, rng + 1, cnt) as int64 (random_bounded_uint64_fill, rng < 2^32 - 1). */
+static void fill_int(bitgen_t *g, uint32_t rng, Py_ssize_t cnt, int64_t *out) {
+    for (Py_ssize_t i = 0; i < cnt; i++) out[i] = rng ? lemire32(g, rng) : 0;
+}
+
+/* Generator.integers(0, rng + 1, cnt, dtype=uint8) (random_bounded_uint8_fill: one 32-bit draw serves four). */
+static void fill_u8(bitgen_t *g, uint8_t rng, Py_ssize_t cnt, uint8_t *out) {
+    uint32_t buf = 0;
+    int left = 0;
+#define NEXT8() (left ? (left--, buf >>= 8, (uint8_t)buf) : (left = 3, buf = g->next_uint32(g->state), (uint8_t)buf))
+    if (rng == 0) { memset(out, 0, (size_t)cnt); return; }
+    for (Py_ssize_t i = 0; i < cnt; i++) {
+        if (rng == 0xFF) { out[i] = NEXT8(); continue; }
+        const uint8_t excl = (uint8_t)(rng + 1);
+        uint16_t m = (uint16_t)(NEXT8() * excl);
+        uint8_t low = (uint8_t)m;
+        if (low < excl) {
+            const uint8_t threshold = (uint8_t)((UINT8_MAX - rng) % excl);
+            while (low < threshold) {
+                m = (uint16_t)(NEXT8() * excl);
+                low = (uint8_t)m;
+            }
+        }
+        out[i] = (uint8_t)(m >> 8);
+    }
+#undef NEXT8
+}
+
+/* Generator.random(cnt, dtype=float32) (random_standard_uniform_fill_f). */
+static void fill_f32(bitgen_t *g, Py_ssize_t cnt, float *out) {
+    for (Py_ssize_t i = 0; i < cnt; i++) out[i] = (g->next_uint32(g->state) >> 8) * (1.0f / 16777216.0f);
+}
 
 /* A C-contiguous view of obj with items of `size` bytes holding at least `count` of them. */
 static int view(PyObject *obj, Py_buffer *v, Py_ssize_t size, Py_ssize_t count, int writable, const char *what) {
@@ -106,25 +169,68 @@ static PyObject *describe(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* cross(a i32[k, n], b i32[k, n], cut i64[k], out i32[k or 2k, n], pair): child i is a[i] before cut[i]
- * and b[i] from it; with pair, rows 2i and 2i + 1 are that child and its complement. */
-static PyObject *cross(PyObject *self, PyObject *args) {
-    PyObject *ao, *bo, *co, *oo;
-    Py_ssize_t n;
-    int pair;
-    if (!PyArg_ParseTuple(args, "OOOOnp", &ao, &bo, &co, &oo, &n, &pair)) return NULL;
-    if (n <= 0) { PyErr_SetString(PyExc_ValueError, "cross: n must be positive"); return NULL; }
-    Py_buffer v[4];
-    if (view(co, &v[0], 8, 0, 0, "cut") < 0) return NULL;
-    Py_ssize_t k = v[0].len / 8;
-    if (view(ao, &v[1], 4, k * n, 0, "a") < 0) { release(v, 1); return NULL; }
-    if (view(bo, &v[2], 4, k * n, 0, "b") < 0) { release(v, 2); return NULL; }
-    if (view(oo, &v[3], 4, (pair ? 2 : 1) * k * n, 1, "out") < 0) { release(v, 3); return NULL; }
-    const int64_t *cut = v[0].buf;
-    const int32_t *a = v[1].buf, *b = v[2].buf;
-    int32_t *out = v[3].buf;
+/* tournament(capsule, objectives f64[m], size, k, out i64[k]): operators.tournament, k winners each the best
+ * of `size` indices drawn uniformly (rows of Generator.integers(0, m, (k, size))), the first drawn on a tie
+ * and a NaN first of all, as numpy's argmin. */
+static PyObject *tournament(PyObject *self, PyObject *args) {
+    PyObject *cap, *fo, *oo;
+    Py_ssize_t size, k;
+    if (!PyArg_ParseTuple(args, "OOnnO", &cap, &fo, &size, &k, &oo)) return NULL;
+    bitgen_t *g = bitgen_of(cap);
+    if (!g) return NULL;
+    Py_buffer v[2];
+    if (view(fo, &v[0], 8, 1, 0, "objectives") < 0) return NULL;
+    if (view(oo, &v[1], 8, k, 1, "out") < 0) { release(v, 1); return NULL; }
+    Py_ssize_t m = v[0].len / 8;
+    if (size < 1 || k < 0 || m > 0x7FFFFFFF) {
+        release(v, 2);
+        PyErr_SetString(PyExc_ValueError, "tournament: size >= 1, k >= 0 and fewer than 2^31 objectives");
+        return NULL;
+    }
+    int64_t *draws = PyMem_Malloc(sizeof(int64_t) * (size_t)(size * k + 1));
+    if (!draws) { release(v, 2); return PyErr_NoMemory(); }
+    fill_int(g, (uint32_t)(m - 1), size * k, draws);
+    const double *f = v[0].buf;
+    int64_t *out = v[1].buf;
     for (Py_ssize_t i = 0; i < k; i++) {
-        Py_ssize_t c = cut[i] < 0 ? 0 : (cut[i] > n ? n : (Py_ssize_t)cut[i]);
+        const int64_t *d = draws + i * size;
+        int64_t best = d[0];
+        for (Py_ssize_t j = 1; j < size && f[best] == f[best]; j++)
+            if (f[d[j]] < f[best] || f[d[j]] != f[d[j]]) best = d[j];
+        out[i] = best;
+    }
+    PyMem_Free(draws);
+    release(v, 2);
+    Py_RETURN_NONE;
+}
+
+/* cross(capsule, a i32[k, n], b i32[k, n], rate, out i32[k or 2k, n], n, pair): variation.crossed with one cut.
+ * Pair i crosses with probability rate (Generator.random(k) < rate), then each crossed pair in order draws its
+ * cut in [1, n - 1] (one Generator.integers(1, n, (c, 1))); child i is a[i] before the cut and b[i] from it
+ * (a[i] whole if not crossed); with pair, rows 2i and 2i + 1 are that child and its complement. */
+static PyObject *cross(PyObject *self, PyObject *args) {
+    PyObject *cap, *ao, *bo, *oo;
+    Py_ssize_t n;
+    double rate;
+    int pair;
+    if (!PyArg_ParseTuple(args, "OOOdOnp", &cap, &ao, &bo, &rate, &oo, &n, &pair)) return NULL;
+    bitgen_t *g = bitgen_of(cap);
+    if (!g) return NULL;
+    if (n <= 0 || n > 0x7FFFFFFF) { PyErr_SetString(PyExc_ValueError, "cross: 0 < n < 2^31"); return NULL; }
+    Py_buffer v[3];
+    if (view(ao, &v[0], 4, 0, 0, "a") < 0) return NULL;
+    Py_ssize_t k = v[0].len / (4 * n);
+    if (view(bo, &v[1], 4, k * n, 0, "b") < 0) { release(v, 1); return NULL; }
+    if (view(oo, &v[2], 4, (pair ? 2 : 1) * k * n, 1, "out") < 0) { release(v, 2); return NULL; }
+    int64_t *cut = PyMem_Malloc(sizeof(int64_t) * (size_t)(k + 1));
+    if (!cut) { release(v, 3); return PyErr_NoMemory(); }
+    for (Py_ssize_t i = 0; i < k; i++) cut[i] = g->next_double(g->state) < rate ? -1 : n;  /* -1: to draw */
+    for (Py_ssize_t i = 0; i < k; i++)
+        if (cut[i] < 0) cut[i] = n >= 2 ? 1 + (n > 2 ? lemire32(g, (uint32_t)(n - 2)) : 0) : n;
+    const int32_t *a = v[0].buf, *b = v[1].buf;
+    int32_t *out = v[2].buf;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        const Py_ssize_t c = (Py_ssize_t)cut[i];
         const int32_t *x = a + i * n, *y = b + i * n;
         int32_t *o = out + (pair ? 2 * i : i) * n;
         memcpy(o, x, sizeof(int32_t) * (size_t)c);
@@ -134,31 +240,42 @@ static PyObject *cross(PyObject *self, PyObject *args) {
             memcpy(o + n + c, x + c, sizeof(int32_t) * (size_t)(n - c));
         }
     }
-    release(v, 4);
+    PyMem_Free(cut);
+    release(v, 3);
     Py_RETURN_NONE;
 }
 
-/* point(kids i32[K, n], rows i64[r], u f32[r, n], rate f32[r], genes u8[r, n]): in row rows[j] of kids,
- * gene i becomes genes[j, i] where u[j, i] < rate[j] (the GA's point mutation, after its draws). */
+/* Draws for r rows of n genes: `nf` float32 blocks of r * n, then r * n genes in [0, d) as uint8. */
+static int draw_blocks(bitgen_t *g, Py_ssize_t r, Py_ssize_t n, int nf, Py_ssize_t d, float **u, uint8_t **genes) {
+    *u = PyMem_Malloc(sizeof(float) * (size_t)(nf * r * n + 1));
+    *genes = PyMem_Malloc((size_t)(r * n + 1));
+    if (!*u || !*genes) { PyMem_Free(*u); PyMem_Free(*genes); PyErr_NoMemory(); return -1; }
+    fill_f32(g, nf * r * n, *u);
+    fill_u8(g, (uint8_t)(d - 1), r * n, *genes);
+    return 0;
+}
+
+/* point(capsule, kids i32[K, n], rate f32[K], d): operators.batch_point_mutation in place, genes devices
+ * (d <= 256): u = Generator.random((K, n), float32), fresh = Generator.integers(0, d, (K, n), uint8); gene i
+ * of row j becomes fresh where u < rate[j]. */
 static PyObject *point(PyObject *self, PyObject *args) {
-    PyObject *ko, *ro, *uo, *to, *go;
-    Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "OOOOOn", &ko, &ro, &uo, &to, &go, &n)) return NULL;
-    if (n <= 0) { PyErr_SetString(PyExc_ValueError, "point: n must be positive"); return NULL; }
-    Py_buffer v[5];
+    PyObject *cap, *ko, *to;
+    Py_ssize_t n, d;
+    if (!PyArg_ParseTuple(args, "OOOnn", &cap, &ko, &to, &n, &d)) return NULL;
+    bitgen_t *g = bitgen_of(cap);
+    if (!g) return NULL;
+    if (n <= 0 || d < 1 || d > 256) { PyErr_SetString(PyExc_ValueError, "point: n > 0, 1 <= d <= 256"); return NULL; }
+    Py_buffer v[2];
     if (view(ko, &v[0], 4, 0, 1, "kids") < 0) return NULL;
-    if (view(ro, &v[1], 8, 0, 0, "rows") < 0) { release(v, 1); return NULL; }
-    Py_ssize_t r = v[1].len / 8;
-    if (view(uo, &v[2], 4, r * n, 0, "u") < 0) { release(v, 2); return NULL; }
-    if (view(to, &v[3], 4, r, 0, "rate") < 0) { release(v, 3); return NULL; }
-    if (view(go, &v[4], 1, r * n, 0, "genes") < 0) { release(v, 4); return NULL; }
-    const int64_t *rows = v[1].buf;
-    if (check_rows(rows, r, v[0].len / (4 * n)) < 0) { release(v, 5); return NULL; }
+    Py_ssize_t r = v[0].len / (4 * n);
+    if (view(to, &v[1], 4, r, 0, "rate") < 0) { release(v, 1); return NULL; }
+    float *u;
+    uint8_t *genes;
+    if (draw_blocks(g, r, n, 1, d, &u, &genes) < 0) { release(v, 2); return NULL; }
     int32_t *kids = v[0].buf;
-    const float *u = v[2].buf, *rate = v[3].buf;
-    const uint8_t *genes = v[4].buf;
+    const float *rate = v[1].buf;
     for (Py_ssize_t j = 0; j < r; j++) {
-        int32_t *x = kids + rows[j] * n;
+        int32_t *x = kids + j * n;
         const float *uj = u + j * n, t = rate[j];
         const uint8_t *gj = genes + j * n;
         for (Py_ssize_t i = 0; i < n; i++) {  /* masks, not branches: the draws are random */
@@ -166,45 +283,50 @@ static PyObject *point(PyObject *self, PyObject *args) {
             x[i] = ((int32_t)gj[i] & m) | (x[i] & ~m);
         }
     }
-    release(v, 5);
+    PyMem_Free(u);
+    PyMem_Free(genes);
+    release(v, 2);
     Py_RETURN_NONE;
 }
 
-/* copy_point(kids i32[K, n], rows i64[r], up f32[r, n], uc f32[r, n], genes u8[r, n], point_rate, copy_rate):
- * MAP-Elites' gene mutation of row rows[j]: gene i becomes genes[j, i] where up < point_rate, and then, for
- * i >= 1 where uc < copy_rate, the row's gene i - 1 as it was before (rates compared as float32). */
+/* copy_point(capsule, kids i32[K, n], rows i64[r], point_rate, copy_rate, d): operators.batch_copy_point_mutation
+ * of kids[rows] in place, genes devices (d <= 256): up and uc = two Generator.random((r, n), float32), fresh =
+ * Generator.integers(0, d, (r, n), uint8); gene i becomes fresh where up < point_rate, and then, for i >= 1 where
+ * uc < copy_rate, the row's gene i - 1 as it was before (rates compared as float32). */
 static PyObject *copy_point(PyObject *self, PyObject *args) {
-    PyObject *ko, *ro, *po, *co, *go;
-    Py_ssize_t n;
+    PyObject *cap, *ko, *ro;
+    Py_ssize_t n, d;
     float pr, cr;
-    if (!PyArg_ParseTuple(args, "OOOOOffn", &ko, &ro, &po, &co, &go, &pr, &cr, &n)) return NULL;
-    if (n <= 0) { PyErr_SetString(PyExc_ValueError, "copy_point: n must be positive"); return NULL; }
-    Py_buffer v[5];
+    if (!PyArg_ParseTuple(args, "OOOffnn", &cap, &ko, &ro, &pr, &cr, &n, &d)) return NULL;
+    bitgen_t *g = bitgen_of(cap);
+    if (!g) return NULL;
+    if (n <= 0 || d < 1 || d > 256) { PyErr_SetString(PyExc_ValueError, "copy_point: n > 0, 1 <= d <= 256"); return NULL; }
+    Py_buffer v[2];
     if (view(ko, &v[0], 4, 0, 1, "kids") < 0) return NULL;
     if (view(ro, &v[1], 8, 0, 0, "rows") < 0) { release(v, 1); return NULL; }
     Py_ssize_t r = v[1].len / 8;
-    if (view(po, &v[2], 4, r * n, 0, "up") < 0) { release(v, 2); return NULL; }
-    if (view(co, &v[3], 4, r * n, 0, "uc") < 0) { release(v, 3); return NULL; }
-    if (view(go, &v[4], 1, r * n, 0, "genes") < 0) { release(v, 4); return NULL; }
     const int64_t *rows = v[1].buf;
-    if (check_rows(rows, r, v[0].len / (4 * n)) < 0) { release(v, 5); return NULL; }
+    if (check_rows(rows, r, v[0].len / (4 * n)) < 0) { release(v, 2); return NULL; }
+    float *u;
+    uint8_t *genes;
+    if (draw_blocks(g, r, n, 2, d, &u, &genes) < 0) { release(v, 2); return NULL; }
     int32_t *kids = v[0].buf;
-    const float *up = v[2].buf, *uc = v[3].buf;
-    const uint8_t *genes = v[4].buf;
     for (Py_ssize_t j = 0; j < r; j++) {
         int32_t *x = kids + rows[j] * n;
-        const float *pj = up + j * n, *cj = uc + j * n;
+        const float *pj = u + j * n, *cj = u + (r + j) * n;
         const uint8_t *gj = genes + j * n;
         int32_t before = x[0];  /* gene i - 1 as it was */
         x[0] = pj[0] < pr ? (int32_t)gj[0] : x[0];
-        for (Py_ssize_t i = 1; i < n; i++) {  /* selects, not branches: the masks are random */
+        for (Py_ssize_t i = 1; i < n; i++) {  /* selects, not branches: the draws are random */
             int32_t was = x[i], mp = -(int32_t)(pj[i] < pr), mc = -(int32_t)(cj[i] < cr);
             int32_t y = ((int32_t)gj[i] & mp) | (was & ~mp);
             x[i] = (before & mc) | (y & ~mc);
             before = was;
         }
     }
-    release(v, 5);
+    PyMem_Free(u);
+    PyMem_Free(genes);
+    release(v, 2);
     Py_RETURN_NONE;
 }
 
@@ -235,9 +357,10 @@ static PyObject *zone(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"describe", describe, METH_VARARGS, "describe(placements, n, uses, d, src, dst, out int64[k, 3])"},
-    {"cross", cross, METH_VARARGS, "cross(a, b, cut int64[k], out, n, pair)"},
-    {"point", point, METH_VARARGS, "point(kids, rows, u, rate, genes, n)"},
-    {"copy_point", copy_point, METH_VARARGS, "copy_point(kids, rows, up, uc, genes, point_rate, copy_rate, n)"},
+    {"tournament", tournament, METH_VARARGS, "tournament(capsule, objectives, size, k, out int64[k])"},
+    {"cross", cross, METH_VARARGS, "cross(capsule, a, b, rate, out, n, pair)"},
+    {"point", point, METH_VARARGS, "point(capsule, kids, rate float32[k], d)"},
+    {"copy_point", copy_point, METH_VARARGS, "copy_point(capsule, kids, rows, point_rate, copy_rate, d)"},
     {"zone", zone, METH_VARARGS, "zone(kids, rows, start, end, gene, n)"},
     {NULL, NULL, 0, NULL},
 };
@@ -245,7 +368,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef batch_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_batch",
-    .m_doc = "Batch variation and niche descriptors after numpy's draws (see operators.py for the semantics).",
+    .m_doc = "Batch variation with numpy's draws, and niche descriptors (see operators.py for the semantics).",
     .m_size = -1,
     .m_methods = methods,
 };

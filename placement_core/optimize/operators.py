@@ -145,6 +145,10 @@ def stochastic_universal_sampling(rng: np.random.Generator, probabilities: np.nd
 
 def tournament(rng: np.random.Generator, objectives: np.ndarray, size: int, k: int) -> np.ndarray:
     """k winners, each the best of ``size`` indices drawn uniformly (with replacement; ties: first drawn)."""
+    if _drawn_here(rng) and 0 < len(objectives) < 1 << 31 and size >= 1:
+        out = np.empty(k, dtype=np.int64)
+        _batch.tournament(rng.bit_generator.capsule, np.ascontiguousarray(objectives, dtype=float), size, k, out)
+        return out
     draws = rng.integers(0, len(objectives), (k, size))
     return draws[np.arange(k), np.argmin(objectives[draws], axis=1)]
 
@@ -192,15 +196,14 @@ def batch_point_mutation(rng: np.random.Generator, xs: np.ndarray, rates: np.nda
                          ) -> np.ndarray:
     """Each gene of row i gets a random device with probability ``rates[i]`` (in ``xs`` itself, an int32
     C-contiguous array, unless ``copy``)."""
-    u = _uniform(rng, xs.shape)
     rate = np.asarray(rates, dtype=np.float32).reshape(-1, 1)
     out = np.array(xs, dtype=np.int32) if copy else xs
-    genes = _devices(rng, xs.shape, n_devices)
-    if _batch is not None and genes.dtype == np.uint8 and out.size:
+    if _plain(n_devices, rng) and out.size:
         rate = np.ascontiguousarray(np.broadcast_to(rate[:, 0], len(out)))
-        _batch.point(out, np.arange(len(out), dtype=np.int64), u, rate, genes, out.shape[1])
-    else:
-        np.copyto(out, genes, where=u < rate)
+        _batch.point(rng.bit_generator.capsule, out, rate, out.shape[1], int(n_devices))
+        return out
+    u = _uniform(rng, xs.shape)
+    np.copyto(out, _devices(rng, xs.shape, n_devices), where=u < rate)
     return out
 
 
@@ -241,13 +244,11 @@ def batch_copy_point_mutation(rng: np.random.Generator, xs: np.ndarray, copy_rat
                               n_devices) -> np.ndarray:
     """Per gene: the predecessor's device (as it was) with ``copy_rate``, else a random device with
     ``point_rate`` (MAP-Elites' gene mutation)."""
-    up, uc = _uniform(rng, xs.shape), _uniform(rng, xs.shape)
-    if _batch is not None and xs.size and gene_count(n_devices) <= 256:
+    if _plain(n_devices, rng) and xs.size:
         y = np.array(xs, dtype=np.int32)
-        genes = _devices(rng, xs.shape, n_devices)
-        _batch.copy_point(y, np.arange(len(y), dtype=np.int64), up, uc, genes, point_rate, copy_rate, y.shape[1])
-        return _repaired(n_devices, y)
-    point, copy = up < np.float32(point_rate), uc < np.float32(copy_rate)
+        mutate_rows(rng, y, np.arange(len(y)), batch_copy_point_mutation, copy_rate, point_rate, n_devices)
+        return y
+    point, copy = _uniform(rng, xs.shape) < np.float32(point_rate), _uniform(rng, xs.shape) < np.float32(copy_rate)
     copy[:, 0] = False
     narrow = _narrow(xs, n_devices)
     y = np.where(point, _devices(rng, xs.shape, n_devices), narrow).astype(np.int32)
@@ -260,17 +261,25 @@ def mutate_rows(rng: np.random.Generator, kids: np.ndarray, rows: np.ndarray, mu
     :func:`batch_copy_point_mutation`, with the same draws; in place in C when genes are devices (no gather and
     scatter of a batch of 10,000-op rows)."""
     n = kids.shape[1]
-    plain = _batch is not None and isinstance(args[-1], (int, np.integer)) and args[-1] <= 256 and n
+    plain = _plain(args[-1], rng) and n
     if plain and mutation is batch_copy_point_mutation:
-        shape = (len(rows), n)
-        up, uc = _uniform(rng, shape), _uniform(rng, shape)
-        _batch.copy_point(kids, rows, up, uc, _devices(rng, shape, args[-1]), args[1], args[0], n)
+        _batch.copy_point(rng.bit_generator.capsule, kids, rows, args[1], args[0], n, int(args[-1]))
     elif plain and mutation is batch_zone_mutation and len(args) == 1:
         start = rng.integers(0, n, len(rows))
         end = np.minimum(start + rng.geometric(0.2, len(rows)), n)
         _batch.zone(kids, rows, start, end, rng.integers(0, args[0], len(rows)), n)
     else:
         kids[rows] = mutation(rng, kids[rows], *args)
+
+
+def _drawn_here(rng) -> bool:
+    """Whether the helper can draw from ``rng``: built, and ``rng`` a numpy Generator (its bit generator's capsule)."""
+    return _batch is not None and isinstance(rng, np.random.Generator)
+
+
+def _plain(space, rng) -> bool:
+    """Whether the helper draws and mutates itself: genes are at most 256 devices (uint8 draws)."""
+    return _drawn_here(rng) and isinstance(space, (int, np.integer)) and 1 <= space <= 256
 
 
 # Whole-batch draws in the narrowest types that hold them: a batch of a 10,000-op network is millions of genes.

@@ -80,15 +80,12 @@ def crossed(rng: np.random.Generator, a: np.ndarray, b: np.ndarray, rate: float,
     in :func:`.operators.crossover`; the segments after odd cuts come from ``b[i]``), one that does not gives
     ``a[i]`` whole. With ``pair``, rows 2i and 2i + 1 are that child and its complement."""
     k, n = a.shape
-    cross = np.flatnonzero(rng.random(k) < rate)
-    if ops._batch is not None and kind in ("single-point", "1-point") and n:  # one cut per row: copies in C
-        cut = np.full(k, n, dtype=np.int64)
-        if len(cross) and n >= 2:  # the draws of operators.batch_crossover_mask
-            cut[cross] = rng.integers(1, n, (len(cross), 1))[:, 0]
+    if ops._drawn_here(rng) and kind in ("single-point", "1-point") and 0 < n < 1 << 31:  # one cut: all in C
         out = np.empty((2 * k if pair else k, n), dtype=np.int32)
-        ops._batch.cross(np.ascontiguousarray(a, dtype=np.int32), np.ascontiguousarray(b, dtype=np.int32), cut,
-                         out, n, pair)
+        ops._batch.cross(rng.bit_generator.capsule, np.ascontiguousarray(a, dtype=np.int32),
+                         np.ascontiguousarray(b, dtype=np.int32), float(rate), out, n, pair)
         return out
+    cross = np.flatnonzero(rng.random(k) < rate)
     take_b = np.zeros((k, n), dtype=bool)
     if len(cross):
         take_b[cross] = ops.batch_crossover_mask(rng, len(cross), n, kind)
