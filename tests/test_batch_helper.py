@@ -165,9 +165,12 @@ class Parity(Descriptor):
         return np.where(v % 2 == 0, v % 4 // 2, 5)
 
 
+@pytest.mark.parametrize("helper", [True, False])
 @pytest.mark.parametrize("dims", [["most_used_device", "devices_used", "cross_device_edges"],
                                   ["devices_used", "sharded"], ["most_used_device", "parity"]])
-def test_batch_insert_equals_a_plain_dict_filled_one_by_one(dims):
+def test_batch_insert_equals_a_plain_dict_filled_one_by_one(monkeypatch, dims, helper):
+    if not helper:
+        monkeypatch.setattr(archive_mod, "_batch", None)
     pr = chain(10, 3)
     if "sharded" in dims:
         pr = pr.with_splits(search_splits(pr.devices, ["batch"], 2))
@@ -196,3 +199,25 @@ def test_batch_insert_equals_a_plain_dict_filled_one_by_one(dims):
         assert niches == sorted(plain)
         assert objs.tolist() == [plain[k][0] for k in niches]
         assert np.array_equal(arr, np.stack([plain[k][1] for k in niches]))
+
+
+@needs_helper
+def test_the_winners_chosen_in_c_are_numpys_with_nans_and_ties(monkeypatch):
+    # NaN objectives sort last within a niche (numpy's lexsort) and never beat an incumbent; ties keep the earliest.
+    pr = chain(10, 3)
+    archives = []
+    for helper in (ops._batch, None):
+        monkeypatch.setattr(archive_mod, "_batch", helper)
+        arch = Archive(pr, make_descriptors(pr, ["most_used_device", "devices_used", "cross_device_edges"]))
+        rng = np.random.default_rng(2)
+        for _ in range(30):
+            xs = rng.integers(0, 3, (40, 10)).astype(np.int32)
+            fs = rng.integers(0, 4, 40).astype(float)
+            fs[rng.random(40) < 0.2] = np.nan
+            arch.add(xs, fs)
+        archives.append(arch)
+    fast, slow = archives
+    assert list(fast.elites) == list(slow.elites)
+    for k, e in slow.elites.items():
+        got = fast.elites[k]
+        assert np.array_equal(got.placement, e.placement) and (got.objective == e.objective or np.isnan(e.objective))

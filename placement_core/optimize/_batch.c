@@ -19,6 +19,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* numpy/random/bitgen.h: what a BitGenerator's capsule points to. */
@@ -355,6 +356,83 @@ static PyObject *zone(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* A batch row for best_per_niche's sort: by niche code, then objective (NaN last), then batch order. */
+typedef struct { int64_t code; double f; Py_ssize_t i; } Entry;
+
+static int by_niche(const void *pa, const void *pb) {
+    const Entry *a = pa, *b = pb;
+    if (a->code != b->code) return a->code < b->code ? -1 : 1;
+    int an = a->f != a->f, bn = b->f != b->f;
+    if (an != bn) return an - bn;
+    if (!an && a->f != b->f) return a->f < b->f ? -1 : 1;
+    return a->i < b->i ? -1 : (a->i > b->i);
+}
+
+/* best_per_niche(bins i64[k, m], sizes i64[m], fs f64[k], codes i64[e] sorted, kept f64[e], rows i64[k],
+ * fresh u8[k], code_out i64[k]) -> count, or -1 if a bin lies outside its size: Archive.add's choice of winners.
+ * Each niche's best row of the batch (the lowest objective, NaN last, the earliest on a tie) wins if the niche
+ * (its row-major code) is not among `codes` or the row beats `kept` there; winners in niche order. */
+static PyObject *best_per_niche(PyObject *self, PyObject *args) {
+    PyObject *o[8];
+    if (!PyArg_ParseTuple(args, "OOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7])) return NULL;
+    Py_buffer v[8];
+    if (view(o[1], &v[1], 8, 1, 0, "sizes") < 0) return NULL;
+    Py_ssize_t m = v[1].len / 8;
+    if (view(o[2], &v[2], 8, 0, 0, "fs") < 0) { PyBuffer_Release(&v[1]); return NULL; }
+    Py_ssize_t k = v[2].len / 8;
+    if (view(o[0], &v[0], 8, k * m, 0, "bins") < 0) { PyBuffer_Release(&v[1]); PyBuffer_Release(&v[2]); return NULL; }
+    int got = 3;
+    if (view(o[3], &v[3], 8, 0, 0, "codes") < 0) goto fail;
+    got = 4;
+    Py_ssize_t e = v[3].len / 8;
+    if (view(o[4], &v[4], 8, e, 0, "kept") < 0) goto fail;
+    got = 5;
+    if (view(o[5], &v[5], 8, k, 1, "rows") < 0) goto fail;
+    got = 6;
+    if (view(o[6], &v[6], 1, k, 1, "fresh") < 0) goto fail;
+    got = 7;
+    if (view(o[7], &v[7], 8, k, 1, "code_out") < 0) goto fail;
+    got = 8;
+    const int64_t *bins = v[0].buf, *sizes = v[1].buf, *codes = v[3].buf;
+    const double *fs = v[2].buf, *kept = v[4].buf;
+    Entry *es = PyMem_Malloc(sizeof(Entry) * (size_t)(k + 1));
+    if (!es) { PyErr_NoMemory(); goto fail; }
+    for (Py_ssize_t i = 0; i < k; i++) {
+        int64_t code = 0;
+        for (Py_ssize_t j = 0; j < m; j++) {
+            int64_t b = bins[i * m + j];
+            if (b < 0 || b >= sizes[j]) { PyMem_Free(es); release(v, 8); return PyLong_FromLong(-1); }
+            code = code * sizes[j] + b;
+        }
+        es[i].code = code;
+        es[i].f = fs[i];
+        es[i].i = i;
+    }
+    qsort(es, (size_t)k, sizeof(Entry), by_niche);
+    int64_t *rows = v[5].buf, *code_out = v[7].buf;
+    uint8_t *fresh = v[6].buf;
+    Py_ssize_t won = 0;
+    for (Py_ssize_t t = 0; t < k; t++) {
+        if (t && es[t].code == es[t - 1].code) continue;  /* not the niche's best in the batch */
+        Py_ssize_t lo = 0, hi = e;  /* the niche among the kept codes */
+        while (lo < hi) {
+            Py_ssize_t mid = (lo + hi) / 2;
+            if (codes[mid] < es[t].code) lo = mid + 1; else hi = mid;
+        }
+        int had = lo < e && codes[lo] == es[t].code;
+        if (had && !(es[t].f < kept[lo])) continue;
+        rows[won] = es[t].i;
+        fresh[won] = (uint8_t)!had;
+        code_out[won++] = es[t].code;
+    }
+    PyMem_Free(es);
+    release(v, 8);
+    return PyLong_FromSsize_t(won);
+fail:
+    release(v, got);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"describe", describe, METH_VARARGS, "describe(placements, n, uses, d, src, dst, out int64[k, 3])"},
     {"tournament", tournament, METH_VARARGS, "tournament(capsule, objectives, size, k, out int64[k])"},
@@ -362,6 +440,8 @@ static PyMethodDef methods[] = {
     {"point", point, METH_VARARGS, "point(capsule, kids, rate float32[k], d)"},
     {"copy_point", copy_point, METH_VARARGS, "copy_point(capsule, kids, rows, point_rate, copy_rate, d)"},
     {"zone", zone, METH_VARARGS, "zone(kids, rows, start, end, gene, n)"},
+    {"best_per_niche", best_per_niche, METH_VARARGS,
+     "best_per_niche(bins, sizes, fs, codes, kept, rows, fresh, code_out) -> count or -1"},
     {NULL, NULL, 0, NULL},
 };
 

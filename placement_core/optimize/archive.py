@@ -222,32 +222,14 @@ class Archive:
         placements in it, and on a tie the earliest (the incumbent first) stays."""
         if not len(placements):
             return 0
-        fs = np.asarray(objectives, dtype=float)
+        fs = np.ascontiguousarray(objectives, dtype=float)
         bins, raw = self._measure(placements)
-        inside = bool(((bins >= 0) & (bins < self._sizes)).all())
-        if inside:  # one integer per niche (row-major: ordered as the niches' tuples)
-            key = bins @ self._strides
-        else:  # a descriptor out of its range: still one niche per distinct row
-            key = np.unique(bins, axis=0, return_inverse=True)[1].reshape(-1)
-        order = np.lexsort((np.arange(len(fs)), fs, key))  # by niche, then objective, then batch order
-        ks = key[order]
-        first = order[np.concatenate(([True], ks[1:] != ks[:-1]))]  # each niche's best in the batch, in niche order
         view = self._view()
-        codes, sorted_fs = view[4], view[3]
-        if inside and codes is not None:  # the incumbents looked up by code, all at once
-            kf = key[first]
-            pos = np.minimum(np.searchsorted(codes, kf), max(len(codes) - 1, 0))
-            had = codes[pos] == kf if len(codes) else np.zeros(len(kf), dtype=bool)
-            better = ~had | (fs[first] < (sorted_fs[pos] if len(codes) else 0.0))
-            won, new = first[better], ~had[better]
+        found = self._winners_in_c(bins, fs, view) if _batch is not None else None
+        if found is not None:
+            won, new, codes_won = found
         else:
-            won, new = [], []
-            for i, niche in zip(first.tolist(), map(tuple, bins[first].tolist())):
-                old = self.elites.get(niche)
-                if old is None or fs[i] < old.objective:
-                    won.append(i)
-                    new.append(old is None)
-            won, new = np.array(won, dtype=np.int64), np.array(new, dtype=bool)
+            won, new, codes_won = self._winners(bins, fs, view)
         if not len(won):
             return 0
         if raw is None:
@@ -257,8 +239,45 @@ class Archive:
         niches = list(map(tuple, bins[won].tolist()))
         for i, niche, r in zip(won.tolist(), niches, raw.tolist()):
             self.elites[niche] = Elite(niche, placements[i].copy(), float(fs[i]), tuple(r))
-        self._keep_sorted(view, niches, key[won] if inside else None, new, placements[won], fs[won])
+        self._keep_sorted(view, niches, codes_won, new, placements[won], fs[won])
         return len(won)
+
+    def _winners_in_c(self, bins, fs, view):
+        """(rows that win their niche, in niche order; whether each niche was empty; their codes) in one C call,
+        or None where that does not apply (no codes kept, a bin out of range): the same as ``_winners``."""
+        codes = view[4]
+        if codes is None:
+            return None
+        k = len(fs)
+        rows, fresh, code_out = np.empty(k, dtype=np.int64), np.empty(k, dtype=np.uint8), np.empty(k, dtype=np.int64)
+        count = _batch.best_per_niche(np.ascontiguousarray(bins, dtype=np.int64), self._sizes, fs, codes, view[3],
+                                      rows, fresh, code_out)
+        return None if count < 0 else (rows[:count], fresh[:count].astype(bool), code_out[:count])
+
+    def _winners(self, bins, fs, view):
+        """numpy's ``_winners_in_c``; with a bin out of range, codes None and the incumbents looked up by tuple."""
+        inside = bool(((bins >= 0) & (bins < self._sizes)).all())
+        if inside:  # one integer per niche (row-major: ordered as the niches' tuples)
+            key = bins @ self._strides
+        else:  # a descriptor out of its range: still one niche per distinct row
+            key = np.unique(bins, axis=0, return_inverse=True)[1].reshape(-1)
+        order = np.lexsort((np.arange(len(fs)), fs, key))  # by niche, then objective, then batch order
+        ks = key[order]
+        first = order[np.concatenate(([True], ks[1:] != ks[:-1]))]  # each niche's best in the batch, in niche order
+        codes, sorted_fs = view[4], view[3]
+        if inside and codes is not None:  # the incumbents looked up by code, all at once
+            kf = key[first]
+            pos = np.minimum(np.searchsorted(codes, kf), max(len(codes) - 1, 0))
+            had = codes[pos] == kf if len(codes) else np.zeros(len(kf), dtype=bool)
+            better = ~had | (fs[first] < (sorted_fs[pos] if len(codes) else 0.0))
+            return first[better], ~had[better], kf[better]
+        won, new = [], []
+        for i, niche in zip(first.tolist(), map(tuple, bins[first].tolist())):
+            old = self.elites.get(niche)
+            if old is None or fs[i] < old.objective:
+                won.append(i)
+                new.append(old is None)
+        return np.array(won, dtype=np.int64), np.array(new, dtype=bool), key[won] if inside else None
 
     def _view(self) -> tuple:
         """The sorted arrays (``_sorted``), rebuilt from the elites when they were replaced or changed size."""
