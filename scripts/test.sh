@@ -18,9 +18,11 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 KERNEL_SO=$(ls placement_core/simulate/_kernel*.so 2>/dev/null | head -n 1 || true)
+BATCH_SO=$(ls placement_core/optimize/_batch*.so 2>/dev/null | head -n 1 || true)
 if [ "$FAST" = 1 ] && [ -f .venv/.installed ] && [ .venv/.installed -nt pyproject.toml ] && [ .venv/.installed -nt setup.py ] \
    && [ -n "$KERNEL_SO" ] && [ "$KERNEL_SO" -nt placement_core/simulate/_kernel.c ] \
-   && [ "$KERNEL_SO" -nt placement_core/simulate/_expand.h ]; then
+   && [ "$KERNEL_SO" -nt placement_core/simulate/_expand.h ] \
+   && [ -n "$BATCH_SO" ] && [ "$BATCH_SO" -nt placement_core/optimize/_batch.c ]; then
   :  # the fast tier skips a reinstall that would change nothing (it rebuilds the kernel: half a minute)
 else
   .venv/bin/pip install -q --disable-pip-version-check -e ".[app,torch,dask,learn,test]"
