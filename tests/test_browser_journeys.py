@@ -163,12 +163,17 @@ def test_pipeline_lecture_survives_navigation(page):
     pg.get_by_text("Ideal pipeline", exact=True).click()
     settle(pg)
     wait_text(pg, "8 micro-batches of 16 · ideal pipeline")
+    pg.get_by_role("tab", name="Choosing m").click()  # the section the user reads stays chosen too
+    settle(pg)
+    wait_text(pg, "Fastest m that fits in memory")
     open_page(pg, "Trace")
     open_page(pg, "Pipeline")
     no_errors(pg)
     assert number(pg, "Micro-batches m") == "8"
     assert pg.get_by_role("switch", name="Ideal pipeline").is_checked()
     wait_text(pg, "8 micro-batches of 16 · ideal pipeline")
+    assert pg.get_by_role("tab", name="Choosing m").get_attribute("aria-selected") == "true"
+    wait_text(pg, "Fastest m that fits in memory")
 
 
 def test_pytorch_import_keeps_its_batch_size(page):

@@ -63,15 +63,22 @@ def test_a_lecture_on_pipeline_schedules(page):
     assert _schedules(pg) == ["GPipe", "1F1B", "Interleaved 1F1B"]
     titles = _gantt_titles(pg)
     assert [t.split(" · ")[0] for t in titles] == ["GPipe", "1F1B (PipeDream-flush)", "Interleaved 1F1B"]
-    # on PCIe every chunk boundary is a transfer: the page splits the bubble to show it
-    wait_text(pg, "Where the bubble comes from")
     shot(pg, "pipeline-schedules")
     _keep(pg, "pipeline-schedules", main(pg).get_by_text("3 stage(s), 8 micro-batches of 16").first,
-          main(pg).get_by_text("Where the bubble comes from").first)
+          main(pg).get_by_text("Every chart has the same time axis").first)
+    # on PCIe every chunk boundary is a transfer: the page splits the bubble to show it, in its tab
+    pg.get_by_role("tab", name="Where the bubble comes from").click()
+    settle(pg)
+    main(pg).locator(".gtitle", has_text="Where the bubble comes from").first.wait_for()
+    assert not _gantt_titles(pg)  # one tab drawn at a time
+    no_errors(pg)
     # in the ideal pipeline (free transfers) interleaving cuts the bubble
     pg.get_by_text("Ideal pipeline", exact=True).click()
     settle(pg)
     wait_text(pg, "· ideal pipeline (free transfers and weight updates)")
+    # nothing left to split: that tab goes and the timelines are shown
+    assert pg.get_by_role("tab", name="Where the bubble comes from").count() == 0
+    main(pg).locator(".gtitle", has_text="GPipe · step").first.wait_for()
     bubble = {t.split(" · ")[0]: float(t.rsplit("bubble ", 1)[1].rstrip("%")) for t in _gantt_titles(pg)}
     assert bubble["Interleaved 1F1B"] < bubble["1F1B (PipeDream-flush)"] <= bubble["GPipe"] + 1e-9
 

@@ -122,6 +122,13 @@ def test_the_presentation_mode_fits_a_projector(page, w, h):
     problems = pg.evaluate(PROBLEMS, list(PARTS)) + _charts_problems(pg)
     assert not problems, problems
     _keep(pg, w, h)
+    # every stage's peak memory, in its tab: whole labels on the projector too
+    pg.get_by_role("tab", name="Numbers and memory").click()
+    settle(pg)
+    main(pg).locator(".gtitle", has_text="Peak memory per stage").first.wait_for()
+    no_errors(pg)
+    problems = pg.evaluate(PROBLEMS, list(PARTS)) + _charts_problems(pg)
+    assert not problems, problems
     # the lecture, opened and checked the same way
     pg.get_by_text("Teach it: p equal stages, no network").click()
     settle(pg)
