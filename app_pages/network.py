@@ -19,8 +19,10 @@ if s.pop("net_widgets_stale", False):  # the network changed (here or elsewhere)
     s.net_batch = int(state.graph().batch_size)
 
 with ui.guarded("the network chooser"):
-    builtin, gpt_tab, upload, torch_tab = st.tabs(["Built-in networks", "A GPT by its shape", "Upload a file",
-                                                   "Import a PyTorch model"])
+    # Lazy tabs: the two forms are drawn only while their tab is open (the first load of every session draws
+    # this page: two dozen widgets nobody sees cost it); what was typed in them is kept (ui.persist).
+    labels = ["Built-in networks", "A GPT by its shape", "Upload a file", "Import a PyTorch model"]
+    builtin, gpt_tab, upload, torch_tab = st.tabs(labels, key=ui.persist("net_tab", labels), on_change="rerun")
     with builtin:
         def _choose():
             name = s.net_builtin
@@ -30,8 +32,9 @@ with ui.guarded("the network chooser"):
                      format_func=lambda n: f"{state.NETWORK_TITLES.get(n, n)}  ({n})", key="net_builtin",
                      on_change=_choose, placeholder="choose a built-in network",
                      help="Generated from torchvision at batch size 128, as in the thesis' experiments.")
-    with gpt_tab:
-        gpt_form()
+    if gpt_tab.open:
+        with gpt_tab:
+            gpt_form()
     with upload:
         st.caption("A `placement-network/1` JSON file, or an Exprimo network file from the thesis "
                    "(`{\"name\", \"layers\": …}`); the format is detected automatically.")
@@ -48,8 +51,9 @@ with ui.guarded("the network chooser"):
             else:
                 st.error(f"{ui.esc(outcome.message)}  \nThe previous network ({ui.esc(s.network_label)}) is still loaded.",
                          icon=":material/error:")
-    with torch_tab:
-        torch_import_form()
+    if torch_tab.open or s.get("torch_file") is not None:  # a file chosen, not yet imported, stays chosen
+        with torch_tab:
+            torch_import_form()
 
 with ui.guarded("the network summary"):
     g = state.graph()

@@ -31,18 +31,18 @@ def gpt_form() -> None:
                "hidden 2,048, 16 heads.")
     with st.form("net_gpt", border=False):
         c = st.columns(4)
-        layers = c[0].number_input("Layers", 1, 2048, 24, key="gpt_layers")
-        hidden = c[1].number_input("Hidden size", 1, 1 << 17, 2048, step=256, key="gpt_hidden")
-        heads = c[2].number_input("Attention heads", 1, 1024, 16, key="gpt_heads",
+        layers = c[0].number_input("Layers", 1, 2048, 24, key=ui.persist("gpt_layers"))
+        hidden = c[1].number_input("Hidden size", 1, 1 << 17, 2048, step=256, key=ui.persist("gpt_hidden"))
+        heads = c[2].number_input("Attention heads", 1, 1024, 16, key=ui.persist("gpt_heads"),
                                   help="Must divide the hidden size.")
-        seq = c[3].number_input("Sequence length", 1, 1 << 20, 2048, step=256, key="gpt_seq")
+        seq = c[3].number_input("Sequence length", 1, 1 << 20, 2048, step=256, key=ui.persist("gpt_seq"))
         c = st.columns(4)
-        vocab = c[0].number_input("Vocabulary", 1, 1 << 24, 50257, key="gpt_vocab")
-        batch = c[1].number_input("Sequences per batch", 1, 1 << 20, 8, key="gpt_batch")
-        precision = c[2].selectbox("Precision", list(PRECISIONS), key="gpt_precision",
+        vocab = c[0].number_input("Vocabulary", 1, 1 << 24, 50257, key=ui.persist("gpt_vocab"))
+        batch = c[1].number_input("Sequences per batch", 1, 1 << 20, 8, key=ui.persist("gpt_batch"))
+        precision = c[2].selectbox("Precision", list(PRECISIONS), key=ui.persist("gpt_precision"),
                                    help="bf16 and fp16: 2-byte tensors and weights, matmuls at the tensor-core "
                                         "peak of devices that list one (the DGX presets); fp32: 4 bytes.")
-        tied = c[3].checkbox("Tied output layer", True, key="gpt_tied",
+        tied = c[3].checkbox("Tied output layer", True, key=ui.persist("gpt_tied"),
                              help="The logit layer reads the token embedding's weights, as GPT-2 and "
                                   "Megatron-LM do.")
         built = st.form_submit_button("Build this GPT", type="primary")

@@ -31,10 +31,10 @@ def torch_import_form() -> None:
     st.caption("Traced with torch.fx at leaf-module granularity, in a separate process; FLOPs from torch's "
                "counter, sizes from a run on a random input.")
     with st.form("torch_import", border=False):
-        source = st.radio("Model", [TORCHVISION, FILE] if allowed else [TORCHVISION], horizontal=True,
-                          key="torch_source")
+        sources = [TORCHVISION, FILE] if allowed else [TORCHVISION]
+        source = st.radio("Model", sources, horizontal=True, key=ui.persist("torch_source", sources))
         c1, c2 = st.columns(2)
-        name = c1.text_input("torchvision name", "resnet18", key="torch_name",
+        name = c1.text_input("torchvision name", "resnet18", key=ui.persist("torch_name"),
                              help="Any name from torchvision.models.list_models(), e.g. resnet18, vgg16, "
                                   "mobilenet_v3_small.")
         code = attr = None
@@ -48,12 +48,12 @@ def torch_import_form() -> None:
                     icon=":material/block:")
         c3, c4, c5 = st.columns(3)
         if allowed:
-            attr = c3.text_input("Model in the file", "build_model", key="torch_attr",
+            attr = c3.text_input("Model in the file", "build_model", key=ui.persist("torch_attr"),
                                  help="An nn.Module class, a function returning one (keyword arguments allowed: "
                                       "build(width=256)), or a module instance defined in the file.")
-        shape = c4.text_input("Input shape of one sample", "3, 224, 224", key="torch_shape",
+        shape = c4.text_input("Input shape of one sample", "3, 224, 224", key=ui.persist("torch_shape"),
                               help="Without the batch dimension, e.g. 3, 224, 224 for an image model.")
-        batch = c5.number_input("Batch size", 1, 65536, 32, key="torch_batch")
+        batch = c5.number_input("Batch size", 1, 65536, 32, key=ui.persist("torch_batch"))
         submitted = st.form_submit_button("Import", type="primary")
     if submitted:
         s.pop("torch_review", None)

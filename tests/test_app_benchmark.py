@@ -7,7 +7,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from apptest_util import ROOT, assert_clean, decode, figures, frame, goto, metrics, start, text
+from apptest_util import ROOT, assert_clean, decode, figures, frame, goto, metrics, show_tab, start, text
 
 import dashboard.benchjob as benchjob
 from placement_core import InputError
@@ -144,6 +144,7 @@ def test_a_real_benchmark_of_a_tiny_model():
     at = start()
     code = (b"import torch.nn as nn\n"
             b"def build():\n    return nn.Sequential(nn.Flatten(), nn.Linear(12, 8), nn.ReLU(), nn.Linear(8, 2))\n")
+    show_tab(at, "net_tab", "Import a PyTorch model")  # the form is drawn while its tab is open
     at.radio(key="torch_source").set_value("Python file")
     at.file_uploader(key="torch_file").upload("mlp.py", code, "text/x-python")
     at.text_input(key="torch_attr").set_value("build")
@@ -352,6 +353,7 @@ def import_tiny_model(at):
     """The Network page's PyTorch import of a 3-op MLP (input 3x2x2, batch 32), as a person does it."""
     code = (b"import torch.nn as nn\n"
             b"def build():\n    return nn.Sequential(nn.Flatten(), nn.Linear(12, 8), nn.ReLU(), nn.Linear(8, 2))\n")
+    show_tab(at, "net_tab", "Import a PyTorch model")  # the form is drawn while its tab is open
     at.radio(key="torch_source").set_value("Python file")
     at.file_uploader(key="torch_file").upload("mlp.py", code, "text/x-python")
     at.text_input(key="torch_attr").set_value("build")

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
-from apptest_util import assert_clean, goto, start
+from apptest_util import assert_clean, goto, show_tab, start
 
 
 def _gpt(at):
+    show_tab(at, "net_tab", "A GPT by its shape")  # the form is drawn while its tab is open
     for key, value in (("layers", 2), ("hidden", 64), ("heads", 4), ("seq", 32), ("vocab", 100), ("batch", 8)):
         at.number_input(key=f"gpt_{key}").set_value(value)
     at.button(key="FormSubmitter:net_gpt-Build this GPT").click().run()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from apptest_util import assert_clean, goto, metrics, sidebar_text, start, text
+from apptest_util import assert_clean, goto, metrics, show_tab, sidebar_text, start, text
 
 
 def _build(at, **values):
+    show_tab(at, "net_tab", "A GPT by its shape")  # the form is drawn while its tab is open
     for key, value in values.items():
         at.number_input(key=f"gpt_{key}").set_value(value)
     at.button(key="FormSubmitter:net_gpt-Build this GPT").click().run()

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from apptest_util import assert_clean, figures, metrics, sidebar_text, start, text
+from apptest_util import assert_clean, figures, metrics, show_tab, sidebar_text, start, text
 
 from placement_core import load_network
 from placement_core.analysis import fmt_bytes
@@ -82,6 +82,7 @@ def test_a_good_upload_replaces_the_network():
 @pytest.mark.slow
 def test_pytorch_import_errors_are_messages():
     at = start()
+    show_tab(at, "net_tab", "Import a PyTorch model")  # the form is drawn while its tab is open
     at.text_input(key="torch_name").set_value("")
     at.button(key="FormSubmitter:torch_import-Import").click().run()
     assert not at.exception
@@ -94,6 +95,7 @@ def test_pytorch_import_of_an_uploaded_file(tmp_path):
     at = start()
     code = (b"import torch.nn as nn\n"
             b"def build():\n    return nn.Sequential(nn.Flatten(), nn.Linear(12, 8), nn.ReLU(), nn.Linear(8, 2))\n")
+    show_tab(at, "net_tab", "Import a PyTorch model")  # the form is drawn while its tab is open
     at.radio(key="torch_source").set_value("Python file")
     at.file_uploader(key="torch_file").upload("mlp.py", code, "text/x-python")
     at.text_input(key="torch_attr").set_value("build")

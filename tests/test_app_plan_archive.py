@@ -3,7 +3,7 @@ the Archive page browses it niche by niche (map, the niche's plan, its time, mem
 
 from __future__ import annotations
 
-from apptest_util import assert_clean, figures, goto, metrics, start, text
+from apptest_util import assert_clean, figures, goto, metrics, show_tab, start, text
 
 from placement_core.analysis import fmt_seconds
 from placement_core.families import gpt
@@ -14,6 +14,7 @@ NET = "gpt:layers=2,hidden=64,heads=4,seq=32,vocab=100,batch=8"
 
 
 def _gpt(at):
+    show_tab(at, "net_tab", "A GPT by its shape")  # the form is drawn while its tab is open
     for key, value in (("layers", 2), ("hidden", 64), ("heads", 4), ("seq", 32), ("vocab", 100), ("batch", 8)):
         at.number_input(key=f"gpt_{key}").set_value(value)
     at.button(key="FormSubmitter:net_gpt-Build this GPT").click().run()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from apptest_util import assert_clean, metrics, sidebar_text, start, text
+from apptest_util import assert_clean, metrics, show_tab, sidebar_text, start, text
 from dashboard import torch_import
 from placement_core import InputError
 
@@ -29,6 +29,7 @@ def uploads() -> list[Path]:
 
 def ask(at, code: bytes, filename: str = "mlp.py", attr: str = "build", shape: str = "3, 2, 2"):
     """Upload a file and press Import: the confirmation, nothing run."""
+    show_tab(at, "net_tab", "Import a PyTorch model")  # the form is drawn while its tab is open
     at.radio(key="torch_source").set_value("Python file")
     at.file_uploader(key="torch_file").upload(filename, code, "text/x-python")
     at.text_input(key="torch_attr").set_value(attr)
@@ -147,6 +148,7 @@ def test_the_switch(monkeypatch, value, allowed):
 def test_with_code_upload_off_only_torchvision_names_import(monkeypatch):
     monkeypatch.setenv("PLACEMENT_ALLOW_CODE_UPLOAD", "0")
     at = start()
+    show_tab(at, "net_tab", "Import a PyTorch model")  # the form is drawn while its tab is open
     assert at.radio(key="torch_source").options == ["torchvision model"]
     assert not [u for u in at.get("file_uploader") if u.key == "torch_file"]
     assert "Importing a model from a Python file is turned off on this server (PLACEMENT_ALLOW_CODE_UPLOAD=0)" \
