@@ -64,3 +64,14 @@ def examples(n: int) -> int:
     fast tier's "dev" Hypothesis profile (tests/conftest.py)."""
     import os
     return max(10, n // 10) if os.environ.get("HYPOTHESIS_PROFILE") == "dev" else n
+
+
+def calibrated_devices_doc() -> dict:
+    """A calibrated two-CPU device file (an all-reduce curve, shared cores), as the Devices page tests upload it."""
+    return {"format": "placement-devices/1", "name": "local", "devices": [
+        {"name": n, "kind": "cpu", "peak_flops": 5e10, "memory_bytes": 8e9, "mem_bandwidth": 1.8e10} for n in
+        ("cpu0", "cpu1")], "channels": [{"name": "cpu0-cpu1", "bandwidth": 3.5e9, "latency": 2.3e-4,
+                                         "routes": [["cpu0", "cpu1"], ["cpu1", "cpu0"]]}],
+        "collectives": [{"devices": ["cpu0", "cpu1"], "op": "allreduce", "sizes": [4096, 33554432],
+                         "seconds": [0.0037, 0.0325], "busy_seconds": [0.004, 0.0678]}],
+        "shared": [{"name": "cpu-cores", "devices": ["cpu0", "cpu1"], "capacity": 2.0, "collective_demand": 0.92}]}

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from helpers import calibrated_devices_doc
 from apptest_util import assert_clean, figures, goto, sidebar_text, start, text
 
 from placement_core import load_devices
@@ -170,13 +171,7 @@ def test_a_calibrated_graph_keeps_its_collectives_and_shared_cores_through_an_ed
     """Editing one memory size of a calibrated graph used to rebuild it from the two tables and drop its
     measured all-reduce and shared cores; they stay, are shown, and the shared resource is editable."""
     at = devices_page()
-    doc = {"format": "placement-devices/1", "name": "local", "devices": [
-        {"name": n, "kind": "cpu", "peak_flops": 5e10, "memory_bytes": 8e9, "mem_bandwidth": 1.8e10} for n in
-        ("cpu0", "cpu1")], "channels": [{"name": "cpu0-cpu1", "bandwidth": 3.5e9, "latency": 2.3e-4,
-                                         "routes": [["cpu0", "cpu1"], ["cpu1", "cpu0"]]}],
-        "collectives": [{"devices": ["cpu0", "cpu1"], "op": "allreduce", "sizes": [4096, 33554432],
-                         "seconds": [0.0037, 0.0325], "busy_seconds": [0.004, 0.0678]}],
-        "shared": [{"name": "cpu-cores", "devices": ["cpu0", "cpu1"], "capacity": 2.0, "collective_demand": 0.92}]}
+    doc = calibrated_devices_doc()
     at.file_uploader(key="dev_upload").upload("local.json", json.dumps(doc).encode(), "application/json").run()
     assert_clean(at)
     dev, _, shared = at.data_editor

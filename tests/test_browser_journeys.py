@@ -11,6 +11,7 @@ import re
 import time
 
 import pytest
+from helpers import calibrated_devices_doc
 from browser_util import (choose, download, main, no_errors, number, open_page, selected, settle, sidebar_text, type_number,
                           wait_text)
 
@@ -352,13 +353,7 @@ def test_a_calibrated_graph_keeps_its_measurements_through_an_edit(page, tmp_pat
     import json
     pg = page
     open_page(pg, "Devices")
-    doc = {"format": "placement-devices/1", "name": "local", "devices": [
-        {"name": n, "kind": "cpu", "peak_flops": 5e10, "memory_bytes": 8e9, "mem_bandwidth": 1.8e10} for n in
-        ("cpu0", "cpu1")], "channels": [{"name": "cpu0-cpu1", "bandwidth": 3.5e9, "latency": 2.3e-4,
-                                         "routes": [["cpu0", "cpu1"], ["cpu1", "cpu0"]]}],
-        "collectives": [{"devices": ["cpu0", "cpu1"], "op": "allreduce", "sizes": [4096, 33554432],
-                         "seconds": [0.0037, 0.0325], "busy_seconds": [0.004, 0.0678]}],
-        "shared": [{"name": "cpu-cores", "devices": ["cpu0", "cpu1"], "capacity": 2.0, "collective_demand": 0.92}]}
+    doc = calibrated_devices_doc()
     path = tmp_path / "local.json"
     path.write_text(json.dumps(doc))
     pg.locator("[data-testid='stFileUploaderDropzoneInput']").first.set_input_files(str(path))

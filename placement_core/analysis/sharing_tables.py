@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from types import SimpleNamespace
 
 from ..base.errors import InputError
 from ..model.device_sharing import sharing_to_dict
@@ -48,6 +49,26 @@ def collective_rows(g: DeviceGraph) -> list[dict]:
              "while computing ms": (c.busy_seconds or c.seconds)[-1] * 1e3} for c in g.collectives]
 
 
+def _rows_to_shared(shared_rows: list[dict]) -> tuple[list[dict], list[int]]:
+    """The table's non-empty rows as device-file entries, and each one's row index (for error messages)."""
+    rows, at = [], []
+    for i, row in enumerate(shared_rows):
+        if all(_number(row.get(c)) is None and not str(row.get(c) or "").strip() for c in SHARED_COLUMNS):
+            continue  # an empty row the editor added
+        capacity = _number(row.get("capacity"))
+        item = {"name": str(row.get("name") or "").strip(), "devices": _names(row.get("devices")),
+                "capacity": 1.0 if capacity is None else capacity}
+        demands = [_number(x) for x in _names(row.get("demands"))]
+        if demands:
+            item["demand"] = demands
+        coll = _number(row.get("collective demand"))
+        if coll:
+            item["collective_demand"] = coll
+        rows.append(item)
+        at.append(i)
+    return rows, at
+
+
 def carry_sharing(old: DeviceGraph, new: DeviceGraph, shared_rows: list[dict] | None = None
                   ) -> tuple[DeviceGraph, list[str]]:
     """``new`` (rebuilt from the tables) with ``old``'s collectives and shared resources, or with the shared
@@ -56,46 +77,27 @@ def carry_sharing(old: DeviceGraph, new: DeviceGraph, shared_rows: list[dict] | 
     the notes name each one."""
     notes: list[str] = []
     names = set(new.names)
-    collectives = []
-    for c in old.collectives:
-        if set(c.devices) <= names:
-            collectives.append(c)
-        else:
-            notes.append(f"the measured {c.op} over {', '.join(c.devices)} was dropped: "
-                         f"{', '.join(sorted(set(c.devices) - names))} is no longer a device")
-    data = devices_to_dict(new)
-    data.pop("collectives", None)
-    data.pop("shared", None)
-    carried = sharing_to_dict(DeviceGraph(old.name, list(old.devices), list(old.channels), collectives=collectives))
-    data.update(carried)
-    if shared_rows is None:
-        kept = []
-        for r in old.shared:
-            if set(r.devices) <= names:
-                kept.append(r)
+
+    def kept(items, what):
+        out = []
+        for x in items:
+            gone = sorted(set(x.devices) - names)
+            if gone:
+                notes.append(f"{what(x)} was dropped: {', '.join(gone)} is no longer a device")
             else:
-                notes.append(f"the shared resource {r.name!r} was dropped: "
-                             f"{', '.join(sorted(set(r.devices) - names))} is no longer a device")
-        if kept:
-            data["shared"] = sharing_to_dict(DeviceGraph(old.name, list(old.devices), list(old.channels),
-                                                         shared=kept))["shared"]
-    else:
-        rows, at = [], []
-        for i, row in enumerate(shared_rows):
-            if all(_number(row.get(c)) is None and not str(row.get(c) or "").strip() for c in SHARED_COLUMNS):
-                continue  # an empty row the editor added
-            item = {"name": str(row.get("name") or "").strip(), "devices": _names(row.get("devices")),
-                    "capacity": _number(row.get("capacity")) if _number(row.get("capacity")) is not None else 1.0}
-            demands = [_number(x) for x in _names(row.get("demands"))]
-            if demands:
-                item["demand"] = demands
-            coll = _number(row.get("collective demand"))
-            if coll:
-                item["collective_demand"] = coll
-            rows.append(item)
-            at.append(i)
-        if rows:
-            data["shared"] = rows
+                out.append(x)
+        return out
+
+    collectives = kept(old.collectives, lambda c: f"the measured {c.op} over {', '.join(c.devices)}")
+    if shared_rows is None:
+        shared = kept(old.shared, lambda r: f"the shared resource {r.name!r}")
+        return DeviceGraph(new.name, list(new.devices), list(new.channels), source=new.source,
+                           collectives=collectives, shared=shared), notes
+    data = {k: v for k, v in devices_to_dict(new).items() if k not in ("collectives", "shared")}
+    data.update(sharing_to_dict(SimpleNamespace(collectives=collectives, shared=())))
+    rows, at = _rows_to_shared(shared_rows)
+    if rows:
+        data["shared"] = rows
     try:
         return devices_from_dict(data, source=None), notes
     except InputError as e:

@@ -492,16 +492,16 @@ STEP int dispatch_channel(Sim *s, const int PQ, int j, int instant_only) {
         for (int v = k->ring_first[x->entry]; v < k->ring_first[x->entry] + k->ring_count[x->entry]; v++)
             if (s->until[s->place[v]] > s->now) { busy = 1; break; }
         len = busy ? k->ring_tbusy[x->entry] : k->ring_talone[x->entry];
-        if (len < k->min_xfer[x->src]) len = k->min_xfer[x->src];
-        if (k->n_sr && !(instant_only && len > 0.0))  /* the ranks' cores it runs on (contention.py) */
-            for (int v = k->ring_first[x->entry]; v < k->ring_first[x->entry] + k->ring_count[x->entry]; v++)
-                if (s->coll_until[s->place[v]] < s->now + len) s->coll_until[s->place[v]] = s->now + len;
     } else {
         len = k->cv_ptr && k->cv_ptr[j + 1] > k->cv_ptr[j] ? curve_len(k, j, x->bytes)
                                                            : k->ch_lat[j] + x->bytes * k->ch_inv[j];
     }
     if (len < k->min_xfer[x->src]) len = k->min_xfer[x->src];
     if (instant_only && len > 0.0) return 0;
+    if (k->n_sr && x->dir == AR && k->ring_talone && k->ring_talone[x->entry] >= 0.0)
+        /* a measured all-reduce holds its share of the ranks' cores until it ends (contention.py) */
+        for (int v = k->ring_first[x->entry]; v < k->ring_first[x->entry] + k->ring_count[x->entry]; v++)
+            if (s->coll_until[s->place[v]] < s->now + len) s->coll_until[s->place[v]] = s->now + len;
     if (PQ) heap_pop(&s->q[r]);
     else s->fq_head[r]++;
     s->active[r] = 1;
