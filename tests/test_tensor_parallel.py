@@ -201,8 +201,8 @@ def test_zero_3_shards_the_weights_and_gathers_them_per_layer():
     ag = problem.graph.op("l0.zero3_allgather")
     layer = sum(op.param_bytes for op in problem.graph.ops if op.name.startswith("l0."))
     # four data-parallel ranks (GPUs 0, 2, 4, 6) in one node: a ring all-gather of the layer's bytes on NVLink
-    # at the default efficiency 0.25
-    t = collectives.ring_allgather(layer, 4, 5e-6, 1 / (300e9 * 0.25))
+    # at what NCCL reaches on it, 370/450 of the 300 GB/s line rate
+    t = collectives.ring_allgather(layer, 4, 5e-6, 1 / (300e9 * 370 / 450))
     unit = 2 / problem.graph.batch_size
     assert ag.times["gpu"]["fwd"] * unit == pytest.approx(t) and ag.times["gpu"]["bwd"] * unit == pytest.approx(t)
     parts = memory_parts(problem, p.placement)

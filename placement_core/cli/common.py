@@ -186,7 +186,9 @@ def build_problem(args) -> Problem:
     graph = load_network(args.network, batch_size=args.batch_size)
     if getattr(args, "precision", None):
         graph = graph.with_precision(args.precision)
-    devices = load_devices(args.devices)
+    # an efficiency set by hand applies to every device or link, measured ones included
+    devices = load_devices(args.devices).without_measured_rates(compute=args.comp_efficiency is not None,
+                                                                links=args.comm_efficiency is not None)
     spec = spec_from_args(args, graph)
     return spec.replace(splits=sharding_splits(args, devices)).build(graph, devices)
 

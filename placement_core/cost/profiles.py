@@ -81,7 +81,11 @@ def curve_arrays(devices: DeviceGraph, scale=None) -> dict:
 
 @dataclass(frozen=True)
 class RooflineProfile:
-    """docs/design.md §4, default: max(compute, memory) per op, latency + bytes/effective bandwidth per transfer."""
+    """docs/design.md §4, default: max(compute, memory) per op, latency + bytes/effective bandwidth per transfer.
+
+    The efficiencies apply where a device or link has no measured rate (``Device.achieved``,
+    ``Channel.achieved_bandwidth``): a measurement wins over a formula, as measured op times and transfer
+    curves do."""
 
     comp_efficiency: float = 0.9
     comm_efficiency: float = 0.25
@@ -95,8 +99,9 @@ class RooflineProfile:
     zero: int = 0
 
     def arrays(self, graph: Graph, devices: DeviceGraph) -> CostArrays:
-        # the peak of the datatype the network trains in (a device's bf16 tensor-core rate, say)
-        peak = np.array([d.peak_for(graph.precision) for d in devices.devices]) * self.comp_efficiency
+        # the rate of the datatype the network trains in (a device's bf16 tensor-core rate, say): a measured one
+        # where the device has it, else the datasheet's peak times the compute efficiency
+        peak = np.array([d.rate_for(graph.precision, self.comp_efficiency) for d in devices.devices])
         bw = np.array([d.mem_bandwidth for d in devices.devices])
         fwd_fl = np.array([o.fwd_flops for o in graph.ops])[:, None]
         bwd_fl = np.array([o.bwd_flops for o in graph.ops])[:, None]
@@ -113,7 +118,7 @@ class RooflineProfile:
         fwd, bwd, update = _apply_measured(graph, devices, fwd, bwd, update, self.timings, self.timings_batch,
                                            update_scale=update_copies / 3.0)
         lat = np.array([c.latency for c in devices.channels], dtype=float)
-        inv = np.array([1.0 / (c.bandwidth * self.comm_efficiency) for c in devices.channels], dtype=float)
+        inv = np.array([1.0 / c.rate(self.comm_efficiency) for c in devices.channels], dtype=float)
         copies = training_state.resident_copies(self.optimizer, graph.precision)
         return CostArrays(fwd, bwd, update, copies, lat, inv, np.zeros(len(devices)), **curve_arrays(devices))
 

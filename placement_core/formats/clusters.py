@@ -4,10 +4,12 @@ Each node is eight GPUs on NVSwitch; each GPU also has its own InfiniBand adapte
 fabric, one adapter per GPU), and the nodes meet on a non-blocking fat tree. A GPU sends to a GPU of its own
 node over its NVLink channel and to any other node's GPU over its InfiniBand channel: one channel per GPU and
 level, so a GPU's sends queue behind each other on each level, and the fat tree adds no contention of its own.
-Every figure is a datasheet's (docs/clusters.md names them); only the links' 5 µs latency is not: it is the
-project's NVLink presets' figure, kept for InfiniBand too (a training step's transfers are megabytes, where
-the bandwidth decides). Bandwidths are per direction. The default cost profile multiplies link bandwidths by
-its communication efficiency (0.25, the thesis' value, ``--comm-efficiency``).
+Peaks, memory and link rates are the datasheets'; what a GPU and a link reach is measured by public
+microbenchmarks, not by training runs: the best bf16 matmul rate (Bekman's MAMF table) and NCCL's bus
+bandwidth on each link class (docs/clusters.md names every source). They replace the cost profile's
+efficiencies (``--comp-efficiency``, ``--comm-efficiency``, which still apply to fp32 and to other device
+graphs). Only the links' 5 µs latency is the project's own: its NVLink presets' figure, kept for InfiniBand
+too (a training step's transfers are megabytes, where the bandwidth decides). Bandwidths are per direction.
 
 A device graph names every ordered pair of GPUs it routes, so a whole cluster is materialised only up to
 ``MAX_NODES``; :class:`Cluster` describes one of up to ``MAX_PLAN_NODES`` nodes without its pairs and builds
@@ -37,15 +39,29 @@ class NodeKind:
     sms: int
     nvlink: float  # bytes/s per direction per GPU
     infiniband: float  # bytes/s per direction per GPU (its adapter)
+    achieved_half: float  # FLOP/s of the best bf16 matmul measured (fp16 runs on the same tensor cores)
+    nvlink_achieved: float  # bytes/s NCCL reaches on NVLink (bus bandwidth of a large ring collective)
+    infiniband_achieved: float  # bytes/s NCCL reaches across nodes, per GPU's adapter
 
+
+# What NCCL reaches on a link, as a share of its line rate (docs/clusters.md "What the hardware reaches"):
+# NVLink loses ~20 % to its protocol (NCCL's maintainers: 370 GB/s of NVLink 4's 450 with a ring; the same
+# share is taken for NVLink 3); InfiniBand 0.94 (376.7 GB/s all-reduce bus bandwidth over four nodes of
+# eight 400 Gb/s adapters each, Bekman's measurement).
+NVLINK_PROTOCOL = 370e9 / 450e9
+IB_REACHED = 376.7e9 / (8 * 400e9 / 8)
 
 KINDS = {
     # NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB) and the A100 architecture whitepaper (108 SMs);
-    # DGX A100 datasheet: eight single-port ConnectX-6 HDR InfiniBand adapters at 200 Gb/s for the cluster.
-    "dgx-a100": NodeKind("NVIDIA A100-SXM4-80GB", 19.5e12, 312e12, 80e9, 2039e9, 108, 600e9 / 2, 200e9 / 8),
+    # DGX A100 datasheet: eight single-port ConnectX-6 HDR InfiniBand adapters at 200 Gb/s for the cluster;
+    # Bekman's MAMF table: 267.9 TFLOP/s for the best bf16 matmul on an A100 SXM.
+    "dgx-a100": NodeKind("NVIDIA A100-SXM4-80GB", 19.5e12, 312e12, 80e9, 2039e9, 108, 600e9 / 2, 200e9 / 8,
+                         267.9e12, NVLINK_PROTOCOL * 600e9 / 2, IB_REACHED * 200e9 / 8),
     # NVIDIA H100 Tensor Core GPU datasheet (SXM5 80GB: dense rates, sparsity excluded) and the H100
-    # architecture whitepaper (132 SMs); DGX H100 datasheet: eight ConnectX-7 adapters at 400 Gb/s.
-    "dgx-h100": NodeKind("NVIDIA H100-SXM5-80GB", 67e12, 989.4e12, 80e9, 3350e9, 132, 900e9 / 2, 400e9 / 8),
+    # architecture whitepaper (132 SMs); DGX H100 datasheet: eight ConnectX-7 adapters at 400 Gb/s;
+    # Bekman's MAMF table: 792.1 TFLOP/s on an H100 SXM (an H200 measured 769-798 here, docs/clusters.md).
+    "dgx-h100": NodeKind("NVIDIA H100-SXM5-80GB", 67e12, 989.4e12, 80e9, 3350e9, 132, 900e9 / 2, 400e9 / 8,
+                         792.1e12, NVLINK_PROTOCOL * 900e9 / 2, IB_REACHED * 400e9 / 8),
 }
 FIX = "Write dgx-a100:nodes=N or dgx-h100:nodes=N, N from 1 to {}".format(MAX_NODES)
 PLAN_FIX = "Write dgx-a100:nodes=N or dgx-h100:nodes=N, N from 1 to {}".format(MAX_PLAN_NODES)
@@ -82,6 +98,7 @@ class Cluster:
 
     kind: str
     nodes: int
+    measured: bool = True  # links and tensor cores at their measured rates; False: datasheet x efficiencies
 
     @property
     def name(self) -> str:
@@ -99,6 +116,16 @@ class Cluster:
         k = KINDS[self.kind]
         return LATENCY, (k.nvlink if self.node_of(a) == self.node_of(b) else k.infiniband)
 
+    def link_cost(self, a: int, b: int, efficiency: float) -> tuple[float, float]:
+        """(latency, seconds per byte) of the link ``a`` sends to ``b`` on, at what NCCL reaches on it (the
+        measured rate wins over ``efficiency``, as in the cluster's device graph), or at the datasheet's rate
+        times ``efficiency`` when the cluster is not ``measured``."""
+        k = KINDS[self.kind]
+        near = self.node_of(a) == self.node_of(b)
+        if not self.measured:
+            return LATENCY, 1.0 / ((k.nvlink if near else k.infiniband) * efficiency)
+        return LATENCY, 1.0 / (k.nvlink_achieved if near else k.infiniband_achieved)
+
     def graph(self, gpus: list[int] | None = None) -> DeviceGraph:
         """The device graph of ``gpus`` (indices into the cluster, in order; all when None): each GPU's NVLink
         channel to the chosen GPUs of its node and its InfiniBand channel to the others (a channel with no
@@ -109,7 +136,9 @@ class Cluster:
             raise ValueError(f"GPUs must be distinct indices below {self.n_gpus}")
         names = {g: f"n{self.node_of(g)}g{g % GPUS_PER_NODE}" for g in chosen}
         devices = [Device(names[g], "gpu", k.peak_fp32, k.memory_bytes, k.mem_bandwidth, k.gpu,
-                          peaks=(("bf16", k.peak_half), ("fp16", k.peak_half)), sms=k.sms) for g in chosen]
+                          peaks=(("bf16", k.peak_half), ("fp16", k.peak_half)), sms=k.sms,
+                          achieved=(("bf16", k.achieved_half), ("fp16", k.achieved_half)) if self.measured else ())
+                   for g in chosen]
         by_node: dict[int, list[str]] = {}
         for g in chosen:
             by_node.setdefault(self.node_of(g), []).append(names[g])
@@ -119,9 +148,11 @@ class Cluster:
             near = tuple((src, dst) for dst in by_node[node] if dst != src)
             far = tuple((src, dst) for o, others in by_node.items() if o != node for dst in others)
             if near:
-                channels.append(Channel(f"nvl-{src}", k.nvlink, LATENCY, near))
+                channels.append(Channel(f"nvl-{src}", k.nvlink, LATENCY, near,
+                                        achieved_bandwidth=k.nvlink_achieved if self.measured else 0.0))
             if far:
-                channels.append(Channel(f"ib-{src}", k.infiniband, LATENCY, far))
+                channels.append(Channel(f"ib-{src}", k.infiniband, LATENCY, far,
+                                        achieved_bandwidth=k.infiniband_achieved if self.measured else 0.0))
         return DeviceGraph(self.name if gpus is None else f"{self.name} ({len(chosen)} GPUs)", devices, channels)
 
 

@@ -43,9 +43,17 @@ class Device:
     # Streaming multiprocessors: when given, a matmul's time counts the tiles and waves it rounds up to
     # (cost.gemm); 0: no quantization.
     sms: int = 0
+    # Measured best matmul rates by precision, ((precision, FLOP/s), ...): a microbenchmark's (the largest
+    # rate a well-shaped GEMM reaches, docs/clusters.md). Where given for the network's precision it replaces
+    # the peak times the profile's compute efficiency, as measured op times replace the formula.
+    achieved: tuple[tuple[str, float], ...] = ()
 
     def peak_for(self, precision: str) -> float:
         return dict(self.peaks).get(precision, self.peak_flops)
+
+    def rate_for(self, precision: str, efficiency: float) -> float:
+        """FLOP/s an op reaches before tiles and waves: the measured rate, else the peak times ``efficiency``."""
+        return dict(self.achieved).get(precision) or self.peak_for(precision) * efficiency
 
 
 @dataclass(frozen=True)
@@ -58,7 +66,13 @@ class Channel:
     # given it replaces latency + bytes / (bandwidth * efficiency) (thesis E1: the practical bandwidth depends
     # on the message size). Empty: the formula.
     transfer_curve: tuple[tuple[float, float], ...] = ()
+    # Measured bandwidth of large messages, bytes/s (NCCL's bus bandwidth for the link class, say): when given
+    # it replaces bandwidth * the profile's communication efficiency; 0: the formula.
+    achieved_bandwidth: float = 0.0
 
+    def rate(self, efficiency: float) -> float:
+        """Bytes/s a large transfer reaches: the measured bandwidth, else the theoretical one times ``efficiency``."""
+        return self.achieved_bandwidth or self.bandwidth * efficiency
 
 
 
@@ -96,6 +110,20 @@ class DeviceGraph:
         from dataclasses import replace
         devs = [replace(d, memory_bytes=memory_bytes.get(d.name, d.memory_bytes)) for d in self.devices]
         return DeviceGraph(self.name, devs, list(self.channels), source=self.source, collectives=self.collectives,
+                           shared=self.shared)
+
+    def without_measured_rates(self, *, compute: bool = False, links: bool = False) -> "DeviceGraph":
+        """A copy whose devices (``compute``) or links (``links``) drop their measured rates, so that an
+        efficiency the user sets by hand applies to them (``--comp-efficiency``, ``--comm-efficiency``); the same
+        graph when there is nothing to drop."""
+        from dataclasses import replace
+        drop_c = compute and any(d.achieved for d in self.devices)
+        drop_l = links and any(c.achieved_bandwidth for c in self.channels)
+        if not (drop_c or drop_l):
+            return self
+        devs = [replace(d, achieved=()) if drop_c else d for d in self.devices]
+        chans = [replace(c, achieved_bandwidth=0.0) if drop_l else c for c in self.channels]
+        return DeviceGraph(self.name, devs, chans, source=self.source, collectives=self.collectives,
                            shared=self.shared)
 
     def collective(self, op: str, device_indices) -> Collective | None:
@@ -140,6 +168,7 @@ def _validate(g: DeviceGraph) -> None:
         ch_names[ch.name] = c
         require_number(ch.bandwidth, source=src, field=f"{at}.bandwidth", positive=True)
         require_number(ch.latency, source=src, field=f"{at}.latency")
+        require_number(ch.achieved_bandwidth, source=src, field=f"{at}.achieved_bandwidth")
         check_curve(ch.transfer_curve, source=src, field=f"{at}.transfer_curve")
         for r, (a, b) in enumerate(ch.routes):
             for end in (a, b):
@@ -166,9 +195,9 @@ def _validate(g: DeviceGraph) -> None:
 
 
 _DEVICE_FIELDS = {"name", "kind", "peak_flops", "memory_bytes", "mem_bandwidth", "model", "clock_hz",
-                  "message_overhead", "peak_flops_by_precision", "sms"}
+                  "message_overhead", "peak_flops_by_precision", "sms", "achieved_flops_by_precision"}
 MAX_SMS = 100_000
-_CHANNEL_FIELDS = {"name", "bandwidth", "latency", "routes", "transfer_curve"}
+_CHANNEL_FIELDS = {"name", "bandwidth", "latency", "routes", "transfer_curve", "achieved_bandwidth"}
 _CURVE_FIX = 'Write [[BYTES, SECONDS], ...], e.g. [[4, 3e-5], [1e6, 2.5e-4], [1e8, 0.02]]'
 
 
@@ -226,6 +255,12 @@ def _sms(raw: Any, source: str | None, at: str) -> int:
     return raw
 
 
+def _achieved_bandwidth(raw: Any, source: str | None, at: str) -> float:
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool) and raw == 0:
+        return 0.0  # the field's default: no measurement
+    return require_number(raw, source=source, field=at, positive=True, minimum=MIN_RATE)
+
+
 def devices_from_dict(data: Any, source: str | None = None) -> DeviceGraph:
     data = require_mapping(data, source=source, field=None, what="a device graph")
     if data.get("format") != FORMAT:
@@ -263,6 +298,8 @@ def devices_from_dict(data: Any, source: str | None = None) -> DeviceGraph:
                                             field=f"{at}.message_overhead", maximum=MAX_MESSAGE_OVERHEAD),
             peaks=_peaks(raw.get("peak_flops_by_precision", {}), source, f"{at}.peak_flops_by_precision"),
             sms=_sms(raw.get("sms", 0), source, f"{at}.sms"),
+            achieved=_peaks(raw.get("achieved_flops_by_precision", {}), source,
+                            f"{at}.achieved_flops_by_precision"),
         ))
     channels = []
     for c, raw in enumerate(require_list(data.get("channels", []), source=source, field="channels",
@@ -288,6 +325,8 @@ def devices_from_dict(data: Any, source: str | None = None) -> DeviceGraph:
             transfer_curve=check_curve(require_list(raw.get("transfer_curve", []), source=source,
                                                     field=f"{at}.transfer_curve", what="[[BYTES, SECONDS], ...]"),
                                        source=source, field=f"{at}.transfer_curve"),
+            achieved_bandwidth=_achieved_bandwidth(raw.get("achieved_bandwidth", 0.0), source,
+                                                   f"{at}.achieved_bandwidth"),
         ))
     return DeviceGraph(name, devices, channels, source=source,
                        collectives=collectives_from_list(data.get("collectives", []), source),
@@ -307,12 +346,16 @@ def devices_to_dict(g: DeviceGraph) -> dict:
             item["peak_flops_by_precision"] = dict(d.peaks)
         if d.sms:
             item["sms"] = d.sms
+        if d.achieved:
+            item["achieved_flops_by_precision"] = dict(d.achieved)
         devs.append(item)
     chans = []
     for c in g.channels:
         item = {"name": c.name, "bandwidth": c.bandwidth, "latency": c.latency, "routes": [list(r) for r in c.routes]}
         if c.transfer_curve:  # omitted when absent: files without it read and write back unchanged
             item["transfer_curve"] = [list(p) for p in c.transfer_curve]
+        if c.achieved_bandwidth:
+            item["achieved_bandwidth"] = c.achieved_bandwidth
         chans.append(item)
     # collectives and shared resources are omitted when absent: files without them read and write back unchanged
     return {"format": FORMAT, "name": g.name, "devices": devs, "channels": chans, **sharing_to_dict(g)}

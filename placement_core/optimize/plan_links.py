@@ -4,6 +4,8 @@ folded and unfolded plans cost their collectives on the same figures."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..base.errors import InputError
 from ..formats.clusters import Cluster
 from ..model.devices import DeviceGraph
@@ -11,16 +13,26 @@ from ..model.devices import DeviceGraph
 
 def link_of(devices: DeviceGraph | Cluster, a: int, b: int, efficiency: float) -> tuple[float, float]:
     """(alpha, beta) of the link device ``a`` sends to ``b`` on: its latency and seconds per byte at the
-    profile's communication efficiency (what every transfer of the simulator reaches)."""
+    profile's communication efficiency, or at the link's measured bandwidth where it has one (what every
+    transfer of the simulator reaches)."""
     if isinstance(devices, Cluster):
-        latency, bandwidth = devices.link(a, b)
-        return latency, 1.0 / (bandwidth * efficiency)
+        return devices.link_cost(a, b, efficiency)
     if (a, b) not in devices.route:
         names = devices.names
         raise InputError(f"{names[a]} has no link to {names[b]}, which a collective of the plan needs",
                          field="--devices", fix="Connect every GPU of a group, or plan without that dimension")
     ch = devices.channels[devices.route[(a, b)]]
-    return float(ch.latency), 1.0 / (float(ch.bandwidth) * efficiency)
+    return float(ch.latency), 1.0 / float(ch.rate(efficiency))
+
+
+def by_hand_efficiency(devices: DeviceGraph | Cluster, efficiency: float | None) -> DeviceGraph | Cluster:
+    """The devices a plan runs on: with a communication efficiency set by hand (``--comm-efficiency``) the
+    links drop their measured rates, so that the efficiency applies to them."""
+    if efficiency is None:
+        return devices
+    if isinstance(devices, Cluster):
+        return replace(devices, measured=False) if devices.measured else devices
+    return devices.without_measured_rates(links=True)
 
 
 def same_node(devices: DeviceGraph | Cluster, a: int, b: int) -> bool:

@@ -34,7 +34,7 @@ from ..model.graph import Graph
 from ..model.sharding import Split
 from ..problem import ProblemSpec
 from .baselines import balanced_stages
-from .plan_links import dp_group, link_of, node_size
+from .plan_links import by_hand_efficiency, dp_group, link_of, node_size
 
 SCHEDULES = ("1f1b", "gpipe", "zb-h1", "interleaved-1f1b")
 MAX_CANDIDATES = 400
@@ -149,6 +149,7 @@ def simulate_plan(graph: Graph, devices: DeviceGraph | Cluster, gpus: list[int],
     replicas are folded (:mod:`.plan_fold`): the problem is one replica's, on its ``pp`` GPUs."""
     from .plan_fold import fold_profile, replica_gpus
 
+    devices = by_hand_efficiency(devices, req.comm_efficiency)
     t = req.tp or 1
     m = req.global_batch // (dp * b)
     v = req.virtual_stages
@@ -329,6 +330,7 @@ def plan(graph: Graph, devices: DeviceGraph, req: PlanRequest, config=None) -> l
                          fix="Use " + ", ".join(gpt_parallel.RECOMPUTE))
     if req.zero not in (0, 1, 2, 3):
         raise InputError(f"ZeRO stage must be 0 to 3, got {req.zero!r}", field="--zero", fix="Use 0, 1, 2 or 3")
+    devices = by_hand_efficiency(devices, req.comm_efficiency)  # once, not per candidate
     gpus = gpus_of(devices)
     tps = tensor_degrees(len(gpus), node_size(devices, gpus), req, config)
     todo, refused = [], None
