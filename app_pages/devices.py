@@ -101,6 +101,16 @@ with ui.guarded("the device tables"):
                 help="device time per message sent and per message received (LogP's o: serialisation, the "
                      "transport thread, waking up), which the device cannot spend computing; empty or 0 for "
                      "none. placement calibrate fits it for CPU ranks"),
+            "SMs": st.column_config.NumberColumn("SMs", format="%d", min_value=0, step=1,
+                                                 help="a GPU's streaming multiprocessors: matmuls then pay for "
+                                                      "whole tiles and waves; empty for none"),
+            **{c: st.column_config.NumberColumn(c, format="%.4g", help=f"tensor-core peak when the network trains "
+                                                                        f"in {c.split()[0]}; empty: the peak column")
+               for c in DEVICE_COLUMNS if c.endswith("peak TFLOP/s") and c != "peak TFLOP/s"},
+            **{c: st.column_config.NumberColumn(c, format="%.4g", help=f"the best {c.split()[0]} matmul rate a "
+                                                                        "microbenchmark measured: it replaces the "
+                                                                        "peak times the compute efficiency")
+               for c in DEVICE_COLUMNS if c.endswith("measured TFLOP/s")},
         })
     st.markdown("##### Channels")
     st.caption("Routes: `SRC→DST` pairs separated by commas (`->` works too). Every ordered pair of devices "
@@ -111,9 +121,14 @@ with ui.guarded("the device tables"):
         hide_index=True, placeholder="",
         column_config={
             "name": st.column_config.TextColumn("name", required=True),
-            "bandwidth GB/s": st.column_config.NumberColumn("bandwidth GB/s", format="%.4g",
-                                                            help="theoretical; the roofline profile uses 25 % of it"),
+            "bandwidth GB/s": st.column_config.NumberColumn(
+                "bandwidth GB/s", format="%.4g",
+                help="theoretical; the roofline profile uses 25 % of it unless a measured bandwidth is given"),
             "latency µs": st.column_config.NumberColumn("latency µs", format="%.4g", help="empty = 0"),
+            "measured GB/s": st.column_config.NumberColumn(
+                "measured GB/s", format="%.4g",
+                help="what large transfers reach on this link (NCCL's bus bandwidth, say): it replaces the "
+                     "bandwidth times the communication efficiency; empty for none"),
             "routes": st.column_config.TextColumn("routes", width="large"),
             "transfer curve": st.column_config.TextColumn(
                 "transfer curve", help="optional: measured BYTES: SECONDS points (placement calibrate, placement "

@@ -197,3 +197,32 @@ def test_a_calibrated_graph_keeps_its_collectives_and_shared_cores_through_an_ed
     [err] = at.error
     assert "Shared resources table, row 1" in err.value and "capacity" in err.value
     assert at.session_state["devices"].shared[0].capacity == 2.0
+
+
+def test_a_dgx_graph_keeps_its_tensor_core_rates_and_measured_links_through_an_edit():
+    """The tables had no column for a GPU's bf16 peak, its SMs, its measured matmul rate or a link's measured
+    bandwidth: editing one memory size of a DGX graph dropped them (every bf16 op 16x slower, every link at 25 %).
+    They are columns now, kept through an edit and editable."""
+    at = devices_page()
+    doc = devices_to_dict(load_devices("dgx-a100:nodes=1"))
+    at.file_uploader(key="dev_upload").upload("dgx.json", json.dumps(doc).encode(), "application/json").run()
+    assert_clean(at)
+    dev, chan = at.data_editor[0], at.data_editor[1]
+    row = dev.value.iloc[0]
+    assert (row["SMs"], row["bf16 peak TFLOP/s"], row["bf16 measured TFLOP/s"]) == (108, 312, 267.9)
+    assert chan.value.iloc[0]["measured GB/s"] == pytest.approx(300 * 370 / 450)
+    at.session_state[dev.key] = {"edited_rows": {1: {"memory GB": 40}}, "added_rows": [], "deleted_rows": []}
+    at.run()
+    assert_clean(at)
+    g, original = at.session_state["devices"], load_devices("dgx-a100:nodes=1")
+    assert g.devices[1].memory_bytes == 40e9
+    assert g.devices[0] == original.devices[0] and g.devices[1].achieved == (("bf16", 267.9e12), ("fp16", 267.9e12))
+    assert g.devices[1].peak_for("bf16") == 312e12 and g.devices[1].sms == 108
+    assert [c.achieved_bandwidth for c in g.channels] == pytest.approx([300e9 * 370 / 450] * 8)
+    # a measured bandwidth emptied: that link falls back to its bandwidth times the efficiency
+    at.session_state[at.data_editor[1].key] = {"edited_rows": {0: {"measured GB/s": None}}, "added_rows": [],
+                                               "deleted_rows": []}
+    at.run()
+    assert_clean(at)
+    assert at.session_state["devices"].channels[0].achieved_bandwidth == 0.0
+    assert at.session_state["devices"].channels[1].achieved_bandwidth == pytest.approx(300e9 * 370 / 450)

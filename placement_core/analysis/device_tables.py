@@ -25,11 +25,17 @@ DEVICE_COLUMNS = {
     "memory bandwidth GB/s": ("mem_bandwidth", 1e9),
     "clock MHz": ("clock_hz", 1e6),
     "µs per message": ("message_overhead", 1e-6),
+    "SMs": ("sms", None),
+    # a GPU's tensor-core peaks and measured matmul rates by precision (fields peak_flops_by_precision and
+    # achieved_flops_by_precision): a DGX preset's bf16 rates survive an edit of another cell
+    **{f"{p} peak TFLOP/s": (f"peak_flops_by_precision.{p}", 1e12) for p in ("bf16", "fp16")},
+    **{f"{p} measured TFLOP/s": (f"achieved_flops_by_precision.{p}", 1e12) for p in ("fp32", "bf16", "fp16")},
 }
 CHANNEL_COLUMNS = {
     "name": ("name", None),
     "bandwidth GB/s": ("bandwidth", 1e9),
     "latency µs": ("latency", 1e-6),
+    "measured GB/s": ("achieved_bandwidth", 1e9),
     "routes": ("routes", None),
     "transfer curve": ("transfer_curve", None),
 }
@@ -37,6 +43,7 @@ _FIELD_TO_COLUMN = {
     "devices": {f: c for c, (f, _) in DEVICE_COLUMNS.items()},
     "channels": {f: c for c, (f, _) in CHANNEL_COLUMNS.items()},
 }
+_BY_PRECISION = {"peak_flops_by_precision": "peaks", "achieved_flops_by_precision": "achieved"}
 
 
 def format_routes(routes) -> str:
@@ -98,7 +105,8 @@ def _value(v):
 
 
 def _to_si(v: float, k: float) -> float:
-    return v * k if k >= 1 else v / round(1 / k)  # 10 µs -> 1e-05 exactly
+    # 10 µs -> 1e-05 exactly; 267.9 TFLOP/s -> 2.679e14, not 267899999999999.97 (15 digits drop the last bit)
+    return float(f"{v * k:.15g}") if k >= 1 else v / round(1 / k)
 
 
 def _tidy(x: float) -> float:
@@ -106,15 +114,26 @@ def _tidy(x: float) -> float:
     return float(f"{x:.12g}")
 
 
+def _device_field(d, f: str):
+    """A device's value for a column's field; a rate by precision (``peak_flops_by_precision.bf16``) or an
+    absent count of SMs is None (an empty cell)."""
+    head, _, precision = f.partition(".")
+    if precision:
+        return dict(getattr(d, _BY_PRECISION[head])).get(precision)
+    v = getattr(d, f)
+    return None if f == "sms" and not v else v
+
+
 def devices_to_tables(g: DeviceGraph) -> tuple[list[dict], list[dict]]:
     devices = []
     for d in g.devices:
         row = {}
         for col, (f, k) in DEVICE_COLUMNS.items():
-            v = getattr(d, f)
+            v = _device_field(d, f)
             row[col] = (_tidy(v / k) if v is not None else None) if k else v
         devices.append(row)
     channels = [{"name": c.name, "bandwidth GB/s": _tidy(c.bandwidth / 1e9), "latency µs": _tidy(c.latency / 1e-6),
+                 "measured GB/s": _tidy(c.achieved_bandwidth / 1e9) if c.achieved_bandwidth else None,
                  "routes": format_routes(c.routes), "transfer curve": format_curve(c.transfer_curve)}
                 for c in g.channels]
     return devices, channels
@@ -133,8 +152,17 @@ def devices_from_tables(name: str, device_rows: list[dict], channel_rows: list[d
                 continue
             elif f == "message_overhead" and v is None:  # an empty cell: none
                 v = 0.0
+            elif f == "sms":
+                if v is None:
+                    continue
+                v = int(v) if isinstance(v, float) and v.is_integer() else v  # the editor's numbers are floats
             elif k and isinstance(v, float):
                 v = _to_si(v, k)
+            head, _, precision = f.partition(".")
+            if precision:
+                if v is not None:
+                    item.setdefault(head, {})[precision] = v
+                continue
             item[f] = v
         devs.append(item)
     chans = []
@@ -152,7 +180,7 @@ def devices_from_tables(name: str, device_rows: list[dict], channel_rows: list[d
                     v = parse_curve(v, where=f"channels[{i}].transfer_curve")
                 except InputError as e:
                     raise _in_table(e, device_rows, channel_rows) from None
-            elif f == "latency" and v is None:
+            elif f in ("latency", "achieved_bandwidth") and v is None:  # empty: 0 (none measured)
                 v = 0.0
             elif k and isinstance(v, float):
                 v = _to_si(v, k)
@@ -166,10 +194,10 @@ def devices_from_tables(name: str, device_rows: list[dict], channel_rows: list[d
 
 
 def _in_table(e: InputError, device_rows, channel_rows) -> InputError:
-    m = re.match(r"(devices|channels)(?:\[(\d+)\])?(?:\.(\w+))?", e.field or "")
+    m = re.match(r"(devices|channels)(?:\[(\d+)\])?(?:\.(\w+))?(?:\.(\w+))?", e.field or "")
     if not m:
         return e
-    table, row, field = m.group(1), m.group(2), m.group(3)
+    table, row, field = m.group(1), m.group(2), ".".join(filter(None, (m.group(3), m.group(4)))) or None
     rows = device_rows if table == "devices" else channel_rows
     where = f"{table.capitalize()} table"
     if row is not None:
