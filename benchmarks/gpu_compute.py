@@ -9,7 +9,8 @@ Two halves, so that the GPU's minutes go to measuring only:
 down, the attention's two batched matmuls) and whole forward+backward steps of small GPTs written op for op
 as the ``gpt:`` family describes them (explicit attention scores, softmax, GELU MLP, pre-norm, tied logits,
 cross-entropy), all in bf16. ``predict`` gives, for the same shapes, what the project predicts from the
-datasheet alone: a GEMM's time from the default profile's roofline (0.9 of the dense bf16 peak, times
+datasheet and the public matmul microbenchmark the presets carry: a GEMM's time from the default profile's
+roofline (the measured best bf16 rate where the GPU has one, else 0.9 of the dense bf16 peak, times
 cost/gemm.py's tile/wave share), and a step's
 time from ``placement simulate`` of the same ``gpt:`` network on one GPU (single placement, bf16). Nothing
 is fitted to the measurement; the ratio measured / predicted is the model's error, reported as is
@@ -42,9 +43,11 @@ SMALL_GEMMS, SMALL_STEPS = ((256, 128),), ((2, 128, 4, 64, 1000, 2),)
 
 
 def _gpu(kind, model: str | None = None, memory_bytes: float | None = None, mem_bandwidth: float | None = None):
-    """One GPU of a cluster preset (formats/clusters.py, datasheet figures) as a device entry."""
+    """One GPU of a cluster preset (formats/clusters.py: datasheet figures and the measured matmul rate that
+    replaces 0.9 of the peak since 29 November 2026) as a device entry."""
     return {"name": "gpu0", "kind": "gpu", "model": model or kind.gpu, "peak_flops": kind.peak_fp32,
             "peak_flops_by_precision": {"bf16": kind.peak_half, "fp16": kind.peak_half},
+            "achieved_flops_by_precision": {"bf16": kind.achieved_half, "fp16": kind.achieved_half},
             "memory_bytes": memory_bytes or kind.memory_bytes, "mem_bandwidth": mem_bandwidth or kind.mem_bandwidth,
             "sms": kind.sms}
 
@@ -237,14 +240,15 @@ def measure(args) -> int:
 # ---------------------------------------------------------------- predicting (no torch)
 
 def predict_gemm(c: dict, gpu: dict) -> float:
-    """The default profile's roofline for one GEMM: flops at its share of the bf16 peak times the share of
-    computed tiles that is useful (cost/gemm.py), or its bytes (inputs and output, 2 each) at the whole HBM
-    bandwidth, whichever is longer; nothing fitted."""
+    """The default profile's roofline for one GEMM: flops at the GPU's measured bf16 matmul rate (else its share
+    of the bf16 peak) times the share of computed tiles that is useful (cost/gemm.py), or its bytes (inputs and
+    output, 2 each) at the whole HBM bandwidth, whichever is longer; nothing fitted to this measurement."""
     from placement_core.cost.gemm import efficiency
     from placement_core.cost.profiles import get_profile
-    eff = get_profile("default").comp_efficiency
+    rate = (gpu.get("achieved_flops_by_precision", {}).get("bf16")
+            or get_profile("default").comp_efficiency * gpu["peak_flops_by_precision"]["bf16"])
     b, m, n, k = c["batch"], c["m"], c["n"], c["k"]
-    compute = 2.0 * b * m * n * k / (eff * gpu["peak_flops_by_precision"]["bf16"] * efficiency(b, m, n, gpu["sms"]))
+    compute = 2.0 * b * m * n * k / (rate * efficiency(b, m, n, gpu["sms"]))
     weights = k * n if b == 1 else b * k * n
     memory = 2.0 * (b * m * k + weights + b * m * n) / gpu["mem_bandwidth"]
     return max(compute, memory)
