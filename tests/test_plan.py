@@ -164,3 +164,30 @@ def test_the_cli_exports_the_picked_plan(capsys):
     assert out.startswith("torchrun --nnodes=1 --nproc-per-node=8 pretrain_gpt.py") and "--micro-batch-size 2" in out
     assert main(base + ["--tp", "1", "--export", "stages", "--pick", "11"]) == 2
     assert "there are 10 plans, not 11" in capsys.readouterr().err
+
+
+def test_recomputed_flops_by_hand_and_the_hardware_rate_of_a_plan(capsys):
+    """Full recomputation runs each layer's forward again: 72 becomes 96 on the layers, so the step's hardware
+    FLOPs are Narayanan et al.'s 96·B·s·L·h²·(1 + s/6h + V/16Lh); selective recomputation re-runs the
+    attention's two s x s matmuls, 4·B·s²·h a layer."""
+    from placement_core.cli import main
+    from placement_core.families import gpt
+
+    c = gpt.parse("gpt:layers=2,hidden=64,heads=4,seq=32,vocab=100", 8)
+    B, s, L, h, V = 8, 32, 2, 64, 100
+    assert c.matmul_flops() + c.recomputed_flops("full") == pytest.approx(
+        96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h)))
+    assert c.recomputed_flops("selective") == 4 * B * s * s * h * L == 4_194_304
+    assert c.recomputed_flops("none") == 0
+    args = ["plan", "--network", "gpt:layers=2,hidden=64,heads=4,seq=32,vocab=100", "--devices", "dgx-a100:nodes=1",
+            "--global-batch", "8", "--tp", "1", "--pp", "1", "--micro-batch", "1", "--recompute", "full"]
+    assert main(args + ["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    best = out["best"]
+    assert best["recompute"] == "full"
+    assert best["hardware_tflops_per_gpu"] == pytest.approx(
+        (c.matmul_flops() + c.recomputed_flops("full")) / best["step_time_s"] / 8 / 1e12)
+    assert best["hardware_tflops_per_gpu"] > best["model_tflops_per_gpu"]
+    assert main(args) == 0
+    header = [line for line in capsys.readouterr().out.splitlines() if line.startswith("tp ")][0]
+    assert header.rstrip().endswith("TFLOP/s per GPU  with recompute")

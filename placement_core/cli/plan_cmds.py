@@ -119,7 +119,7 @@ def cmd_plan(args) -> int:
         return 0
     model = {"network": graph.name, "ops": len(graph), "precision": graph.precision, "gpus": gpus,
              "global_batch": args.global_batch}
-    flops = None
+    flops = c = None
     if gpt.is_gpt(args.network):
         c = gpt.parse(args.network, args.global_batch)
         flops = c.matmul_flops()
@@ -131,6 +131,8 @@ def cmd_plan(args) -> int:
         if flops is not None and p.step_time_s > 0:
             d["tokens_per_s"] = model["tokens_per_step"] / p.step_time_s
             d["model_tflops_per_gpu"] = flops / p.step_time_s / gpus / 1e12
+            # the recomputed forward counted too (hardware FLOPs, as Megatron-LM reports its throughput)
+            d["hardware_tflops_per_gpu"] = (flops + c.recomputed_flops(p.recompute)) / p.step_time_s / gpus / 1e12
         return d
 
     rows = [row(p) for p in plans]

@@ -76,12 +76,16 @@ NOTHING_FITS = ("no plan fits in memory: try more GPUs, ZeRO (--zero 1 to 3), --
 
 def plan_rows(rows: list[dict], tflops: bool, extra=()) -> tuple[list[str], list[list[str]]]:
     """The plan table's header and body; ``extra``, more plan fields to show (those an archive searched)."""
+    # a plan that recomputes does more arithmetic than the model needs: its hardware rate gets a column too
+    hardware = tflops and any(r.get("recompute", "none") != "none" for r in rows)
     header = ["tp", "pp", "dp", "micro-batch", "micro-batches", *[e.replace("_", " ") for e in extra], "step",
-              "fullest GPU", "fits", "idle", "TP comm"] + (["TFLOP/s per GPU"] if tflops else [])
+              "fullest GPU", "fits", "idle", "TP comm"] + (["TFLOP/s per GPU"] if tflops else []) \
+        + (["with recompute"] if hardware else [])
     body = [[str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["micro_batch"]), str(r["micro_batches"]),
              *[str(r[e]) for e in extra], fmt_seconds(r["step_time_s"]),
              fmt_bytes(r["peak_memory_bytes"]), "yes" if r["fits"] else "no",
              f"{r['breakdown']['bubble_fraction']:.0%}", fmt_seconds(r["breakdown"]["tensor_parallel_comm_s"])]
             + ([f"{r['model_tflops_per_gpu']:.0f}"] if tflops and "model_tflops_per_gpu" in r else [])
+            + ([f"{r['hardware_tflops_per_gpu']:.0f}"] if hardware and "hardware_tflops_per_gpu" in r else [])
             for r in rows]
     return header, body

@@ -64,6 +64,18 @@ class GPTConfig:
         B, s, L, h, V = self.batch, self.seq, self.layers, self.hidden, self.vocab
         return 72.0 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
 
+    def recomputed_flops(self, recompute: str) -> float:
+        """The matmul FLOPs a step's backward runs again: every layer's forward under full recomputation (so
+        72 becomes Narayanan et al.'s 96 on the layers; the logits are not recomputed), the attention's two
+        s x s matmuls (4·B·s²·h a layer) under selective recomputation (Korthikanti et al.), else none. Model
+        FLOPs leave them out (MFU); hardware FLOPs count them (what Megatron-LM's throughputs report)."""
+        B, s, L, h = self.batch, self.seq, self.layers, self.hidden
+        if recompute == "full":
+            return 24.0 * B * s * L * h * h * (1 + s / (6 * h))
+        if recompute == "selective":
+            return 4.0 * B * s * s * h * L
+        return 0.0
+
 
 def is_gpt(spec: str) -> bool:
     return isinstance(spec, str) and spec.strip().lower().startswith(PREFIX)
