@@ -369,3 +369,31 @@ def test_a_calibrated_graph_keeps_its_measurements_through_an_edit(page, tmp_pat
                      .read_text())
     assert [d["memory_bytes"] for d in got["devices"]] == [8e9, 4e9]
     assert got["collectives"] == doc["collectives"] and got["shared"] == doc["shared"]
+
+
+def test_a_dgx_graph_keeps_its_tensor_core_rates_through_an_edit(page, tmp_path):
+    """Upload a DGX A100 node, change one GPU's memory, leave and come back: the download still carries every
+    GPU's bf16 peak, SMs and measured matmul rate and every link's measured bandwidth (the tables once
+    dropped them: bf16 ops at the fp32 peak, links at 25 %)."""
+    import json
+    from placement_core.model.devices import devices_to_dict
+    pg = page
+    open_page(pg, "Devices")
+    doc = devices_to_dict(load_devices("dgx-a100:nodes=1"))
+    path = tmp_path / "dgx.json"
+    path.write_text(json.dumps(doc))
+    pg.locator("[data-testid='stFileUploaderDropzoneInput']").first.set_input_files(str(path))
+    wait_text(pg, "dgx-a100:nodes=1")
+    settle(pg)
+    edit_cell(pg, 0, 1, 4, 40)   # n0g1's memory 80 -> 40 GB
+    wait_text(pg, "Changes applied")
+    open_page(pg, "Network")
+    open_page(pg, "Devices")
+    no_errors(pg)
+    got = json.loads(download(pg, pg.get_by_role("button", name="Download as JSON"), tmp_path / "got.json")
+                     .read_text())
+    assert [d["memory_bytes"] for d in got["devices"]] == [80e9, 40e9] + [80e9] * 6
+    for d, want in zip(got["devices"], doc["devices"]):
+        assert (d["peak_flops_by_precision"], d["achieved_flops_by_precision"], d["sms"]) == (
+            want["peak_flops_by_precision"], want["achieved_flops_by_precision"], 108)
+    assert [c["achieved_bandwidth"] for c in got["channels"]] == pytest.approx([300e9 * 370 / 450] * 8)
