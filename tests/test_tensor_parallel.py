@@ -176,8 +176,8 @@ def test_a_tp_plan_simulates_its_collectives_as_named_ops():
     loss = 3 * collectives.allreduce(2 * S * 4, 2, 5e-6, 1 / 150e9)
     stage = {"n0g0": 5 * t_ar, "n0g2": 5 * t_ar, "n0g4": 5 * t_ar + loss, "n0g6": 5 * t_ar + loss}
     assert p.breakdown["tensor_parallel_comm_s"] == pytest.approx(2 * stage[p.breakdown["busiest_gpu"]])
-    assert p.breakdown["compute_s"] + p.breakdown["tensor_parallel_comm_s"] + p.breakdown["other_s"] == \
-        pytest.approx(p.step_time_s)
+    assert p.breakdown["compute_s"] + p.breakdown["tensor_parallel_comm_s"] + p.breakdown["other_s"] \
+        + p.breakdown["data_parallel_comm_s"] == pytest.approx(p.step_time_s)
 
 
 def test_memory_with_tp_divides_the_layer_weights():

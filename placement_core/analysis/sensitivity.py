@@ -35,12 +35,27 @@ class ScaledCosts:
     def comm_efficiency(self) -> float:
         return self.base.comm_efficiency
 
+    def _linked(self, devices):
+        """The base profile with its own links scaled too: a cluster plan's data-parallel collective runs on
+        the GPUs' channels (optimize.plan_fold), so scaling a channel scales it as it does a transfer."""
+        if not hasattr(self.base, "with_link_scale"):
+            return self.base
+        return self.base.with_link_scale({c.name: m for c, m in zip(devices.channels, self.bandwidth)})
+
+    def batch_gradient_seconds(self, graph, devices, split):
+        """The base's data-parallel collective per batch shard, on the scaled links (simulate.shards)."""
+        hook = getattr(self._linked(devices), "batch_gradient_seconds", None)
+        return hook(graph, devices, split) if hook else None
+
     def arrays(self, graph, devices):
-        a = self.base.arrays(graph, devices)
+        base = self._linked(devices)
+        a = base.arrays(graph, devices)
         speed = np.asarray(self.speed, dtype=float)
+        # communication charged to the updates (a folded plan's collectives) does not run faster on a faster device
+        comm = base.link_seconds(graph, devices) if hasattr(base, "link_seconds") else 0.0
         # a measured transfer curve: the time above its first point's (the latency) shrinks as the per-byte time
         curves = curve_arrays(devices, self.bandwidth) if a.curve_ptr is not None else {}
-        return replace(a, fwd=a.fwd / speed, bwd=a.bwd / speed, update=a.update / speed,
+        return replace(a, fwd=a.fwd / speed, bwd=a.bwd / speed, update=(a.update - comm) / speed + comm,
                        ch_inv_rate=a.ch_inv_rate / np.asarray(self.bandwidth, dtype=float), **curves)
 
 

@@ -69,8 +69,11 @@ def shard_op(graph: Graph, i: int, dim: str, f: float, name: str) -> Op:
         params = op.param_bytes
         upd_scale = 1.0
     times = {d: {ph: t * (upd_scale if ph == "update" else f) for ph, t in v.items()} for d, v in op.times.items()}
+    shape = tuple(op.shape)
+    if dim == "batch" and shape and shape[0] == graph.batch_size:  # its GEMMs' tiles at its rows, as with_batch_size
+        shape = (max(1, round(shape[0] * f)),) + shape[1:]
     return replace(op, name=name, inputs=(), input_bytes={}, fwd_flops=op.fwd_flops * f, bwd_flops=op.bwd_flops * f,
-                   output_bytes=op.output_bytes * f, param_bytes=params, mem_bytes=mem, times=times,
+                   output_bytes=op.output_bytes * f, param_bytes=params, mem_bytes=mem, times=times, shape=shape,
                    exprimo=_scaled_terms(graph, i, dim, f), **_extra_scaled(op, f))
 
 

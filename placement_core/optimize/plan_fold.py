@@ -50,38 +50,90 @@ def gradient_kind(zero: int) -> str:
     return "reduce-scatter" if zero >= 3 else "all-reduce"
 
 
+def _scale(scale: tuple[tuple[str, float], ...], name: str) -> float:
+    return next((m for n, m in scale if n == name), 1.0)
+
+
 @dataclass(frozen=True)
-class FoldedReplicaProfile(RooflineProfile):
-    """The default roofline for one replica of ``group.ranks``: each op's update also reduces its gradients over
-    the group, and ZeRO partitions the training state and the update over it."""
+class DataParallelProfile(RooflineProfile):
+    """The default roofline for a plan of ``group.ranks`` data-parallel replicas: each op's update also
+    reduces its gradients over the group by the collective model (the one model of a plan, folded or not).
+
+    ``folded``: one replica is simulated, so every op's update carries its collective and ZeRO partitions the
+    training state and the update over the group; otherwise the replicas are batch splits, whose shards'
+    updates carry it (:meth:`batch_gradient_seconds`, read by ``simulate.shards``: no ring of messages then).
+    A rank's links are its GPU's own: ``nvl-<gpu>`` inside the node, ``ib-<gpu>`` (its rail) across nodes, so a
+    what-if that scales those channels (``link_scale``, the multipliers by channel name) scales the group's
+    beta, the slowest member's for a batch split."""
 
     group: DPGroup | None = field(default=None, compare=False)
+    folded: bool = True
+    link_scale: tuple[tuple[str, float], ...] = ()
 
     @classmethod
-    def of(cls, base: RooflineProfile, group: DPGroup) -> "FoldedReplicaProfile":
-        return cls(**{f.name: getattr(base, f.name) for f in fields(base)}, group=group)
+    def of(cls, base: RooflineProfile, group: DPGroup, folded: bool = True) -> "DataParallelProfile":
+        return cls(**{f.name: getattr(base, f.name) for f in fields(base)}, group=group, folded=folded)
 
     @property
     def replicas(self) -> int:
-        return self.group.ranks if self.group else 1
+        """Replicas one simulated op stands for (memory_parts): the group when folded, else 1."""
+        return self.group.ranks if self.group and self.folded else 1
 
-    def gradient_seconds(self, graph: Graph) -> np.ndarray:
-        """[ops] seconds of each op's gradient collective over the group (0 for an op without weights)."""
+    def with_link_scale(self, scale: dict[str, float]) -> "DataParallelProfile":
+        """The same profile with its links' bandwidths multiplied by ``scale`` (channel name -> multiplier)."""
+        from dataclasses import replace
+
+        return replace(self, link_scale=tuple(sorted((n, float(m)) for n, m in scale.items() if m != 1.0)))
+
+    def group_for(self, names: list[str]) -> DPGroup | None:
+        """The group as the GPUs ``names`` run it: beta divided by the smallest multiplier of their channels."""
+        g = self.group
+        if g is None or not self.link_scale:
+            return g
+        near = min(_scale(self.link_scale, f"nvl-{n}") for n in names)
+        far = min(_scale(self.link_scale, f"ib-{n}") for n in names)
+        return DPGroup(g.ranks, g.per_node, g.nodes, (g.intra[0], g.intra[1] / near), (g.inter[0], g.inter[1] / far))
+
+    def gradient_seconds(self, graph: Graph, names: list[str] | None = None) -> np.ndarray:
+        """[ops] seconds of each op's gradient collective over the group (0 for an op without weights), on the
+        links of the GPUs ``names`` (the unscaled links when None)."""
+        group = self.group_for(names or [])
         kind = gradient_kind(self.zero)
-        return np.array([self.group.time(kind, float(op.param_bytes)) if self.group else 0.0 for op in graph.ops])
+        return np.array([group.time(kind, float(op.param_bytes)) if group else 0.0 for op in graph.ops])
+
+    def link_seconds(self, graph: Graph, devices: DeviceGraph) -> np.ndarray:
+        """[ops, devices] seconds of ``arrays().update`` that are communication (a what-if's device speed
+        leaves them alone)."""
+        if not self.folded:
+            return np.zeros((len(graph), len(devices.devices)))
+        if not self.link_scale:  # every GPU's links alike: one column
+            return np.repeat(self.gradient_seconds(graph)[:, None], len(devices.devices), axis=1)
+        return np.stack([self.gradient_seconds(graph, [d.name]) for d in devices.devices], axis=1)
+
+    def batch_gradient_seconds(self, graph: Graph, devices: DeviceGraph, split) -> np.ndarray | None:
+        """[ops] seconds a batch shard's update over ``split``'s devices adds (its group's collective; the
+        group's shape from the plan, one stage's like another's), None when the replicas are folded."""
+        if self.folded:
+            return None
+        return self.gradient_seconds(graph, [devices.devices[d].name for d in split.devices])
 
     def arrays(self, graph: Graph, devices: DeviceGraph) -> CostArrays:
         from dataclasses import replace
 
         a = super().arrays(graph, devices)
+        if not self.folded:
+            return a
         k = self.replicas
-        update = a.update / (k if self.zero >= 1 else 1) + self.gradient_seconds(graph)[:, None]
+        update = a.update / (k if self.zero >= 1 else 1) + self.link_seconds(graph, devices)
         return replace(a, update=update,
                        weight_copies=resident_copies(self.optimizer, graph.precision, self.zero, k))
 
 
-def fold_profile(base: RooflineProfile, group: DPGroup) -> FoldedReplicaProfile:
-    return FoldedReplicaProfile.of(base, group)
+FoldedReplicaProfile = DataParallelProfile  # the name plans of folded replicas were built with
+
+
+def fold_profile(base: RooflineProfile, group: DPGroup, folded: bool = True) -> DataParallelProfile:
+    return DataParallelProfile.of(base, group, folded)
 
 
 def replica_gpus(gpus: list[int], t: int, pp: int, dp: int) -> list[int]:

@@ -5,8 +5,9 @@ works on it): the GPUs in ``pp`` groups of ``dp`` consecutive ones (a node's GPU
 fits in a node), the network cut into ``pp`` contiguous stages (a transformer's layers evenly, as Megatron-LM
 cuts them, when they divide; otherwise balanced on compute, ``expert``'s cut, :func:`.baselines.balanced_stages`;
 under interleaved 1F1B ``pp · v`` chunks dealt round-robin), every op of a
-stage split by batch over its group (weights replicated, gradients all-reduced on a ring; ZeRO partitions the
-training state), and the global batch in micro-batches of ``micro_batch`` sequences per replica under the
+stage split by batch over its group (weights replicated; ZeRO partitions the training state), each op's
+gradients all-reduced over the group by the collective model (:mod:`.plan_fold`, hierarchical across nodes,
+charged to the op's update as in a plan of folded replicas), and the global batch in micro-batches of ``micro_batch`` sequences per replica under the
 chosen pipeline schedule. Every dimension not given is searched: ``pp · dp`` = the GPUs, ``dp`` divides the
 global batch, the micro-batch divides a replica's share; the best plan that fits in memory wins.
 
@@ -158,8 +159,8 @@ def simulate_plan(graph: Graph, devices: DeviceGraph | Cluster, gpus: list[int],
     batch = req.global_batch // dp if folded else req.global_batch  # the simulated sequences per step
     if _needs_rank_graph(req):
         graph = rank_graph(config, graph.precision, devices, gpus, t, dp, b, req, profile, batch)
+    profile = fold_profile(profile, dp_group(devices, gpus, t, dp, profile.comm_efficiency), folded)
     if folded:
-        profile = fold_profile(profile, dp_group(devices, gpus, t, dp, profile.comm_efficiency))
         sim_devices = devices.graph(replica_gpus(gpus, t, pp, dp))
         groups = [(s,) for s in range(pp)]
     else:
@@ -206,11 +207,9 @@ def simulate_plan(graph: Graph, devices: DeviceGraph | Cluster, gpus: list[int],
     stage = next(k for k, g in enumerate(groups) if busiest in g)
     comm = float(kinds["tensor_parallel"][stage])
     gathers = float(kinds["zero3"][stage])
-    dp_comm = None  # unfolded: the simulator's ring on the channels, its exposed part in other_s
-    if folded:
-        grads = profile.gradient_seconds(problem.graph)
-        dp_comm = float(sum(grads[cuts[k]:cuts[k + 1]].sum() for k in range(pp * v) if k % pp == stage))
-    compute = float(busy[busiest]) - comm - gathers - (dp_comm or 0.0)
+    grads = profile.gradient_seconds(problem.graph)  # charged to the updates, folded or not (plan_fold)
+    dp_comm = float(sum(grads[cuts[k]:cuts[k + 1]].sum() for k in range(pp * v) if k % pp == stage))
+    compute = float(busy[busiest]) - comm - gathers - dp_comm
     plan = Plan(tp=t, pp=pp, dp=dp, micro_batch=b, micro_batches=m, schedule=req.schedule, virtual_stages=v,
                 recompute=req.recompute, zero=req.zero, sequence_parallel=req.sequence_parallel,
                 step_time_s=float(r.makespan),
@@ -218,7 +217,7 @@ def simulate_plan(graph: Graph, devices: DeviceGraph | Cluster, gpus: list[int],
                 breakdown={"compute_s": compute, "tensor_parallel_comm_s": comm,
                            "zero3_gather_s": gathers, "recompute_s": float(kinds["recompute"][stage]),
                            "data_parallel_comm_s": dp_comm,
-                           "other_s": float(r.makespan) - compute - comm - gathers - (dp_comm or 0.0),
+                           "other_s": float(r.makespan) - compute - comm - gathers - dp_comm,
                            "bubble_fraction": float(r.idle_fraction()[used].mean()),
                            "busiest_gpu": names[busiest],
                            "nvlink_bytes": level["nvlink"], "infiniband_bytes": level["infiniband"],

@@ -7,7 +7,8 @@ split op becomes one shard per device; where a consumer needs pieces of several 
 its usual rules (a forward sends its output once to each other device with a consumer; a backward
 sends the summed gradients per device), plus one: after the last shard of a batch-split op with
 weights finishes its backward, a ring all-reduce sends 2(k-1)/k of the weights' bytes from each shard's
-device to the next one's, and the shards' weight updates wait for all of it.
+device to the next one's, and the shards' weight updates wait for all of it (a cluster plan's profile instead
+charges each shard's update its collective's time: :func:`charged_allreduces`).
 
 ``expand`` is the readable version the Python reference runs; the kernel (``_kernel.c``) builds the
 same arrays in C, in the same order, and tests compare the two.
@@ -84,6 +85,7 @@ def compile_shards(graph: Graph, devices: DeviceGraph, profile, costs, table: Se
     optimizer, zero = getattr(profile, "optimizer", "sgd"), getattr(profile, "zero", 0)
     R = len(rows)
     out = {key: np.zeros(R) for key in ("blo", "bhi", "cf", "fwd", "bwd", "upd", "static")}
+    charged = charged_allreduces(graph, devices, profile, table)
     for r, (i, t, j, blo, bhi, cf, f) in enumerate(rows):
         s = table[t]
         dev = s.devices[j]
@@ -96,14 +98,32 @@ def compile_shards(graph: Graph, devices: DeviceGraph, profile, costs, table: Se
             out["upd"][r] /= s.k
         else:
             out["static"][r] = params * weight_copies
+        if t in charged:
+            out["upd"][r] += charged[t][i]
     ptr = np.zeros(T + 1, dtype=np.int32)
     ptr[1:] = np.cumsum([s.k for s in table]) if T else []
-    ar_alone, ar_busy = allreduce_times(graph, devices, table, allowed)
+    ar_alone, ar_busy = allreduce_times(graph, devices, table, allowed) if not charged else (None, None)
+    ar_bytes = np.array([0.0 if charged else o.param_bytes for o in graph.ops], dtype=float)
     return ShardArrays(
         T=T, opt_dim=np.array([CHANNEL if s.dim == "channel" else BATCH for s in table], dtype=np.int32),
         opt_ptr=ptr, opt_dev=np.array([d for s in table for d in s.devices], dtype=np.int32),
-        entry=entry, ar_bytes=np.array([o.param_bytes for o in graph.ops], dtype=float),
+        entry=entry, ar_bytes=ar_bytes,
         gather_rate=gather_rate(profile, devices), allowed=allowed, ar_alone=ar_alone, ar_busy=ar_busy, **out)
+
+
+def charged_allreduces(graph: Graph, devices: DeviceGraph, profile, table: Sequence[Split]) -> dict:
+    """Split index -> [ops] seconds each of its batch shards' updates adds for the gradients' all-reduce, where
+    the profile times it by a collective model (``batch_gradient_seconds``: a cluster plan's,
+    optimize.plan_fold); then no split sends a ring of messages ({} otherwise: the ring as before)."""
+    hook = getattr(profile, "batch_gradient_seconds", None)
+    if hook is None:
+        return {}
+    out = {}
+    for t, s in enumerate(table):
+        seconds = hook(graph, devices, s) if s.dim == "batch" else None
+        if seconds is not None:
+            out[t] = np.asarray(seconds, dtype=float)
+    return out
 
 
 def allreduce_times(graph: Graph, devices: DeviceGraph, table: Sequence[Split], allowed: np.ndarray):
