@@ -126,6 +126,10 @@ def export_run(store, run_id: int, what: str, fmt: str | None = None) -> Export:
     if fmt not in allowed:
         raise InputError(f"{what} exports as {' or '.join(allowed)}, not {fmt}", field="--format")
     r = store.get(run_id)
+    if r.algorithm == "plan-archive" and what != "benchmarks":  # placement_core.store.plan_runs
+        raise InputError(f"run {r.id} is a plan archive: cluster plans, not placements of one network", field="run",
+                         fix="Browse it on the dashboard's Archive page (each plan's trace downloads there), or "
+                             "export a plan with `placement plan ... --export megatron|nemo|stages`")
     if what in ("placement", "torch", "snippet", "trace") and r.best_placement is None:
         raise InputError(f"run {r.id} has no placement yet", field="run", fix="Wait for its first checkpoint")
     problem = store.problem(r.id) if what in ("placement", "torch", "snippet", "trace", "archive") else None

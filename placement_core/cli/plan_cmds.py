@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+
 from ..optimize.plan_space import DIMS
 from .common import positive_int, print_json, printable, table
 from .plan_output import NOTHING_FITS, plan_rows
+from .optimize_cmds import note
 from .validate import count_int, seed_int
 
 
@@ -57,6 +60,11 @@ def register(sub) -> None:
     p.add_argument("--niches", default="pp,tp", metavar="DIMS",
                    help="map-elites: two or more of " + ", ".join(DIMS) + " (default pp,tp)")
     p.add_argument("--seed", type=seed_int, default=0, help="map-elites: random seed (default 0)")
+    p.add_argument("--label", type=note, help="map-elites: a note stored with the run")
+    p.add_argument("--no-store", action="store_true",
+                   help="map-elites: do not record the archive in the run store (placement runs list; the "
+                        "dashboard's Archive page)")
+    p.add_argument("--home", metavar="DIR", help="data directory (default $PLACEMENT_HOME or ~/.placement)")
     p.add_argument("--json", action="store_true", help='print {"best": {...}, "candidates": [...]} (and "archive" '
                                                        "under --search map-elites)")
     p.set_defaults(handler=cmd_plan)
@@ -81,6 +89,32 @@ def _devices(spec: str, fold: bool):
 DEFAULTS = {"schedule": "1f1b", "virtual_stages": 1, "recompute": "none", "zero": 0}
 
 
+def _search(args, graph, devices, req, config, vary):
+    """MAP-Elites over the plans, stored as a run unless --no-store: (archive, run id or None)."""
+    import time
+
+    from ..optimize.plan_elites import search_plans
+
+    niches = tuple(n.strip() for n in args.niches.split(",") if n.strip())
+    t0 = time.perf_counter()
+    archive = search_plans(graph, devices, req, config, vary=vary, niches=niches, budget=args.budget, seed=args.seed)
+    if args.no_store:
+        return archive, None
+    from ..store import RunStore
+    from ..store.plan_runs import PlanSearch, save_plan_archive
+
+    search = PlanSearch(devices_spec=args.devices, request=req, network_spec=args.network if config else None,
+                        vary=tuple(vary), niches=niches, budget=args.budget, seed=args.seed)
+    with RunStore(home=args.home) as store:
+        return archive, save_plan_archive(store, archive, search, graph, devices,
+                                          wall_s=time.perf_counter() - t0, label=args.label)
+
+
+def stored_note(run_id: int) -> str:
+    return (f"stored as run {run_id} (see `placement runs show {run_id}`; the dashboard's Archive page browses "
+            "it)")
+
+
 def cmd_plan(args) -> int:
     from ..base.errors import InputError
     from ..families import gpt
@@ -97,12 +131,9 @@ def cmd_plan(args) -> int:
                       micro_batch=args.micro_batch, optimizer=args.optimizer, comm_efficiency=args.comm_efficiency,
                       sequence_parallel=args.sequence_parallel, **fixed)
     config = gpt.parse(args.network) if gpt.is_gpt(args.network) else None
-    archive = None
+    archive = run_id = None
     if args.search == "map-elites":
-        from ..optimize.plan_elites import search_plans
-        niches = tuple(n.strip() for n in args.niches.split(",") if n.strip())
-        archive = search_plans(graph, devices, req, config, vary=[k for k, v in given.items() if v is None],
-                               niches=niches, budget=args.budget, seed=args.seed)
+        archive, run_id = _search(args, graph, devices, req, config, [k for k, v in given.items() if v is None])
         plans = [e.plan for e in archive.ranked()]
     else:
         plans = plan(graph, devices, req, config)
@@ -116,6 +147,8 @@ def cmd_plan(args) -> int:
         per_node = 8 if args.devices.strip().lower().startswith("dgx-") else gpus
         print(export(args.export, chosen.graph or graph, config, chosen, max(1, gpus // per_node), min(per_node, gpus),
                      args.global_batch, args.optimizer))
+        if run_id is not None:
+            print(stored_note(run_id), file=sys.stderr)
         return 0
     model = {"network": graph.name, "ops": len(graph), "precision": graph.precision, "gpus": gpus,
              "global_batch": args.global_batch}
@@ -142,9 +175,11 @@ def cmd_plan(args) -> int:
     if archive is not None:
         from .plan_output import archive_json, print_archive
         if args.json:
-            print_json(archive_json(archive, model, row, args.budget, args.seed))
+            print_json({**archive_json(archive, model, row, args.budget, args.seed), "run_id": run_id})
         else:
             print_archive(archive, setting, rows, args.budget, args.seed, args.top, flops is not None)
+            if run_id is not None:
+                print(stored_note(run_id))
         return 0
     if args.json:
         print_json({"model": model, "best": rows[0], "candidates": rows})

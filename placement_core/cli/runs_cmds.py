@@ -106,13 +106,13 @@ def cmd_show(args) -> int:
     with open_store(args) as store:
         r = store.get(args.run)
         history = store.history(r.id)
-        n_archive = len(store.archive_rows(r.id))
+        n_archive = len(store.archive_rows(r.id)) or len((r.extras.get("plan_archive") or {}).get("elites") or [])
         data = {"id": r.id, "status": r.display_status, "label": r.label, "network": r.network_name,
                 "devices": r.devices_name, "problem": r.problem, "algorithm": r.algorithm, "params": r.params,
                 "seed": r.seed, "budget_evaluations": r.budget_evaluations, "budget_seconds": r.budget_seconds,
                 "evaluations": r.evaluations, "best_objective_s": r.best_objective, "wall_s": r.wall_s,
                 "error": r.error, "archive_size": n_archive, "history_points": len(history), "seeding": r.seeding,
-                "extras": {k: v for k, v in r.extras.items() if k != "plan"}}
+                "extras": {k: v for k, v in r.extras.items() if k not in ("plan", "plan_archive")}}
     if args.json:
         print_json(data)
         return 0
@@ -127,7 +127,8 @@ def cmd_show(args) -> int:
     print(f"  {r.evaluations}/{r.budget_evaluations or '-'} evaluations, best objective {best}"
           + (f", wall {fmt_seconds(r.wall_s)}" if r.wall_s else ""))
     if n_archive:
-        print(f"  archive: {n_archive} elites")
+        print(f"  archive: {n_archive} " + ("plans, one per niche (the dashboard's Archive page browses it)"
+                                           if r.algorithm == "plan-archive" else "elites"))
     if r.error:
         print(f"  error: {r.error}")
     return 0
