@@ -58,11 +58,11 @@ if result is not None:
                                     "idle": st.column_config.NumberColumn(format="percent"),
                                     "TFLOP/s per GPU": st.column_config.NumberColumn(format="%.0f")})
         index = st.selectbox("Plan", range(len(plans)), format_func=lambda k: f"#{k + 1}: {clusterview.label(plans[k])}",
-                             key="cluster_pick")
+                             key=ui.persist("cluster_pick", range(len(plans))))
     p = plans[index or 0]
     with ui.guarded("the plan's figures"):
-        problem, parts, trace = clusterview.details(state.graph_key(), choices, index or 0, g, devices, p,
-                                                    gpt_config)
+        problem, parts, trace, folded = clusterview.details(state.graph_key(), choices, index or 0, g, devices, p,
+                                                            gpt_config)
         c = st.columns(4)
         c[0].metric("Step", f"{p.step_time_s * 1e3:.4g} ms")
         c[1].metric("Fullest GPU", f"{p.peak_memory_bytes / 1e9:.1f} GB",
@@ -85,6 +85,12 @@ if result is not None:
             c[1].download_button("Stage split (JSON)", stages, file_name="stages.json", mime="application/json",
                                  key="cluster_stages", icon=":material/download:",
                                  help="Each pipeline chunk's first and last op and the layers it holds.")
+        if folded and p.dp > 1:
+            st.info(f"One data-parallel replica is shown: its {problem.n_devices} simulated GPU(s), the first of "
+                    f"each tensor-parallel group in each pipeline stage. The other {p.dp - 1:,} replicas run the "
+                    "same step and are folded into it; each op's gradient all-reduce over the replicas "
+                    "(NVLink inside a node, InfiniBand across) is kept in its weight update.",
+                    icon=":material/layers:")
         st.markdown("##### Where the step's time goes")
         st.plotly_chart(clusterview.time_figure(p), key="cluster_time", config={"displaylogo": False})
         st.markdown("##### Memory per GPU")
@@ -100,4 +106,5 @@ if result is not None:
                                unit="micro-batch")
             st.plotly_chart(fig, key="cluster_gantt", config={"displaylogo": False, "scrollZoom": True})
         else:
-            st.caption(f"The step's chart is drawn for clusters of up to {clusterview.GANTT_MAX_GPUS} GPUs.")
+            st.caption(f"The step's chart is drawn for up to {clusterview.GANTT_MAX_GPUS} simulated GPUs: this "
+                       f"plan's replica has {problem.n_devices} pipeline stages.")

@@ -8,14 +8,14 @@ import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
-from placement_core.formats.clusters import KINDS, MAX_NODES
-from placement_core.optimize.plans import PlanRequest, memory_parts, plan, simulate_plan
+from placement_core.formats.clusters import KINDS, MAX_NODES, MAX_PLAN_NODES, Cluster, load_plan_cluster
+from placement_core.optimize.plans import PlanRequest, gpus_of, memory_parts, plan, simulate_plan
 
 from . import state, ui
 from .charts.style import BASE_LAYOUT
 
 PARTS = (("weights", "#4c78a8"), ("gradients", "#f58518"), ("optimizer", "#e45756"), ("activations", "#72b7b2"))
-GANTT_MAX_GPUS = 32
+GANTT_MAX_GPUS = 32  # simulated GPUs; a larger plan's details fold its replicas into one (details)
 
 
 @dataclass(frozen=True)
@@ -50,32 +50,42 @@ def form(config=None, extra=None) -> tuple[Choices, object] | None:
     g = state.graph()
     with st.form("cluster_form", border=False):
         c = st.columns(4)
-        cluster = c[0].selectbox("Cluster", list(KINDS), key="cluster_kind",
+        cluster = c[0].selectbox("Cluster", list(KINDS), key=ui.persist("cluster_kind", list(KINDS)),
                                  format_func=lambda k: {"dgx-a100": "DGX A100 nodes", "dgx-h100": "DGX H100 nodes"}[k])
-        nodes = c[1].number_input("Nodes (8 GPUs each)", 1, MAX_NODES, 2, key="cluster_nodes")
+        nodes = c[1].number_input("Nodes (8 GPUs each)", 1, MAX_PLAN_NODES, 2,
+                                  key=ui.persist("cluster_nodes", bounds=(1, MAX_PLAN_NODES)),
+                                  help=f"Up to {MAX_NODES} nodes every data-parallel replica is simulated; above, "
+                                       f"one replica is, the others folded into it with their gradients' "
+                                       f"all-reduce kept (the same step either way).")
         batch = c[2].number_input("Global batch (sequences)", 1, 1 << 20, int(g.batch_size) * 8,
-                                  key="cluster_batch", help="Samples per training step, over every replica.")
-        schedule = c[3].selectbox("Pipeline schedule", ["1f1b", "gpipe", "zb-h1"], key="cluster_schedule")
+                                  key=ui.persist("cluster_batch", bounds=(1, 1 << 20)),
+                                  help="Samples per training step, over every replica.")
+        schedules = ["1f1b", "gpipe", "zb-h1"]
+        schedule = c[3].selectbox("Pipeline schedule", schedules, key=ui.persist("cluster_schedule", schedules))
         c = st.columns(4)
-        optimizer = c[0].selectbox("Optimizer", ["adam", "sgd"], key="cluster_optimizer",
+        optimizer = c[0].selectbox("Optimizer", ["adam", "sgd"], key=ui.persist("cluster_optimizer", ["adam", "sgd"]),
                                    help="Adam keeps two moments (and an fp32 copy of bf16 weights) per parameter.")
-        zero = c[1].selectbox("ZeRO stage", [0, 1, 2, 3] if config is not None else [0, 1, 2], key="cluster_zero",
+        zeros = [0, 1, 2, 3] if config is not None else [0, 1, 2]
+        zero = c[1].selectbox("ZeRO stage", zeros, key=ui.persist("cluster_zero", zeros),
                               help="1: the optimizer state partitioned over each data-parallel group; 2: the "
                                    "gradients too; 3 (a GPT): the weights too, gathered layer by layer.")
-        pp = c[2].number_input("Pipeline stages (0 = search)", 0, 8 * MAX_NODES, 0, key="cluster_pp")
-        micro = c[3].number_input("Micro-batch (0 = search)", 0, 1 << 20, 0, key="cluster_micro",
+        pp = c[2].number_input("Pipeline stages (0 = search)", 0, 8 * MAX_PLAN_NODES, 0,
+                               key=ui.persist("cluster_pp", bounds=(0, 8 * MAX_PLAN_NODES)))
+        micro = c[3].number_input("Micro-batch (0 = search)", 0, 1 << 20, 0,
+                                  key=ui.persist("cluster_micro", bounds=(0, 1 << 20)),
                                   help="Sequences per micro-batch and replica.")
         tp, sp, recompute = 1, False, "none"
         if config is not None:
             c = st.columns(4)
-            tp = c[0].selectbox("Tensor parallel", [0, 1, 2, 4, 8], key="cluster_tp",
+            tp = c[0].selectbox("Tensor parallel", [0, 1, 2, 4, 8], key=ui.persist("cluster_tp", [0, 1, 2, 4, 8]),
                                 format_func=lambda t: "search" if t == 0 else str(t),
                                 help="GPUs of a node that split each layer (Megatron's column- and row-parallel "
                                      "linear layers, the heads over the group); their all-reduces are in the step.")
-            recompute = c[1].selectbox("Recomputation", ["none", "selective", "full"], key="cluster_recompute",
+            recomputes = ["none", "selective", "full"]
+            recompute = c[1].selectbox("Recomputation", recomputes, key=ui.persist("cluster_recompute", recomputes),
                                        help="Selective: attention's scores again in the backward; full: each "
                                             "layer's forward again (less memory, more compute).")
-            sp = c[2].checkbox("Sequence parallel", key="cluster_sp",
+            sp = c[2].checkbox("Sequence parallel", key=ui.persist("cluster_sp"),
                                help="All-gathers and reduce-scatters instead of all-reduces; norms split over the "
                                     "sequence (needs tensor parallelism above 1).")
         go_ = st.form_submit_button("Plan", type="primary", icon=":material/search:")
@@ -86,9 +96,17 @@ def form(config=None, extra=None) -> tuple[Choices, object] | None:
                    int(tp), bool(sp), recompute), more
 
 
+def plan_devices(choices: Choices):
+    """The cluster's device graph up to ``MAX_NODES`` nodes (every replica simulated), above it the
+    :class:`Cluster` whose replicas `placement plan` folds into one."""
+    if choices.nodes <= MAX_NODES:
+        return state.builtin_device_graph(choices.devices_spec)
+    return load_plan_cluster(choices.devices_spec)
+
+
 @st.cache_resource(max_entries=8, show_spinner=False)
 def _plans(graph_key: str, choices: Choices, _graph, _config):
-    devices = state.builtin_device_graph(choices.devices_spec)
+    devices = plan_devices(choices)
     return devices, plan(_graph, devices, choices.request(), _config)
 
 
@@ -101,14 +119,19 @@ def run(choices: Choices, config=None) -> None:
 
 @st.cache_resource(max_entries=16, show_spinner=False)
 def details(graph_key: str, choices: Choices, index: int, _graph, _devices, _plan, _config=None):
+    """(problem, memory parts, trace or None, folded): the plan simulated again for its charts. A plan of more
+    than ``GANTT_MAX_GPUS`` simulated GPUs is shown as one replica (its dp replicas folded into it), which
+    runs the same step: one data-parallel model either way (docs/clusters.md)."""
     from dataclasses import replace
 
-    gpus = [i for i, d in enumerate(_devices.devices) if d.kind == "gpu"]
-    p, problem = simulate_plan(_graph, _devices, gpus, _plan.pp, _plan.dp, _plan.micro_batch,
+    devices = _devices
+    if not isinstance(devices, Cluster) and len(gpus_of(devices)) // _plan.tp > GANTT_MAX_GPUS:
+        devices = Cluster(choices.cluster, choices.nodes)
+    p, problem = simulate_plan(_graph, devices, gpus_of(devices), _plan.pp, _plan.dp, _plan.micro_batch,
                                replace(choices.request(), tp=_plan.tp), _config)
     parts = memory_parts(problem, p.placement)
-    trace = problem.simulate(p.placement, trace=True).result if len(gpus) <= GANTT_MAX_GPUS else None
-    return problem, parts, trace
+    trace = problem.simulate(p.placement, trace=True).result if problem.n_devices <= GANTT_MAX_GPUS else None
+    return problem, parts, trace, isinstance(devices, Cluster)
 
 
 def plans_table(plans, flops: float | None, gpus: int) -> list[dict]:
@@ -146,6 +169,9 @@ def time_figure(p) -> go.Figure:
     if b.get("tensor_parallel_comm_s"):
         fig.add_bar(y=["step"], x=[b["tensor_parallel_comm_s"] * 1e3], name="exposed tensor-parallel communication",
                     orientation="h", marker_color="#f58518")
+    if b.get("data_parallel_comm_s"):
+        fig.add_bar(y=["step"], x=[b["data_parallel_comm_s"] * 1e3], name="data-parallel gradient all-reduce",
+                    orientation="h", marker_color="#e45756")
     fig.add_bar(y=["step"], x=[b["other_s"] * 1e3], name="the rest: pipeline bubble and exposed communication",
                 orientation="h", marker_color="#bab0ac")
     fig.update_layout(barmode="stack", height=160, xaxis_title="ms", legend=dict(orientation="h", y=1.5),
@@ -160,4 +186,6 @@ def label(p) -> str:
 
 
 def capacity(devices) -> float:
+    if isinstance(devices, Cluster):
+        return float(devices.graph([0]).devices[0].memory_bytes)
     return float(np.max([d.memory_bytes for d in devices.devices]))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from apptest_util import assert_clean, goto, show_tab, start
+from apptest_util import assert_clean, figures, goto, show_tab, start, text
 
 
 def _gpt(at):
@@ -36,9 +36,14 @@ def test_plan_a_gpt_on_one_node():
                   if json.loads(e.proto.spec)["layout"].get("yaxis", {}).get("title", {}).get("text") == "GB")
     assert [t["name"] for t in memory["data"]] == ["weights", "gradients", "optimizer", "activations"]
     assert len(at.get("plotly_chart")) == 3  # time, memory, the step's Gantt
+    # the Megatron-LM command for a plan whose 2 layers its stages cut evenly, else why there is none
+    k = next(i for i, p in enumerate(table["pipeline stages"]) if 2 % p == 0)
+    if k:
+        assert "splits them evenly" in "\n".join(c.value for c in at.caption) and not at.code
+        at.selectbox(key="cluster_pick").set_value(k).run(timeout=120)
     [code] = at.code
     assert code.value.startswith("torchrun --nnodes=1 --nproc-per-node=8 pretrain_gpt.py")
-    assert f"--pipeline-model-parallel-size {table['pipeline stages'][0]}" in code.value
+    assert f"--pipeline-model-parallel-size {table['pipeline stages'][k]}" in code.value
     at.selectbox(key="cluster_pick").set_value(3).run(timeout=120)
     assert_clean(at)
     assert at.metric[0].value == f"{steps[3]:.4g} ms"
@@ -70,3 +75,43 @@ def test_tensor_parallelism_is_searched_for_a_gpt():
     assert tp_bar and tp_bar[0]["x"][0] > 0
     [code] = at.code
     assert "--tensor-model-parallel-size 2" in code.value and "--recompute-granularity full" in code.value
+
+
+def test_plan_128_nodes_shows_one_replica_and_keeps_the_choice():
+    """Issue 28: above 32 nodes the page plans as `placement plan` does, its dp replicas folded into one: 128
+    DGX A100 nodes (1,024 GPUs), tp 8 fixed, micro-batch 1, global batch 256: pp 1..64 (divisors of the 128
+    tensor-parallel groups up to the 101 ops), so 7 plans. The best, tp 8 × pp 2 × dp 64, is drawn as one
+    replica: stage 0 on GPU 0 (n0g0), stage 1 from GPU dp · tp = 512 (n64g0)."""
+    at = start()
+    show_tab(at, "net_tab", "A GPT by its shape")
+    for key, value in (("layers", 8), ("hidden", 1024), ("heads", 16), ("seq", 1024), ("vocab", 50257),
+                       ("batch", 2)):
+        at.number_input(key=f"gpt_{key}").set_value(value)
+    at.button(key="FormSubmitter:net_gpt-Build this GPT").click().run()
+    goto(at, "cluster", timeout=120)
+    at.number_input(key="cluster_nodes").set_value(128)
+    at.number_input(key="cluster_batch").set_value(256)
+    at.number_input(key="cluster_micro").set_value(1)
+    at.selectbox(key="cluster_tp").set_value(8)
+    at.button(key="FormSubmitter:cluster_form-Plan").click().run(timeout=240)
+    assert_clean(at)
+    assert "7 plans on dgx-a100:nodes=128 (1024 GPUs)" in text(at)
+    table = at.dataframe[0].value
+    assert sorted(table["pipeline stages"]) == [1, 2, 4, 8, 16, 32, 64]
+    assert all(t * p * d == 1024 for t, p, d in zip(table["tensor-parallel"], table["pipeline stages"],
+                                                    table["data-parallel"]))
+    pp, dp = table["pipeline stages"][0], table["data-parallel"][0]
+    assert f"The other {dp - 1:,} replicas run the same step" in text(at)
+    memory = next(f for f in figures(at) if f["layout"].get("yaxis", {}).get("title", {}).get("text") == "GB")
+    assert memory["data"][0]["x"] == [f"n{s * dp}g0" for s in range(pp)]  # stage s from GPU s · dp · 8
+    time_fig = next(f for f in figures(at) if f["layout"].get("xaxis", {}).get("title", {}).get("text") == "ms")
+    dp_bar = [t for t in time_fig["data"] if t["name"] == "data-parallel gradient all-reduce"]
+    assert dp_bar and dp_bar[0]["x"][0] > 0
+    assert len(at.get("plotly_chart")) == 3  # time, memory and one replica's Gantt
+    assert at.metric[0].value == f"{table['step (ms)'][0]:.4g} ms"
+    # leave the page and come back: the choices and the plans are kept
+    goto(at, "trace", timeout=120)
+    goto(at, "cluster", timeout=120)
+    assert_clean(at)
+    assert at.number_input(key="cluster_nodes").value == 128 and at.selectbox(key="cluster_tp").value == 8
+    assert "7 plans on dgx-a100:nodes=128 (1024 GPUs)" in text(at)

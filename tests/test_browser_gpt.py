@@ -100,3 +100,42 @@ def test_plan_a_gpt_on_a_cluster_pick_a_plan_and_come_back(page, tmp_path):
     open_page(pg, "Cluster plan")
     assert "26 plans on dgx-a100:nodes=1" in main(pg).inner_text()  # the plans stay with the session
     no_errors(pg)
+
+
+def test_plan_128_nodes_see_one_replicas_gantt_and_come_back(page):
+    """Issue 28: 128 DGX A100 nodes (1,024 GPUs) are planned with the data-parallel replicas folded: the best
+    plan, one replica's step GPU by GPU, and the choices kept after a visit to another page."""
+    pg = page
+    open_page(pg, "Network")
+    _gpt_tab(pg)
+    for label, value in (("Layers", 8), ("Hidden size", 1024), ("Attention heads", 16), ("Sequence length", 1024),
+                         ("Vocabulary", 50257), ("Sequences per batch", 2)):
+        main(pg).get_by_role("spinbutton", name=label, exact=True).first.fill(str(value))
+    main(pg).get_by_role("button", name="Build this GPT").click()
+    settle(pg)
+    open_page(pg, "Cluster plan")
+    for label, value in (("Nodes (8 GPUs each)", 128), ("Global batch (sequences)", 256), ("Micro-batch (0 = search)", 1)):
+        main(pg).get_by_role("spinbutton", name=label, exact=True).first.fill(str(value))
+    browser_util.choose(pg, "Tensor parallel", "8", scope=main(pg))
+    main(pg).get_by_role("button", name="Plan").click()
+    # tp 8 on 128 groups: pp 1, 2, ..., 64 (test_app_cluster works out the same table)
+    wait_text(pg, "7 plans on dgx-a100:nodes=128 (1024 GPUs)", timeout_s=180)
+    settle(pg)
+    wait_text(pg, "replicas run the same step and are folded into it", timeout_s=60)
+    best = browser_util.selected(pg, "Plan", scope=main(pg))
+    assert best.startswith("#1: tensor parallel 8, ") and "stage(s) ×" in best and "does not fit" not in best
+    step = float(best.split(": ")[-1].split(" ms")[0])  # the label rounds to whole ms, the Step metric to 4 digits
+    shown = main(pg).get_by_test_id("stMetricValue").first.inner_text()
+    assert shown.endswith(" ms") and abs(float(shown[:-3]) - step) <= 0.5
+    plot = browser_util.gantt(pg)
+    plot.scroll_into_view_if_needed()
+    plot.wait_for(timeout=60_000)
+    rows = browser_util.on_gantt(pg, "gd => gd.layout.yaxis.ticktext || gd.layout.yaxis.categoryarray || []")
+    assert any("n0g0" in str(r) for r in rows), rows  # the replica's first stage, on the cluster's first GPU
+    open_page(pg, "Trace")
+    open_page(pg, "Cluster plan")
+    assert browser_util.number(pg, "Nodes (8 GPUs each)", scope=main(pg)) == "128"
+    assert browser_util.selected(pg, "Tensor parallel", scope=main(pg)) == "8"
+    assert "7 plans on dgx-a100:nodes=128 (1024 GPUs)" in main(pg).inner_text()
+    browser_util.gantt(pg).wait_for(timeout=60_000)
+    no_errors(pg)
