@@ -83,13 +83,21 @@ with ui.guarded("the run"), stored.open_store() as store:
         m[0].metric("Status", status)
         budget = f" of {rec.budget_evaluations:,}" if rec.budget_evaluations else ""
         m[1].metric("Evaluations", f"{rec.evaluations:,}", help=f"{rec.evaluations:,}{budget}")
-        m[2].metric("Best objective", "–" if rec.best_objective is None else fmt_seconds(rec.best_objective),
-                    help="seconds per batch plus the memory penalty")
+        plans = rec.algorithm == "plan-archive"  # MAP-Elites over cluster plans: its best is a plan's step time
+        m[2].metric("Best step" if plans else "Best objective",
+                    "–" if rec.best_objective is None else fmt_seconds(rec.best_objective),
+                    help="the fastest stored plan's step time" if plans else "seconds per batch plus the memory "
+                                                                           "penalty")
         m[3].metric("Wall time", "–" if rec.wall_s is None else fmt_seconds(rec.wall_s))
         spec = rec.problem
-        how = (f"{spec['batches']} batch(es), {spec['in_flight']} in flight" if spec["schedule"] == "thesis"
-               else f"{spec['schedule']}, {spec['micro_batches']} micro-batches")
-        st.caption(f"Simulator: {how}, {spec['profile']} costs, {spec['penalty']} penalty · seed {rec.seed} · "
+        if plans:
+            how = (f"plans of {ui.esc(rec.network_name)} on {ui.esc(spec.get('devices_spec'))}, global batch "
+                   f"{(spec.get('request') or {}).get('global_batch')}; browse them on the Archive page")
+        else:
+            how = (f"{spec['batches']} batch(es), {spec['in_flight']} in flight" if spec["schedule"] == "thesis"
+                   else f"{spec['schedule']}, {spec['micro_batches']} micro-batches")
+            how += f", {spec['profile']} costs, {spec['penalty']} penalty"
+        st.caption(f"{'Plan archive' if plans else 'Simulator'}: {how} · seed {rec.seed} · "
                    "parameters: " + (ui.esc(", ".join(f"{k} {v}" for k, v in rec.params.items())) or "none")
                    + f" · started {time.strftime('%Y-%m-%d %H:%M', time.localtime(rec.created))} on "
                    f"{ui.esc(rec.host)}")
@@ -122,7 +130,8 @@ with ui.guarded("the run"), stored.open_store() as store:
         if b[1].button("Show its trace", key="runs_trace", disabled=not has_best):
             stored.adopt(store, rec, rec.best_placement, f"best of {stored.run_name(rec)}")
             st.switch_page("app_pages/trace.py")
-        if b[2].button("Open its archive", key="runs_archive", disabled=rec.id not in store.archive_sizes()):
+        if b[2].button("Open its archive", key="runs_archive",
+                       disabled=rec.id not in store.archive_sizes() and not plans):
             s.arch_run = f"stored:{rec.id}"
             st.switch_page("app_pages/archive.py")
         resumable = status in stored.RESUMABLE and not live and not training
@@ -186,7 +195,7 @@ def short_name(i: int) -> str:
 
 ids = list(by_id)
 # a training's curve is a ratio, not seconds: it is drawn with its run above, not overlaid on optimizations
-searches = [i for i in ids if not by_id[i].algorithm.startswith("train-")]
+searches = [i for i in ids if not by_id[i].algorithm.startswith("train-") and by_id[i].algorithm != "plan-archive"]
 with ui.guarded("the comparison of runs"), stored.open_store() as store:
     st.subheader("Compare runs")
     chosen = st.multiselect("Runs on the chart", searches, default=[run_id] if run_id in searches else [],

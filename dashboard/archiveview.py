@@ -1,5 +1,5 @@
 """Where the Archive page's archives come from: this session's MAP-Elites runs and plan archives (the Cluster plan
-page's) and the run store's.
+page's) and the run store's (placement runs' archives and plan archives).
 
 Every kind is wrapped as an :class:`ArchiveSource`, so the page draws and
 adopts them the same way. A finished run of this session is also in the store;
@@ -14,11 +14,16 @@ from typing import Callable
 
 import numpy as np
 
-from placement_core.analysis.archive_view import elite_fits
+import streamlit as st
 
-from . import state, stored
+from placement_core.analysis.archive_view import elite_fits
+from placement_core.base.errors import InputError
+from placement_core.store.plan_runs import is_plan_run
+
+from . import state, stored, ui
 from .background_runs import REGISTRY
 from .planarchive import runs as plan_runs
+from .planarchive import stored_run as stored_plan_run
 
 
 @dataclass
@@ -32,6 +37,7 @@ class ArchiveSource:
     others: dict[str, np.ndarray] = field(default_factory=dict)  # other runs' bests on the same problem
     current_problem: bool = False  # made for the current network, devices and settings
     quality: list = field(default_factory=list)  # background_runs.Run.quality, then the final archive's point
+    plan: object = None  # a plan archive's planarchive.PlanRun (its name, devices, capacity)
 
 
 def _live_sources() -> list[ArchiveSource]:
@@ -73,7 +79,16 @@ def _stored_sources(skip: set[int]) -> list[ArchiveSource]:
     with stored.open_store() as store:
         sizes = store.archive_sizes()
         for rec in store.runs():
-            if rec.id not in sizes or rec.id in skip:
+            if rec.id in skip:
+                continue
+            if is_plan_run(rec):
+                try:
+                    out.append(_plan_source(stored_plan_run(store, rec), f" · stored {rec.display_status}"))
+                except InputError as e:  # one unreadable archive is named; the others are listed
+                    st.warning(f"Run {rec.id} (a plan archive) cannot be reopened: {ui.esc(e)}",
+                               icon=":material/warning:")
+                continue
+            if rec.id not in sizes:
                 continue
             archive = stored.stored_archive(store, rec)
             if archive is None:
@@ -96,14 +111,17 @@ def _stored_sources(skip: set[int]) -> list[ArchiveSource]:
     return out
 
 
+def _plan_source(r, note: str = "") -> ArchiveSource:
+    return ArchiveSource(key=r.key, name=r.name,
+                         description=f"{r.name} · {r.network_label} on {r.devices_spec} · {len(r.archive)} plans "
+                                     f"({' × '.join(d.label for d in r.archive.descriptors)}){note}",
+                         archive=r.archive, evaluations=r.archive.evaluations, adopt=None,
+                         current_problem=r.graph_key == state.graph_key(), plan=r)
+
+
 def _plan_sources() -> list[ArchiveSource]:
     """This session's plan archives (MAP-Elites over cluster plans), newest first."""
-    return [ArchiveSource(key=f"plan:{r.id}", name=r.name,
-                         description=f"{r.name} · {r.network_label} on {r.devices_spec} · {len(r.archive)} plans "
-                                     f"({' × '.join(d.label for d in r.archive.descriptors)})",
-                         archive=r.archive, evaluations=r.archive.evaluations, adopt=None,
-                         current_problem=r.graph_key == state.graph_key())
-            for r in plan_runs()]
+    return [_plan_source(r) for r in plan_runs()]
 
 
 def is_plan_archive(archive) -> bool:
@@ -115,6 +133,7 @@ def archive_sources() -> list[ArchiveSource]:
     (newest first)."""
     live = _live_sources()
     skip = {r.store_id for r in REGISTRY.runs(state.session().session_key) if r.store_id is not None}
+    skip |= {r.store_id for r in plan_runs() if r.store_id is not None}
     return _plan_sources() + list(reversed(live)) + _stored_sources(skip)
 
 

@@ -1,5 +1,6 @@
-"""Plan archives in the dashboard: MAP-Elites over cluster plans run from the Cluster plan page, kept with the
-session, and drawn on the Archive page (its map, then the chosen niche's plan, time, memory and trace).
+"""Plan archives in the dashboard: MAP-Elites over cluster plans run from the Cluster plan page, stored in the run
+store as it finishes (``placement_core.store.plan_runs``: a reload or another session reopens it) and kept with the
+session too, and drawn on the Archive page (its map, then the chosen niche's plan, time, memory and trace).
 
 Plans are not placements of one problem (each has its own graph under tensor parallelism, its own schedule and
 micro-batches), so the Archive page's placement sections (device load, compare, use) do not apply; these do.
@@ -9,18 +10,22 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from dataclasses import dataclass
 
 import streamlit as st
 
 from placement_core.analysis import fmt_bytes, fmt_seconds
 from placement_core.analysis.trace import gantt_rows, gantt_segments
+from placement_core.base.errors import InputError
 from placement_core.optimize.plan_elites import NICHES, PlanArchive, search_plans
 from placement_core.optimize.plan_space import DIMS, LABELS
 from placement_core.optimize.plans import memory_parts
 from placement_core.simulate.chrome import chrome_trace
+from placement_core.store import RunStore
+from placement_core.store.plan_runs import PlanSearch, load_plan_archive, save_plan_archive
 
-from . import clusterview, state, ui
+from . import clusterview, state, stored, ui
 from .charts.gantt import gantt_figure
 
 KEEP = 5  # plan archives a session keeps (the newest)
@@ -44,6 +49,8 @@ class PlanRun:
     devices_spec: str
     capacity: float
     archive: PlanArchive
+    key: str = ""  # the Archive page's: "plan:<id>" for this session's, "stored:<run id>" for one reopened
+    store_id: int | None = None  # its run in the run store (None: storing it failed)
 
 
 def form_row(config) -> ArchiveChoices | None:
@@ -68,7 +75,7 @@ def form_row(config) -> ArchiveChoices | None:
 
 
 def run(choices, archive_choices: ArchiveChoices, config) -> PlanRun:
-    """Search and keep the archive with the session (the newest ``KEEP``)."""
+    """Search, store the archive as a run and keep it with the session (the newest ``KEEP``)."""
     s = state.session()
     devices = state.builtin_device_graph(choices.devices_spec)
     bar = st.progress(0.0, text="MAP-Elites over the plans…")
@@ -76,16 +83,42 @@ def run(choices, archive_choices: ArchiveChoices, config) -> PlanRun:
     def progress(done: int, total: int) -> None:
         bar.progress(done / total, text=f"MAP-Elites: {done} of {total} plans simulated")
 
-    archive = search_plans(state.graph(), devices, choices.request(), config, vary=archive_choices.vary,
+    t0 = time.perf_counter()
+    graph = state.graph()
+    archive = search_plans(graph, devices, choices.request(), config, vary=archive_choices.vary,
                            niches=archive_choices.niches, budget=archive_choices.budget, seed=archive_choices.seed,
                            progress=progress)
     bar.empty()
+    search = PlanSearch(devices_spec=choices.devices_spec, request=choices.request(),
+                        network_spec=s.base_graph_key if config is not None else None, vary=archive_choices.vary,
+                        niches=archive_choices.niches, budget=archive_choices.budget, seed=archive_choices.seed)
+    store_id = s.plan_store_error = None
+    try:
+        with stored.open_store() as store:
+            store_id = save_plan_archive(store, archive, search, graph, devices, wall_s=time.perf_counter() - t0)
+    except InputError as e:  # the archive is still this session's; say why it is not stored
+        s.plan_store_error = str(e)
     k = next(_IDS)
-    result = PlanRun(k, f"plan archive {k}", state.graph_key(), s.network_label, choices.devices_spec,
-                     clusterview.capacity(devices), archive)
+    name = f"plan archive {k}" + (f" (run {store_id})" if store_id is not None else "")
+    result = PlanRun(k, name, state.graph_key(), s.network_label, choices.devices_spec,
+                     clusterview.capacity(devices), archive, key=f"plan:{k}", store_id=store_id)
     s.plan_archives = (s.get("plan_archives") or [])[-(KEEP - 1):] + [result]
-    s["arch_run"] = f"plan:{k}"  # the Archive page opens on it
+    s["arch_run"] = result.key  # the Archive page opens on it
     return result
+
+
+@st.cache_resource(max_entries=8, show_spinner="Reopening the plan archive…")
+def _stored(path: str, run_id: int, updated: float) -> PlanRun:
+    with RunStore(path=path) as store:
+        rec = store.get(run_id)
+        archive, search, devices = load_plan_archive(store, run_id)
+    return PlanRun(run_id, stored.run_name(rec), f"stored:{run_id}", rec.network_name, search.devices_spec,
+                   clusterview.capacity(devices), archive, key=f"stored:{run_id}", store_id=run_id)
+
+
+def stored_run(store, rec) -> PlanRun:
+    """A stored plan archive, reopened once per run (its inputs never change after it is stored)."""
+    return _stored(str(store.path), rec.id, rec.updated)
 
 
 def summary(r: PlanRun) -> None:
@@ -98,6 +131,12 @@ def summary(r: PlanRun) -> None:
                     f"{ui.esc(plan_label(best.plan))}, {fmt_seconds(best.plan.step_time_s)} a step"
                     + ("" if best.fits else " (over memory: no plan simulated fits)"))
         st.page_link("app_pages/archive.py", label="Browse it on the Archive page", icon=":material/grid_view:")
+        if r.store_id is not None:
+            st.caption(f"Stored as run {r.store_id}: the Runs page lists it, and the Archive page reopens it after "
+                       "a reload or in another session.")
+        elif state.session().get("plan_store_error"):
+            st.warning("Kept with this session only, not stored: " + ui.esc(state.session().plan_store_error),
+                       icon=":material/warning:")
 
 
 def runs() -> list[PlanRun]:
@@ -105,7 +144,7 @@ def runs() -> list[PlanRun]:
 
 
 @st.cache_resource(max_entries=16, show_spinner="Simulating the plan…")
-def _details(run_id: int, row: int, _archive: PlanArchive, _elite):
+def _details(run_key: str, row: int, _archive: PlanArchive, _elite):
     plan, problem = _archive.simulate(_elite)
     return plan, problem, memory_parts(problem, plan.placement)
 
@@ -113,8 +152,7 @@ def _details(run_id: int, row: int, _archive: PlanArchive, _elite):
 def elite_section(source, ranked, rank_of, pick_key, map_section) -> None:
     """Metrics, the map (``map_section``, the Archive page's, drawn for ``source``, its archive source), the chosen
     niche's plan with its time, memory and trace."""
-    archive = source.archive
-    run = next(r for r in runs() if r.archive is archive)
+    archive, run = source.archive, source.plan
     with ui.guarded("the plan archive"):
         c = st.columns(4)
         c[0].metric("Elites", f"{len(archive):,}")
@@ -149,7 +187,7 @@ def elite_section(source, ranked, rank_of, pick_key, map_section) -> None:
 def trace_section(run, elite) -> None:
     """The plan's memory per GPU and, on request, its step GPU by GPU with the trace to download."""
     with ui.guarded("the plan's trace"):
-        plan, problem, parts = _details(run.id, elite.row, run.archive, elite)
+        plan, problem, parts = _details(run.key, elite.row, run.archive, elite)
         st.markdown("##### Memory per GPU")
         st.plotly_chart(clusterview.memory_figure(parts, problem.devices.names, run.capacity),
                         key="plan_arch_memory", config={"displaylogo": False})

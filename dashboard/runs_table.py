@@ -23,6 +23,11 @@ def configuration(rec) -> str:
     """What makes two runs the same experiment: algorithm, parameters, network, devices, simulator settings and
     budget; the seed and the label are left out (repeats with other seeds form one group)."""
     spec = rec.problem or {}
+    if rec.algorithm == "plan-archive":  # placement_core.store.plan_runs: a plan request, not a simulator's spec
+        params = ", ".join(f"{k} {v}" for k, v in sorted(rec.params.items()))
+        request = json.dumps(spec.get("request"), sort_keys=True, default=str)
+        return (f"{stored.title(rec.algorithm)} ({params}) · {rec.network_name} on {spec.get('devices_spec')} · "
+                f"plan request #{hashlib.sha256(request.encode()).hexdigest()[:6]}")
     how = (f"{spec.get('batches')} batch(es), {spec.get('in_flight')} in flight" if spec.get("schedule") == "thesis"
            else f"{spec.get('schedule')}, {spec.get('micro_batches')} micro-batches")
     params = ", ".join(f"{k} {v}" for k, v in sorted(rec.params.items())) if rec.params else "defaults"
@@ -35,19 +40,26 @@ def configuration(rec) -> str:
             + ("" if rest == "{}" else f" · other settings #{hashlib.sha256(rest.encode()).hexdigest()[:6]}"))
 
 
+def kind(rec) -> str:
+    """What a run is: a placement search, a policy training or a plan archive (its best is a plan's step)."""
+    if rec.algorithm == "plan-archive":
+        return "plan archive"
+    return "policy training" if rec.algorithm.startswith("train-") else "placement search"
+
+
 def rows(records, sizes: dict) -> list[dict]:
     """One row per run. Columns without a value hold None (drawn empty: the page passes ``placeholder=""``)."""
     out = []
     for r in records:
         wall = wall_time(r)
         out.append({
-            "run": r.id, "status": r.display_status, "algorithm": stored.title(r.algorithm),
+            "run": r.id, "status": r.display_status, "kind": kind(r), "algorithm": stored.title(r.algorithm),
             "network": r.network_name, "devices": r.devices_name,
             "best objective (ms)": None if r.best_objective is None else r.best_objective * 1e3,
             "evaluations": r.evaluations, "budget": r.budget_evaluations,
             "evaluations/s": r.evaluations / wall if wall else None,
             "wall time (s)": wall,
-            "elites": sizes.get(r.id),
+            "elites": sizes.get(r.id, len((r.extras.get("plan_archive") or {}).get("elites") or []) or None),
             "seed": r.seed,
             "created": time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created)),
             "seeded": r.seeding["init"] if r.seeding else "", "label": r.label or "",

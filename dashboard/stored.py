@@ -38,7 +38,8 @@ def title(algorithm: str) -> str:
         from placement_core.optimize import ALGORITHMS
         ALGORITHM_TITLES.update({k: (cls.title or k) for k, cls in ALGORITHMS.items()})
         ALGORITHM_TITLES.update({"placeto": "Placeto (trained policy)", "gdp": "GDP (trained policy)",
-                                 "train-placeto": "Placeto training", "train-gdp": "GDP training"})
+                                 "train-placeto": "Placeto training", "train-gdp": "GDP training",
+                                 "plan-archive": "Plan archive (MAP-Elites over cluster plans)"})
     return ALGORITHM_TITLES.get(algorithm, algorithm)
 
 

@@ -1,5 +1,6 @@
 """Plan archive in the dashboard (AppTest): MAP-Elites over the plans of a small GPT on the Cluster plan page, then
-the Archive page browses it niche by niche (map, the niche's plan, its time, memory and trace)."""
+the Archive page browses it niche by niche (map, the niche's plan, its time, memory and trace); stored as a run,
+a fresh session lists it on the Runs page and browses it the same way."""
 
 from __future__ import annotations
 
@@ -74,6 +75,41 @@ def test_search_the_plans_then_browse_the_archive():
     assert len(at.get("download_button")) == 1
     top = at.dataframe[1].value  # the best plan of every niche
     assert len(top) == 9 and list(top["step (ms)"]) == sorted(top["step (ms)"])
+    # stored as it finished (run 1) and listed once in this session, as the session's own
+    [listed] = at.selectbox(key="arch_run").options
+    assert archive_run.store_id == 1 and listed.startswith("plan archive 1 (run 1) · ")
+    fresh_session_reopens_it(archive, exhaustive, target)
+
+
+def fresh_session_reopens_it(archive, exhaustive, target):
+    """A new session (a reload, another tab, a restarted server): the Runs page lists the stored plan archive, the
+    Archive page browses it as it browsed the fresh one."""
+    at = start()
+    goto(at, "runs", timeout=120)
+    assert_clean(at)
+    [row] = at.dataframe[0].value.to_dict("records")
+    assert (row["run"], row["kind"], row["evaluations"], row["elites"]) == (1, "plan archive", 26, 9)
+    assert row["best objective (ms)"] == exhaustive[0].step_time_s * 1e3 and row["wall time (s)"] > 0
+    assert metrics(at)["Best step"] == fmt_seconds(exhaustive[0].step_time_s)
+    at.button(key="runs_archive").click().run(timeout=120)  # Open its archive
+    goto(at, "archive", timeout=120)
+    assert_clean(at)
+    assert at.selectbox(key="arch_run").value == "stored:1"
+    m = metrics(at)
+    assert m["Elites"] == "9" and m["Plans simulated"] == "26" and m["Best step"] == fmt_seconds(exhaustive[0].step_time_s)
+    assert figures(at)[0]["data"][0]["type"] == "heatmap"
+    at.selectbox(key="arch_pick_stored:1").set_value(target.niche).run(timeout=120)
+    assert_clean(at)
+    m = metrics(at)
+    assert m["Step"] == fmt_seconds(target.plan.step_time_s) and m["Fits in memory"] == "yes"
+    row = at.dataframe[0].value
+    assert (row["pipeline stages"][0], row["tensor-parallel"][0], row["data-parallel"][0]) == \
+        (2, 2, target.plan.dp)
+    assert "GB" in [f["layout"].get("yaxis", {}).get("title", {}).get("text") for f in figures(at)]
+    at.toggle(key="plan_arch_trace").set_value(True).run(timeout=120)
+    assert_clean(at)
+    assert "The step, GPU by GPU" in text(at) and len(at.get("download_button")) == 1
+    assert len(at.dataframe[1].value) == len(archive) == 9
 
 
 def test_a_bad_niche_choice_says_why():
