@@ -89,3 +89,21 @@ def test_halving_a_rail_lengthens_a_folded_plans_all_reduce_on_that_gpu_only():
     fast = what_if_problem(problem, speed={"n0g0": 2.0})
     comm = np.where(params > 0, 2 * ALPHA + params * BETA_IB, 0.0)
     np.testing.assert_allclose(fast.costs.update[:, 0], (before[:, 0] - comm) / 2 + comm, rtol=1e-9, atol=1e-15)
+
+
+def test_the_kernel_and_the_reference_charge_the_same_all_reduce():
+    # the charged all-reduce lives in the shard table both simulators read: the Python reference runs an
+    # unfolded plan (2 nodes, tp 2 × pp 2 × dp 4, 4 micro-batches) to the kernel's figures
+    from helpers import require_kernel
+    from placement_core.problem import Problem
+
+    plan, fast = _run(load_devices("dgx-a100:nodes=2"), 2, 4, 1, global_batch=16, tp=2)
+    require_kernel(fast)
+    slow = Problem(fast.graph, fast.devices, profile=fast.profile, settings=fast.settings, penalty=fast.penalty,
+                   splits=fast.splits, fast=False)
+    a, b = fast.simulate(plan.placement).result, slow.simulate(plan.placement).result
+    assert a.makespan == pytest.approx(b.makespan, rel=1e-12)
+    assert a.makespan == pytest.approx(plan.step_time_s, rel=1e-12)
+    for name in ("busy", "peak_memory", "channel_bytes"):
+        np.testing.assert_allclose(getattr(a, name), getattr(b, name), rtol=1e-12, atol=1e-9)
+    assert plan.breakdown["data_parallel_comm_s"] > 0
