@@ -1,6 +1,7 @@
 """A plan archive in Chromium: search a small GPT's plans with MAP-Elites on the Cluster plan page, follow the link
 to the Archive page, click the niche pipeline stages 2 × tensor parallel 2 on its map and see that niche's plan
-(the exhaustive search's best there, worked out by the test itself), then open its trace."""
+(the exhaustive search's best there, worked out by the test itself), then open its trace; reload the tab (a new
+session): the archive, stored as a run, is still listed and browsable, and the Runs page lists it."""
 
 from __future__ import annotations
 
@@ -102,4 +103,34 @@ def test_search_the_plans_then_pick_a_niche_on_the_archive_map(page, tmp_path):
     open_page(pg, "Cluster plan")
     open_page(pg, "Archive")
     wait_text(pg, f"Elite #{k}")
+    no_errors(pg)
+
+    # reload the tab (a new session): the archive was stored as run 1, so it is still listed and browsable
+    pg.reload()
+    pg.get_by_role("heading", name="Archive", exact=True).first.wait_for()
+    settle(pg)
+    wait_text(pg, "Map of the archive", timeout_s=120)
+    wait_text(pg, "Elite #1")
+    no_errors(pg)
+    assert selected(pg, "MAP-Elites run").startswith("run 1 · Plan archive")
+    best_step = main(pg).locator("[data-testid='stMetric']").filter(has=pg.get_by_text("Best step", exact=True))
+    assert best_step.locator("[data-testid='stMetricValue']").inner_text().strip() == fmt_seconds(ranked[0].step_time_s)
+    x, y = cell_centre(pg, (1, 1), (3, 4))
+    pg.mouse.move(x, y)
+    hover.wait_for()
+    assert f"objective {fmt_seconds(target.step_time_s)}" in hover.text_content()
+    pg.mouse.click(x, y)
+    settle(pg)
+    wait_text(pg, f"Elite #{k}")
+    assert step.locator("[data-testid='stMetricValue']").inner_text().strip() == fmt_seconds(target.step_time_s)
+    main(pg).get_by_text("Show its trace", exact=True).click()
+    settle(pg)
+    wait_text(pg, "The step, GPU by GPU", timeout_s=60)
+    no_errors(pg)
+    path = browser_util.download(pg, main(pg).get_by_role("button", name="Trace (Chrome JSON)"),
+                                 tmp_path / "stored-plan-trace.json")
+    assert any(".tp_allreduce " in e.get("name", "") for e in json.loads(path.read_text())["traceEvents"])
+    open_page(pg, "Runs")
+    assert selected(pg, "Run").startswith("run 1 · Plan archive")
+    wait_text(pg, "Best step")
     no_errors(pg)
