@@ -76,6 +76,9 @@ def test_every_operator_gives_the_same_children_and_draws_with_and_without_the_h
         lambda rng: variation.ga_pair_children(rng, a[:20], b[:20], rates[:20], rates[20:], ga, space),
         lambda rng: variation.ga_children(rng, a, b, rates, rates[::-1], {**ga, "crossover": "uniform"}, space),
         lambda rng: variation.map_elites_children(rng, a, b, me, space),
+        lambda rng: variation.map_elites_children(rng, a, b, {**me, "replace_mutation_rate": 1.0}, space),
+        lambda rng: variation.map_elites_children(rng, a, b, {**me, "replace_mutation_rate": 0.0,
+                                                              "zone_mutation_rate": 1.0}, space),
     ]
     for make in cases:
         (fast, state_fast), (slow, state_slow) = both(monkeypatch, make)

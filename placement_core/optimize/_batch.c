@@ -142,17 +142,32 @@ static PyObject *describe(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_IndexError, "describe: an edge names an op out of range");
             return NULL;
         }
-    int64_t *counts = PyMem_Calloc((size_t)d, sizeof(int64_t));
+    /* four partial counts: a placement's genes come in runs on one device, and one count would make each
+     * increment wait for the one before */
+    int64_t *counts = PyMem_Calloc((size_t)(4 * d), sizeof(int64_t));
     if (!counts) { release(v, 5); return PyErr_NoMemory(); }
     int bad = 0;
     for (Py_ssize_t r = 0; r < k && !bad; r++) {
         const int32_t *x = pl + r * n;
-        memset(counts, 0, sizeof(int64_t) * (size_t)d);
-        for (Py_ssize_t i = 0; i < n; i++) {
-            if (x[i] < 0 || x[i] >= g) { bad = 1; break; }
-            if (identity) { counts[x[i]]++; continue; }
-            const uint8_t *u = uses + (Py_ssize_t)x[i] * d;
-            for (Py_ssize_t q = 0; q < d; q++) counts[q] += u[q];
+        memset(counts, 0, sizeof(int64_t) * (size_t)(4 * d));
+        for (Py_ssize_t i = 0; i < n; i++)
+            if ((uint32_t)x[i] >= (uint32_t)g) { bad = 1; break; }
+        if (bad) break;
+        if (identity) {
+            Py_ssize_t i = 0;
+            for (; i + 4 <= n; i += 4) {
+                counts[x[i]]++;
+                counts[d + x[i + 1]]++;
+                counts[2 * d + x[i + 2]]++;
+                counts[3 * d + x[i + 3]]++;
+            }
+            for (; i < n; i++) counts[x[i]]++;
+            for (Py_ssize_t q = 0; q < d; q++) counts[q] += counts[d + q] + counts[2 * d + q] + counts[3 * d + q];
+        } else {
+            for (Py_ssize_t i = 0; i < n; i++) {
+                const uint8_t *u = uses + (Py_ssize_t)x[i] * d;
+                for (Py_ssize_t q = 0; q < d; q++) counts[q] += u[q];
+            }
         }
         int64_t most = 0, used = 0, cross = 0;
         for (Py_ssize_t q = 0; q < d; q++) {
@@ -290,6 +305,30 @@ static PyObject *point(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* kids[rows[j]] for j < r, in place: operators.batch_copy_point_mutation's draws and changes (see copy_point). */
+static int copy_point_rows(bitgen_t *g, int32_t *kids, const int64_t *rows, Py_ssize_t r, Py_ssize_t n, Py_ssize_t d,
+                           float pr, float cr) {
+    float *u;
+    uint8_t *genes;
+    if (draw_blocks(g, r, n, 2, d, &u, &genes) < 0) return -1;
+    for (Py_ssize_t j = 0; j < r; j++) {
+        int32_t *x = kids + rows[j] * n;
+        const float *pj = u + j * n, *cj = u + (r + j) * n;
+        const uint8_t *gj = genes + j * n;
+        int32_t before = x[0];  /* gene i - 1 as it was */
+        x[0] = pj[0] < pr ? (int32_t)gj[0] : x[0];
+        for (Py_ssize_t i = 1; i < n; i++) {  /* selects, not branches: the draws are random */
+            int32_t was = x[i], mp = -(int32_t)(pj[i] < pr), mc = -(int32_t)(cj[i] < cr);
+            int32_t y = ((int32_t)gj[i] & mp) | (was & ~mp);
+            x[i] = (before & mc) | (y & ~mc);
+            before = was;
+        }
+    }
+    PyMem_Free(u);
+    PyMem_Free(genes);
+    return 0;
+}
+
 /* copy_point(capsule, kids i32[K, n], rows i64[r], point_rate, copy_rate, d): operators.batch_copy_point_mutation
  * of kids[rows] in place, genes devices (d <= 256): up and uc = two Generator.random((r, n), float32), fresh =
  * Generator.integers(0, d, (r, n), uint8); gene i becomes fresh where up < point_rate, and then, for i >= 1 where
@@ -307,27 +346,9 @@ static PyObject *copy_point(PyObject *self, PyObject *args) {
     if (view(ro, &v[1], 8, 0, 0, "rows") < 0) { release(v, 1); return NULL; }
     Py_ssize_t r = v[1].len / 8;
     const int64_t *rows = v[1].buf;
-    if (check_rows(rows, r, v[0].len / (4 * n)) < 0) { release(v, 2); return NULL; }
-    float *u;
-    uint8_t *genes;
-    if (draw_blocks(g, r, n, 2, d, &u, &genes) < 0) { release(v, 2); return NULL; }
-    int32_t *kids = v[0].buf;
-    for (Py_ssize_t j = 0; j < r; j++) {
-        int32_t *x = kids + rows[j] * n;
-        const float *pj = u + j * n, *cj = u + (r + j) * n;
-        const uint8_t *gj = genes + j * n;
-        int32_t before = x[0];  /* gene i - 1 as it was */
-        x[0] = pj[0] < pr ? (int32_t)gj[0] : x[0];
-        for (Py_ssize_t i = 1; i < n; i++) {  /* selects, not branches: the draws are random */
-            int32_t was = x[i], mp = -(int32_t)(pj[i] < pr), mc = -(int32_t)(cj[i] < cr);
-            int32_t y = ((int32_t)gj[i] & mp) | (was & ~mp);
-            x[i] = (before & mc) | (y & ~mc);
-            before = was;
-        }
-    }
-    PyMem_Free(u);
-    PyMem_Free(genes);
+    int bad = check_rows(rows, r, v[0].len / (4 * n)) < 0 || copy_point_rows(g, v[0].buf, rows, r, n, d, pr, cr) < 0;
     release(v, 2);
+    if (bad) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -353,6 +374,186 @@ static PyObject *zone(PyObject *self, PyObject *args) {
         for (int64_t i = s; i < t; i++) kids[rows[j] * n + i] = (int32_t)gene[j];
     }
     release(v, 5);
+    Py_RETURN_NONE;
+}
+
+/* MAP-Elites' mutation of a batch (variation.map_elites_children after its crossover), genes devices (d <= 256),
+ * in two calls around numpy's geometric draw (its ziggurat stays numpy's):
+ * me_head(capsule, kids i32[k, n], n, replace_rate, zone_rate, d, kinds u8[k], starts i64[k]) -> z: u and w = two
+ * Generator.random(k); row i is replaced (kinds 1) where u < replace_rate, else zoned (2) where w < zone_rate, else
+ * mutated per gene (0). The replaced rows then draw Generator.random((r, d)) and Generator.integers(0, d, r): every
+ * gene on the used device with the largest draw (the first on a tie) moves to the drawn device. The z zoned rows
+ * draw their starts, Generator.integers(0, n, z), into starts[:z].
+ * me_tail(capsule, kids, n, kinds, starts, lengths i64[z], d, point_rate, copy_rate): the zoned rows draw their
+ * devices, Generator.integers(0, d, z), and genes start .. min(start + length, n) - 1 take them; then the rows of
+ * kind 0 mutate as copy_point does. */
+static PyObject *me_head(PyObject *self, PyObject *args) {
+    PyObject *cap, *ko, *to, *so;
+    Py_ssize_t n, d;
+    double rr, zr;
+    if (!PyArg_ParseTuple(args, "OOnddnOO", &cap, &ko, &n, &rr, &zr, &d, &to, &so)) return NULL;
+    bitgen_t *g = bitgen_of(cap);
+    if (!g) return NULL;
+    if (n <= 0 || n > 0x7FFFFFFF || d < 1 || d > 256) {
+        PyErr_SetString(PyExc_ValueError, "me_head: 0 < n < 2^31, 1 <= d <= 256");
+        return NULL;
+    }
+    Py_buffer v[3];
+    if (view(ko, &v[0], 4, 0, 1, "kids") < 0) return NULL;
+    Py_ssize_t k = v[0].len / (4 * n), r = 0, z = 0;
+    if (view(to, &v[1], 1, k, 1, "kinds") < 0) { release(v, 1); return NULL; }
+    if (view(so, &v[2], 8, k, 1, "starts") < 0) { release(v, 2); return NULL; }
+    int32_t *kids = v[0].buf;
+    uint8_t *kind = v[1].buf;
+    int64_t *starts = v[2].buf;
+    for (Py_ssize_t i = 0; i < k * n; i++)
+        if (kids[i] < 0 || kids[i] >= d) {
+            release(v, 3);
+            PyErr_SetString(PyExc_ValueError, "me_head: a gene out of range");
+            return NULL;
+        }
+    for (Py_ssize_t i = 0; i < k; i++) {
+        kind[i] = g->next_double(g->state) < rr;
+        r += kind[i];
+    }
+    for (Py_ssize_t i = 0; i < k; i++)
+        if (g->next_double(g->state) < zr && !kind[i]) kind[i] = 2;
+    double *w = PyMem_Malloc(sizeof(double) * (size_t)(r * d + 1));
+    int64_t *to_dev = PyMem_Malloc(sizeof(int64_t) * (size_t)(r + 1));
+    if (!w || !to_dev) { PyMem_Free(w); PyMem_Free(to_dev); release(v, 3); return PyErr_NoMemory(); }
+    for (Py_ssize_t i = 0; i < r * d; i++) w[i] = g->next_double(g->state);
+    fill_int(g, (uint32_t)(d - 1), r, to_dev);
+    for (Py_ssize_t i = 0, j = 0; i < k; i++) {
+        if (kind[i] != 1) continue;
+        int32_t *x = kids + i * n;
+        uint8_t used[256] = {0};
+        for (Py_ssize_t q = 0; q < n; q++) used[x[q]] = 1;
+        const double *wj = w + j * d;
+        int32_t from = 0;
+        double top = used[0] ? wj[0] : 0.0;
+        for (Py_ssize_t q = 1; q < d; q++)
+            if ((used[q] ? wj[q] : 0.0) > top) { top = wj[q]; from = (int32_t)q; }
+        for (Py_ssize_t q = 0; q < n; q++)
+            if (x[q] == from) x[q] = (int32_t)to_dev[j];
+        j++;
+    }
+    PyMem_Free(w);
+    PyMem_Free(to_dev);
+    for (Py_ssize_t i = 0; i < k; i++) z += kind[i] == 2;
+    fill_int(g, (uint32_t)(n - 1), z, starts);
+    release(v, 3);
+    return PyLong_FromSsize_t(z);
+}
+
+static PyObject *me_tail(PyObject *self, PyObject *args) {
+    PyObject *cap, *ko, *to, *so, *lo;
+    Py_ssize_t n, d;
+    float pr, cr;
+    if (!PyArg_ParseTuple(args, "OOnOOOnff", &cap, &ko, &n, &to, &so, &lo, &d, &pr, &cr)) return NULL;
+    bitgen_t *g = bitgen_of(cap);
+    if (!g) return NULL;
+    if (n <= 0 || d < 1 || d > 256) { PyErr_SetString(PyExc_ValueError, "me_tail: n > 0, 1 <= d <= 256"); return NULL; }
+    Py_buffer v[4];
+    if (view(ko, &v[0], 4, 0, 1, "kids") < 0) return NULL;
+    Py_ssize_t k = v[0].len / (4 * n), z = 0, r = 0;
+    if (view(to, &v[1], 1, k, 0, "kinds") < 0) { release(v, 1); return NULL; }
+    const uint8_t *kind = v[1].buf;
+    for (Py_ssize_t i = 0; i < k; i++) z += kind[i] == 2;
+    if (view(so, &v[2], 8, z, 0, "starts") < 0) { release(v, 2); return NULL; }
+    if (view(lo, &v[3], 8, z, 0, "lengths") < 0) { release(v, 3); return NULL; }
+    int32_t *kids = v[0].buf;
+    const int64_t *start = v[2].buf, *len = v[3].buf;
+    int64_t *rows = PyMem_Malloc(sizeof(int64_t) * (size_t)(k + z + 1));
+    if (!rows) { release(v, 4); return PyErr_NoMemory(); }
+    int64_t *dev = rows + k;
+    fill_int(g, (uint32_t)(d - 1), z, dev);
+    for (Py_ssize_t i = 0, j = 0; i < k; i++) {
+        if (kind[i] == 0) rows[r++] = i;
+        if (kind[i] != 2) continue;
+        int64_t s = start[j] < 0 ? 0 : start[j], t = len[j] >= n - s ? n : s + len[j];
+        for (int64_t q = s; q < t; q++) kids[i * n + q] = (int32_t)dev[j];
+        j++;
+    }
+    int bad = copy_point_rows(g, kids, rows, r, n, d, pr, cr) < 0;
+    PyMem_Free(rows);
+    release(v, 4);
+    if (bad) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* pcg64_seed(words: tuple of ints in [0, 2^32)) -> (state_high, state_low, inc_high, inc_low), or None where the
+ * compiler has no 128-bit integers: the state of numpy's PCG64(SeedSequence(words)), as default_rng(words) makes it.
+ * SeedSequence hashes the words into a pool of four (mix_entropy), draws eight 32-bit words from it
+ * (generate_state(4, uint64)): the first two 64-bit ones the initial state (high, low), the last two the stream;
+ * PCG64 then seeds as pcg_setseq_128_srandom_r does. */
+static uint32_t seq_hash(uint32_t value, uint32_t *h) {
+    value ^= *h;
+    *h *= 0x931e8875u;
+    value *= *h;
+    return value ^ (value >> 16);
+}
+
+static uint32_t seq_mix(uint32_t x, uint32_t y) {
+    uint32_t r = 0xca01f9ddu * x - 0x4973f715u * y;
+    return r ^ (r >> 16);
+}
+
+static PyObject *pcg64_seed(PyObject *self, PyObject *args) {
+    PyObject *tuple;
+    if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &tuple)) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(tuple);
+    uint32_t *w = PyMem_Malloc(sizeof(uint32_t) * (size_t)(n + 1)), pool[4], h = 0x43b0d7e5u, out[8];
+    if (!w) return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned long long v = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(tuple, i));
+        if (PyErr_Occurred() || v > 0xFFFFFFFFull) {
+            PyMem_Free(w);
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "pcg64_seed: words must be below 2^32");
+            return NULL;
+        }
+        w[i] = (uint32_t)v;
+    }
+    for (int i = 0; i < 4; i++) pool[i] = seq_hash(i < n ? w[i] : 0, &h);
+    for (int s = 0; s < 4; s++)
+        for (int d = 0; d < 4; d++)
+            if (s != d) pool[d] = seq_mix(pool[d], seq_hash(pool[s], &h));
+    for (Py_ssize_t s = 4; s < n; s++)
+        for (int d = 0; d < 4; d++) pool[d] = seq_mix(pool[d], seq_hash(w[s], &h));
+    PyMem_Free(w);
+    h = 0x8b51f9ddu;
+    for (int i = 0; i < 8; i++) {
+        uint32_t v = pool[i % 4] ^ h;
+        h *= 0x58f38dedu;
+        v *= h;
+        out[i] = v ^ (v >> 16);
+    }
+#ifdef __SIZEOF_INT128__
+    typedef unsigned __int128 u128;
+    u128 word[4];
+    for (int i = 0; i < 4; i++) word[i] = (u128)out[2 * i] | (u128)out[2 * i + 1] << 32;
+    const u128 mult = (u128)0x2360ED051FC65DA4ull << 64 | 0x4385DF649FCCF645ull;
+    u128 inc = (word[2] << 64 | word[3]) << 1 | 1, state = inc;  /* state 0, one step */
+    state = (state + (word[0] << 64 | word[1])) * mult + inc;
+    return Py_BuildValue("(KKKK)", (unsigned long long)(state >> 64), (unsigned long long)state,
+                         (unsigned long long)(inc >> 64), (unsigned long long)inc);
+#else
+    Py_RETURN_NONE;
+#endif
+}
+
+/* integers(capsule, bound, out i64[k]): Generator.integers(0, bound, k) for 1 <= bound <= 2^32 - 1, without the
+ * Python around numpy's call (a few microseconds each, several calls per batch). */
+static PyObject *integers(PyObject *self, PyObject *args) {
+    PyObject *cap, *oo;
+    unsigned long long bound;
+    if (!PyArg_ParseTuple(args, "OKO", &cap, &bound, &oo)) return NULL;
+    bitgen_t *g = bitgen_of(cap);
+    if (!g) return NULL;
+    if (bound < 1 || bound > 0xFFFFFFFEull) { PyErr_SetString(PyExc_ValueError, "integers: 1 <= bound < 2^32 - 1"); return NULL; }
+    Py_buffer v;
+    if (view(oo, &v, 8, 0, 1, "out") < 0) return NULL;
+    fill_int(g, (uint32_t)(bound - 1), v.len / 8, v.buf);
+    PyBuffer_Release(&v);
     Py_RETURN_NONE;
 }
 
@@ -439,6 +640,10 @@ static PyMethodDef methods[] = {
     {"cross", cross, METH_VARARGS, "cross(capsule, a, b, rate, out, n, pair)"},
     {"point", point, METH_VARARGS, "point(capsule, kids, rate float32[k], d)"},
     {"copy_point", copy_point, METH_VARARGS, "copy_point(capsule, kids, rows, point_rate, copy_rate, d)"},
+    {"me_head", me_head, METH_VARARGS, "me_head(capsule, kids, n, replace_rate, zone_rate, d, kinds, starts) -> z"},
+    {"me_tail", me_tail, METH_VARARGS, "me_tail(capsule, kids, n, kinds, starts, lengths, d, point_rate, copy_rate)"},
+    {"pcg64_seed", pcg64_seed, METH_VARARGS, "pcg64_seed(words) -> (state_high, state_low, inc_high, inc_low)"},
+    {"integers", integers, METH_VARARGS, "integers(capsule, bound, out int64[k])"},
     {"zone", zone, METH_VARARGS, "zone(kids, rows, start, end, gene, n)"},
     {"best_per_niche", best_per_niche, METH_VARARGS,
      "best_per_niche(bins, sizes, fs, codes, kept, rows, fresh, code_out) -> count or -1"},

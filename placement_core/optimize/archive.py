@@ -237,9 +237,10 @@ class Archive:
         else:
             raw = raw[won]
         niches = list(map(tuple, bins[won].tolist()))
-        for i, niche, r in zip(won.tolist(), niches, raw.tolist()):
-            self.elites[niche] = Elite(niche, placements[i].copy(), float(fs[i]), tuple(r))
-        self._keep_sorted(view, niches, codes_won, new, placements[won], fs[won])
+        xs_won, fs_won = np.array(placements[won], dtype=np.int32), fs[won]  # one copy: each elite owns a row
+        for niche, x, f, r in zip(niches, xs_won, fs_won.tolist(), raw.tolist()):
+            self.elites[niche] = Elite(niche, x, f, tuple(r))
+        self._keep_sorted(view, niches, codes_won, new, xs_won, fs_won)
         return len(won)
 
     def _winners_in_c(self, bins, fs, view):
@@ -293,17 +294,23 @@ class Archive:
         return cached
 
     def _keep_sorted(self, view, niches, codes_won, new, xs_won, fs_won) -> None:
-        """The batch's winners into the sorted arrays: the new niches inserted in one call each, then every
-        winner's row and objective written where its niche is."""
+        """The batch's winners into the sorted arrays: the new niches inserted (one concatenation per array), then
+        every winner's row and objective written where its niche is."""
         owner, keys, xs, fs, codes = view
         if codes is not None and codes_won is not None:
-            if new.any():
-                at = np.searchsorted(codes, codes_won[new])
-                codes = np.insert(codes, at, codes_won[new])
-                xs = np.insert(xs, at, xs_won[new], axis=0)
-                fs = np.insert(fs, at, fs_won[new])
-                for i, niche in reversed(list(zip(at.tolist(), [n for n, f in zip(niches, new) if f]))):
-                    keys.insert(i, niche)
+            if new.any():  # np.insert's work: the old arrays cut where the new niches go, the pieces joined
+                fresh = codes_won[new]
+                at = np.searchsorted(codes, fresh).tolist()
+                cuts = list(zip([0] + at, at + [len(codes)]))
+
+                def merged(was, add):
+                    pieces = [was[:at[0]]]
+                    for j, (lo, hi) in enumerate(cuts[1:]):
+                        pieces += [add[j:j + 1], was[lo:hi]]
+                    return np.concatenate(pieces)
+                codes, xs, fs = merged(codes, fresh), merged(xs, xs_won[new]), merged(fs, fs_won[new])
+                for j, (i, niche) in enumerate(zip(at, [n for n, f in zip(niches, new) if f])):
+                    keys.insert(i + j, niche)  # ascending final positions: each lands where it belongs
             at = np.searchsorted(codes, codes_won)
             xs[at], fs[at] = xs_won, fs_won
             self._sorted = (owner, keys, xs, fs, codes)

@@ -162,9 +162,16 @@ class SteadyStateGA(_Pipelined):
         p = self.params
         if p["selection"] == "tournament":
             return ops.tournament(self.rng, self.pop_f, p["tournament_size"], k)
-        probs = (ops.linear_rank_probabilities(len(self.pop), p["selection_pressure"])
-                 if p["selection"] == "linear-rank" else ops.exponential_rank_probabilities(len(self.pop)))
-        return self.rng.choice(len(self.pop), size=k, p=probs)
+        return ops.ranked_choice(self.rng, self._rank_cdf(len(self.pop)), k)
+
+    def _rank_cdf(self, n: int) -> np.ndarray:
+        """The rank selection's cumulative probabilities for n individuals (the same every batch: made once)."""
+        p = self.params
+        if getattr(self, "_cdf", None) is None or len(self._cdf) != n:
+            probs = (ops.linear_rank_probabilities(n, p["selection_pressure"]) if p["selection"] == "linear-rank"
+                     else ops.exponential_rank_probabilities(n))
+            self._cdf = ops.choice_cdf(probs)
+        return self._cdf
 
     def take_results(self, placements: np.ndarray, objectives: np.ndarray, rates) -> None:
         self._outstanding -= 1

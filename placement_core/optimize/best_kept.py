@@ -33,6 +33,8 @@ class KeptBest:
             return
         fs = np.asarray(objectives, dtype=float)
         full = len(self._by_key) >= self.k
+        if full and not fs.min() < self._worst:  # most batches of a long run: nothing to keep (a NaN never is)
+            return
         for i in (np.flatnonzero(fs < self._worst) if full else range(len(fs))):
             f = float(fs[i])
             if not np.isfinite(f) or (len(self._by_key) >= self.k and not f < self._worst):

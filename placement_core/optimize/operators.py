@@ -143,6 +143,20 @@ def stochastic_universal_sampling(rng: np.random.Generator, probabilities: np.nd
     return np.searchsorted(cum, pointers, side="left").clip(0, len(probabilities) - 1)
 
 
+def choice_cdf(probabilities: np.ndarray) -> np.ndarray:
+    """What ``Generator.choice(n, size, p=probabilities)`` searches (its ``p.cumsum()``, over its last value),
+    made once for :func:`ranked_choice`; ``probabilities`` valid as ``choice`` requires (non-negative, sum 1)."""
+    cdf = np.asarray(probabilities, dtype=float).cumsum()
+    cdf /= cdf[-1]
+    return cdf
+
+
+def ranked_choice(rng: np.random.Generator, cdf: np.ndarray, k: int) -> np.ndarray:
+    """``rng.choice(len(cdf), size=k, p=probabilities)`` with the cdf made by :func:`choice_cdf`: the same draws
+    (k uniforms) and indices, without ``choice``'s checks and cumulative sum on every call."""
+    return cdf.searchsorted(rng.random(k), side="right").astype(np.int64, copy=False)
+
+
 def tournament(rng: np.random.Generator, objectives: np.ndarray, size: int, k: int) -> np.ndarray:
     """k winners, each the best of ``size`` indices drawn uniformly (with replacement; ties: first drawn)."""
     if _drawn_here(rng) and 0 < len(objectives) < 1 << 31 and size >= 1:
@@ -264,10 +278,12 @@ def mutate_rows(rng: np.random.Generator, kids: np.ndarray, rows: np.ndarray, mu
     plain = _plain(args[-1], rng) and n
     if plain and mutation is batch_copy_point_mutation:
         _batch.copy_point(rng.bit_generator.capsule, kids, rows, args[1], args[0], n, int(args[-1]))
-    elif plain and mutation is batch_zone_mutation and len(args) == 1:
-        start = rng.integers(0, n, len(rows))
+    elif plain and mutation is batch_zone_mutation and len(args) == 1 and n < 0xFFFFFFFF:
+        start, device = np.empty(len(rows), dtype=np.int64), np.empty(len(rows), dtype=np.int64)
+        _batch.integers(rng.bit_generator.capsule, n, start)  # rng.integers(0, n, len(rows)), the same draws
         end = np.minimum(start + rng.geometric(0.2, len(rows)), n)
-        _batch.zone(kids, rows, start, end, rng.integers(0, args[0], len(rows)), n)
+        _batch.integers(rng.bit_generator.capsule, int(args[0]), device)
+        _batch.zone(kids, rows, start, end, device, n)
     else:
         kids[rows] = mutation(rng, kids[rows], *args)
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import operators as ops
+from .reseed import seeded
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ def apply(recipe: Recipe, space=None) -> tuple[np.ndarray, np.ndarray | None]:
         return np.ascontiguousarray(recipe.a, dtype=np.int32), recipe.rates_a
     if recipe.kind not in ("ga", "map-elites"):
         raise ValueError(f"unknown recipe kind {recipe.kind!r}")
-    rng = np.random.default_rng(list(recipe.seed))
+    rng = seeded(recipe.seed)  # default_rng(list(recipe.seed))'s state, without building a generator
     d = recipe.n_devices if space is None else space
     p = dict(recipe.params)
     a = np.asarray(recipe.a, dtype=np.int32)
@@ -140,6 +141,15 @@ def map_elites_children(rng: np.random.Generator, a, b, p: dict, space) -> np.nd
     gene copy or point (:func:`.operators.batch_copy_point_mutation`)."""
     k = len(a)
     kids = crossed(rng, a, b, p["crossover_rate"])
+    if ops._plain(space, rng) and kids.size:  # the same draws and changes in two C calls around numpy's geometric
+        kinds, starts = np.empty(k, dtype=np.uint8), np.empty(k, dtype=np.int64)
+        n = kids.shape[1]
+        z = ops._batch.me_head(rng.bit_generator.capsule, kids, n, p["replace_mutation_rate"],
+                               p["zone_mutation_rate"], int(space), kinds, starts)
+        lengths = rng.geometric(0.2, z) if z else starts[:0]
+        ops._batch.me_tail(rng.bit_generator.capsule, kids, n, kinds, starts, lengths, int(space),
+                           p["mutation_rate"], p["copy_mutation_rate"])
+        return kids
     u = rng.random(k)
     replace = u < p["replace_mutation_rate"]
     zone = ~replace & (rng.random(k) < p["zone_mutation_rate"])
