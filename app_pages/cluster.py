@@ -106,5 +106,4 @@ if result is not None:
                                unit="micro-batch")
             st.plotly_chart(fig, key="cluster_gantt", config={"displaylogo": False, "scrollZoom": True})
         else:
-            st.caption(f"The step's chart is drawn for up to {clusterview.GANTT_MAX_GPUS} simulated GPUs: this "
-                       f"plan's replica has {problem.n_devices} pipeline stages.")
+            st.caption(clusterview.gantt_refused(problem, p))

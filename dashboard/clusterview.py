@@ -16,6 +16,9 @@ from .charts.style import BASE_LAYOUT
 
 PARTS = (("weights", "#4c78a8"), ("gradients", "#f58518"), ("optimizer", "#e45756"), ("activations", "#72b7b2"))
 GANTT_MAX_GPUS = 32  # simulated GPUs; a larger plan's details fold its replicas into one (details)
+# tasks (ops × micro-batches, forward and backward): tracing a step grows faster than its tasks (GPT-3 on 16
+# stages: 32 micro-batches 100,000 events in 4.8 s, 64 in 12 s, 192 in 140 s; load 5), so larger are not drawn
+GANTT_MAX_TASKS = 100_000
 
 
 @dataclass(frozen=True)
@@ -130,8 +133,21 @@ def details(graph_key: str, choices: Choices, index: int, _graph, _devices, _pla
     p, problem = simulate_plan(_graph, devices, gpus_of(devices), _plan.pp, _plan.dp, _plan.micro_batch,
                                replace(choices.request(), tp=_plan.tp), _config)
     parts = memory_parts(problem, p.placement)
-    trace = problem.simulate(p.placement, trace=True).result if problem.n_devices <= GANTT_MAX_GPUS else None
+    trace = problem.simulate(p.placement, trace=True).result if gantt_refused(problem, p) is None else None
     return problem, parts, trace, isinstance(devices, Cluster)
+
+
+def gantt_refused(problem, p) -> str | None:
+    """Why the plan's step is not drawn GPU by GPU (too many simulated GPUs or tasks), None when it is."""
+    if problem.n_devices > GANTT_MAX_GPUS:
+        return (f"The step's chart is drawn for up to {GANTT_MAX_GPUS} simulated GPUs: this plan's replica has "
+                f"{problem.n_devices} pipeline stages.")
+    tasks = 2 * len(problem.graph) * p.micro_batches
+    if tasks > GANTT_MAX_TASKS:
+        return (f"The step's chart is drawn for up to {GANTT_MAX_TASKS:,} tasks: this step has {tasks:,} "
+                f"({p.micro_batches:,} micro-batches through {len(problem.graph):,} ops, forward and backward). "
+                "Fewer micro-batches (a larger micro-batch, a smaller global batch) or layers draw it.")
+    return None
 
 
 def plans_table(plans, flops: float | None, gpus: int) -> list[dict]:

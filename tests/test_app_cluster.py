@@ -115,3 +115,30 @@ def test_plan_128_nodes_shows_one_replica_and_keeps_the_choice():
     assert_clean(at)
     assert at.number_input(key="cluster_nodes").value == 128 and at.selectbox(key="cluster_tp").value == 8
     assert "7 plans on dgx-a100:nodes=128 (1024 GPUs)" in text(at)
+
+
+def test_gpt3_on_128_nodes_plans_without_drawing_600_thousand_tasks():
+    """GPT-3 (96 layers, hidden 12,288, 96 heads) on 128 DGX A100 nodes, tp 8 × pp 16 fixed (so dp 8), micro-batch
+    1, global batch 1,536: one plan, 192 micro-batches a replica. Its step is not drawn GPU by GPU: 2 · 1,544
+    ops of one tensor-parallel rank's graph (the layers' ops and their collectives) · 192 = 592,896 tasks."""
+    at = start()
+    show_tab(at, "net_tab", "A GPT by its shape")
+    for key, value in (("layers", 96), ("hidden", 12288), ("heads", 96), ("seq", 2048), ("vocab", 50257),
+                       ("batch", 1)):
+        at.number_input(key=f"gpt_{key}").set_value(value)
+    at.button(key="FormSubmitter:net_gpt-Build this GPT").click().run(timeout=120)
+    goto(at, "cluster", timeout=120)
+    for key, value in (("cluster_nodes", 128), ("cluster_batch", 1536), ("cluster_micro", 1), ("cluster_pp", 16)):
+        at.number_input(key=key).set_value(value)
+    at.selectbox(key="cluster_tp").set_value(8)
+    at.button(key="FormSubmitter:cluster_form-Plan").click().run(timeout=240)
+    assert_clean(at)
+    assert "1 plans on dgx-a100:nodes=128 (1024 GPUs)" in text(at)
+    table = at.dataframe[0].value
+    assert (table["tensor-parallel"][0], table["pipeline stages"][0], table["data-parallel"][0]) == (8, 16, 8)
+    assert table["micro-batches"][0] == 192
+    assert "The other 7 replicas run the same step" in text(at)
+    assert "this step has 592,896 (192 micro-batches through 1,544 ops" in text(at)
+    assert len(at.get("plotly_chart")) == 2  # where the time goes and memory per GPU; no Gantt
+    memory = next(f for f in figures(at) if f["layout"].get("yaxis", {}).get("title", {}).get("text") == "GB")
+    assert memory["data"][0]["x"] == [f"n{8 * s}g0" for s in range(16)]  # stage s from GPU s · dp · tp = 64 s
