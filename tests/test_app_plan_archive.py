@@ -122,3 +122,32 @@ def test_a_bad_niche_choice_says_why():
     at.button(key="FormSubmitter:cluster_form-Search with MAP-Elites").click().run(timeout=120)
     assert not at.exception
     assert any("two or more different plan dimensions" in e.value for e in at.error)
+
+
+def test_a_stored_plan_archive_from_another_version_is_named_not_a_traceback():
+    import json
+    import sqlite3
+
+    from placement_core.cli import main
+    from placement_core.store import RunStore
+
+    base = ["plan", "--network", NET, "--devices", "dgx-a100:nodes=1", "--global-batch", "8", "--search",
+            "map-elites", "--budget", "6", "--json"]
+    assert main(base) == 0 and main(base + ["--seed", "1"]) == 0  # runs 1 and 2
+    with RunStore() as store:
+        path = store.path
+    with sqlite3.connect(path) as c:
+        extras = json.loads(c.execute("SELECT extras FROM runs WHERE id=1").fetchone()[0])
+        extras["plan_archive"]["format"] = 7
+        c.execute("UPDATE runs SET extras=? WHERE id=1", (json.dumps(extras),))
+    at = start()
+    goto(at, "archive", timeout=120)
+    assert not at.exception
+    assert [w.value for w in at.warning] == [
+        "Run 1 (a plan archive) cannot be reopened: run: run 1's plan archive was stored by another version of "
+        "placement (format 7, this version reads 1). Run the search again (Cluster plan page, or \\`placement plan "
+        "--search map-elites\\`)"]
+    assert at.selectbox(key="arch_run").value == "stored:2"  # the readable one is listed and browsed
+    assert metrics(at)["Plans simulated"] == "6"
+    goto(at, "runs", timeout=60)
+    assert not at.exception and sorted(at.dataframe[0].value["kind"]) == ["plan archive", "plan archive"]
