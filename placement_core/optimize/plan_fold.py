@@ -10,6 +10,8 @@ update on its GPU: the reduction runs after the op's last backward and before it
 Megatron-LM's gradient all-reduce after the pipeline's backward does (no overlap with the backward). ZeRO
 divides the training state and the update over the group as a batch split does. This is what lets a plan
 of thousands of GPUs be simulated: only the replica's GPUs become a device graph (``formats.clusters``).
+A plan whose replicas are all simulated (batch splits) is charged the same collective on each shard's update
+(:class:`DataParallelProfile` with ``folded=False``), so a plan's step does not depend on folding.
 """
 
 from __future__ import annotations
@@ -127,9 +129,6 @@ class DataParallelProfile(RooflineProfile):
         update = a.update / (k if self.zero >= 1 else 1) + self.link_seconds(graph, devices)
         return replace(a, update=update,
                        weight_copies=resident_copies(self.optimizer, graph.precision, self.zero, k))
-
-
-FoldedReplicaProfile = DataParallelProfile  # the name plans of folded replicas were built with
 
 
 def fold_profile(base: RooflineProfile, group: DPGroup, folded: bool = True) -> DataParallelProfile:
