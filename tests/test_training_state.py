@@ -110,3 +110,14 @@ def test_the_cli_takes_the_optimizer(capsys):
     params = 2 * (12 * 256 * 256 + 13 * 256) + 1000 * 256 + 128 * 256 + 2 * 256 + 1000 * 256  # the tied copy too
     extra = adam["devices"]["n0g0"]["peak_memory_bytes"] - sgd["devices"]["n0g0"]["peak_memory_bytes"]
     assert extra == pytest.approx(6 * 2 * params)  # 12 more bytes a bf16 parameter
+
+
+def test_a_what_if_keeps_the_optimizer_and_zero_stage():
+    """A what-if at multipliers of one is the same problem: ZeRO-1's quarter of Adam's state per replica, not
+    SGD's whole weights and gradients (the scaled costs once fell back to SGD without ZeRO)."""
+    from placement_core.analysis.sensitivity import what_if_problem
+
+    p = ProblemSpec(optimizer="adam", zero=1, splits=(Split("batch", (0, 1, 2, 3)),)).build(_one(), DEVS)
+    same = what_if_problem(p)
+    assert same.shards.static.tolist()[-4:] == pytest.approx([(2 + 6 / 4) * 1e9] * 4)
+    assert same.shards.upd.tolist()[-4:] == pytest.approx([14.0 * 1e9 / 1e11 / 4] * 4)

@@ -35,6 +35,14 @@ class ScaledCosts:
     def comm_efficiency(self) -> float:
         return self.base.comm_efficiency
 
+    @property
+    def optimizer(self) -> str:  # the training state a batch split's shards keep (simulate.shards) is the base's
+        return getattr(self.base, "optimizer", "sgd")
+
+    @property
+    def zero(self) -> int:
+        return getattr(self.base, "zero", 0)
+
     def _linked(self, devices):
         """The base profile with its own links scaled too: a cluster plan's data-parallel collective runs on
         the GPUs' channels (optimize.plan_fold), so scaling a channel scales it as it does a transfer."""
