@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 
 /* numpy/random/bitgen.h: what a BitGenerator's capsule points to. */
 typedef struct {
@@ -182,6 +183,54 @@ static PyObject *describe(PyObject *self, PyObject *args) {
     PyMem_Free(counts);
     release(v, 5);
     if (bad) { PyErr_SetString(PyExc_ValueError, "describe: a gene out of range"); return NULL; }
+    Py_RETURN_NONE;
+}
+
+/* niches(placements i32[k, n], n, stats i64[k, 3], kinds u8[m], divisor f64[m], steps f64[m], n_devices,
+ * bins i64[k, m], raw f64[k, m]): the archive's raw values and bins from describe's counts, as the built-in
+ * descriptors' numpy computes them (the same double operations in the same order, rint rounding half to even).
+ * kind 0: the most-used device; 1: devices used (bin: minus one); 2: cross-device edges, bin rint(v / divisor *
+ * steps); 3: the share of genes >= n_devices (split ops), bin rint(share * steps). */
+static PyObject *niches(PyObject *self, PyObject *args) {
+    PyObject *po, *so, *ko, *dvo, *sto, *bo, *ro;
+    Py_ssize_t n, nd;
+    if (!PyArg_ParseTuple(args, "OnOOOOnOO", &po, &n, &so, &ko, &dvo, &sto, &nd, &bo, &ro)) return NULL;
+    if (n <= 0) { PyErr_SetString(PyExc_ValueError, "niches: n must be positive"); return NULL; }
+    Py_buffer v[7];
+    if (view(po, &v[0], 4, 0, 0, "placements") < 0) return NULL;
+    Py_ssize_t k = v[0].len / (4 * n);
+    if (view(so, &v[1], 8, 3 * k, 0, "stats") < 0) { release(v, 1); return NULL; }
+    if (view(ko, &v[2], 1, 1, 0, "kinds") < 0) { release(v, 2); return NULL; }
+    Py_ssize_t m = v[2].len;
+    if (view(dvo, &v[3], 8, m, 0, "divisor") < 0) { release(v, 3); return NULL; }
+    if (view(sto, &v[4], 8, m, 0, "steps") < 0) { release(v, 4); return NULL; }
+    if (view(bo, &v[5], 8, k * m, 1, "bins") < 0) { release(v, 5); return NULL; }
+    if (view(ro, &v[6], 8, k * m, 1, "raw") < 0) { release(v, 6); return NULL; }
+    const int32_t *pl = v[0].buf;
+    const int64_t *stats = v[1].buf;
+    const uint8_t *kind = v[2].buf;
+    const double *div = v[3].buf, *steps = v[4].buf;
+    int64_t *bins = v[5].buf;
+    double *raw = v[6].buf;
+    for (Py_ssize_t j = 0; j < m; j++)
+        if (kind[j] > 3) { release(v, 7); PyErr_SetString(PyExc_ValueError, "niches: kinds are 0 to 3"); return NULL; }
+    for (Py_ssize_t i = 0; i < k; i++)
+        for (Py_ssize_t j = 0; j < m; j++) {
+            double r;
+            int64_t b;
+            if (kind[j] == 0) { b = stats[3 * i]; r = (double)b; }
+            else if (kind[j] == 1) { r = (double)stats[3 * i + 1]; b = stats[3 * i + 1] - 1; }
+            else if (kind[j] == 2) { r = (double)stats[3 * i + 2]; b = (int64_t)rint(r / div[j] * steps[j]); }
+            else {
+                Py_ssize_t split = 0;
+                for (Py_ssize_t q = 0; q < n; q++) split += pl[i * n + q] >= nd;
+                r = (double)split / (double)n;
+                b = (int64_t)rint(r * steps[j]);
+            }
+            raw[i * m + j] = r;
+            bins[i * m + j] = b;
+        }
+    release(v, 7);
     Py_RETURN_NONE;
 }
 
@@ -644,6 +693,7 @@ static PyMethodDef methods[] = {
     {"me_tail", me_tail, METH_VARARGS, "me_tail(capsule, kids, n, kinds, starts, lengths, d, point_rate, copy_rate)"},
     {"pcg64_seed", pcg64_seed, METH_VARARGS, "pcg64_seed(words) -> (state_high, state_low, inc_high, inc_low)"},
     {"integers", integers, METH_VARARGS, "integers(capsule, bound, out int64[k])"},
+    {"niches", niches, METH_VARARGS, "niches(placements, n, stats, kinds, divisor, steps, n_devices, bins, raw)"},
     {"zone", zone, METH_VARARGS, "zone(kids, rows, start, end, gene, n)"},
     {"best_per_niche", best_per_niche, METH_VARARGS,
      "best_per_niche(bins, sizes, fs, codes, kept, rows, fresh, code_out) -> count or -1"},

@@ -187,6 +187,11 @@ class Archive:
         # the built-in descriptors share one count of the batch (batch_stats); a user's is asked on its own
         self._counted = all(type(d) in DESCRIPTORS.values() for d in descriptors)
         self._edges = next((d._edges for d in descriptors if isinstance(d, CrossDeviceEdges)), ())
+        # the built-in descriptors' raw values and bins in C (kind, divisor, steps per dimension; see _batch.niches)
+        kinds = {MostUsedDevice: 0, DevicesUsed: 1, CrossDeviceEdges: 2, ShardedShare: 3}
+        self._kinds = (np.array([kinds[type(d)] for d in descriptors], dtype=np.uint8),
+                       np.array([float(getattr(d, "max_edges", 1)) for d in descriptors]),
+                       np.array([float(d.size - 1) for d in descriptors])) if self._counted else None
 
     def __len__(self) -> int:
         return len(self.elites)
@@ -211,6 +216,10 @@ class Archive:
             return np.stack([d.bins(self.problem, placements) for d in self.descriptors], axis=1), None
         stats = batch_stats(self.problem, placements, *self._edges)
         bins, raw = np.empty((len(stats), len(self.shape)), dtype=np.int64), np.empty((len(stats), len(self.shape)))
+        if _batch is not None and self.problem.n_ops:  # one C pass: the same numbers as the loop below
+            _batch.niches(np.ascontiguousarray(placements, dtype=np.int32), self.problem.n_ops, stats, *self._kinds,
+                          self.problem.n_devices, bins, raw)
+            return bins, raw
         for j, d in enumerate(self.descriptors):
             raw[:, j] = v = d.measured(stats, placements)
             bins[:, j] = d.binned(v)

@@ -9,6 +9,7 @@ worst kept are hashed, so keeping costs nothing next to a simulation.
 from __future__ import annotations
 
 import bisect
+import math
 
 import numpy as np
 
@@ -35,11 +36,13 @@ class KeptBest:
         full = len(self._by_key) >= self.k
         if full and not fs.min() < self._worst:  # most batches of a long run: nothing to keep (a NaN never is)
             return
-        for i in (np.flatnonzero(fs < self._worst) if full else range(len(fs))):
-            f = float(fs[i])
-            if not np.isfinite(f) or (len(self._by_key) >= self.k and not f < self._worst):
+        xs = np.ascontiguousarray(placements, dtype=np.int32)
+        values = fs.tolist()
+        for i in (np.flatnonzero(fs < self._worst).tolist() if full else range(len(fs))):
+            f = values[i]
+            if not math.isfinite(f) or (len(self._by_key) >= self.k and not f < self._worst):
                 continue
-            key = np.ascontiguousarray(placements[i], dtype=np.int32).tobytes()
+            key = xs[i].tobytes()
             if key in self._by_key:
                 continue
             self._by_key[key] = (f, self._order, np.frombuffer(key, dtype=np.int32).copy())
