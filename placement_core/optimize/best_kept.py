@@ -21,51 +21,51 @@ class KeptBest:
 
     def __init__(self, k: int = KEEP):
         self.k = int(k)
-        self._by_key: dict[bytes, tuple[float, int, np.ndarray]] = {}
-        self._ranked: list[tuple[float, int, bytes]] = []  # the same entries sorted by (objective, order)
+        self._keys: set[bytes] = set()  # the placements kept, as their int32 bytes
+        self._ranked: list[tuple[float, int, bytes]] = []  # (objective, offer order, placement bytes), sorted
         self._order = 0  # offer order, breaks ties
         self._worst = float("inf")
 
     def __len__(self) -> int:
-        return len(self._by_key)
+        return len(self._keys)
 
     def offer(self, placements: np.ndarray, objectives: np.ndarray) -> None:
         if self.k <= 0 or len(objectives) == 0:
             return
         fs = np.asarray(objectives, dtype=float)
-        full = len(self._by_key) >= self.k
+        full = len(self._keys) >= self.k
         if full and not fs.min() < self._worst:  # most batches of a long run: nothing to keep (a NaN never is)
             return
         xs = np.ascontiguousarray(placements, dtype=np.int32)
         values = fs.tolist()
         for i in (np.flatnonzero(fs < self._worst).tolist() if full else range(len(fs))):
             f = values[i]
-            if not math.isfinite(f) or (len(self._by_key) >= self.k and not f < self._worst):
+            if not math.isfinite(f) or (len(self._keys) >= self.k and not f < self._worst):
                 continue
             key = xs[i].tobytes()
-            if key in self._by_key:
+            if key in self._keys:
                 continue
-            self._by_key[key] = (f, self._order, np.frombuffer(key, dtype=np.int32).copy())
+            self._keys.add(key)
             bisect.insort(self._ranked, (f, self._order, key))
             self._order += 1
-            if len(self._by_key) > self.k:  # the worst (the last offered among equals) goes
-                del self._by_key[self._ranked.pop()[2]]
-            if len(self._by_key) >= self.k:
+            if len(self._keys) > self.k:  # the worst (the last offered among equals) goes
+                self._keys.discard(self._ranked.pop()[2])
+            if len(self._keys) >= self.k:
                 self._worst = self._ranked[-1][0]
 
     def ranked(self) -> list[tuple[float, np.ndarray]]:
         """(objective, placement) pairs, best first."""
-        return [(f, self._by_key[key][2]) for f, _, key in self._ranked]
+        return [(f, np.frombuffer(key, dtype=np.int32).copy()) for f, _, key in self._ranked]
 
     def state(self) -> list:
-        return [[f, o, self._by_key[key][2].tolist()] for f, o, key in self._ranked]
+        return [[f, o, np.frombuffer(key, dtype=np.int32).tolist()] for f, o, key in self._ranked]
 
     def load(self, state: list | None) -> None:
-        self._by_key.clear()
+        entries = {}
         self._order = 0
         for f, o, x in state or []:
-            arr = np.asarray(x, dtype=np.int32)
-            self._by_key[arr.tobytes()] = (float(f), int(o), arr)
+            entries[np.asarray(x, dtype=np.int32).tobytes()] = (float(f), int(o))
             self._order = max(self._order, int(o) + 1)
-        self._ranked = sorted((v[0], v[1], key) for key, v in self._by_key.items())
-        self._worst = self._ranked[-1][0] if len(self._by_key) >= self.k else float("inf")
+        self._keys = set(entries)
+        self._ranked = sorted((f, o, key) for key, (f, o) in entries.items())
+        self._worst = self._ranked[-1][0] if len(self._keys) >= self.k else float("inf")

@@ -85,7 +85,7 @@ class GeneticAlgorithm(Optimizer):
             chosen = ops.tournament(self.rng, self.pop_f, p["tournament_size"], rest)
         else:
             probs = self._rank_probabilities(n)
-            chosen = ops.stochastic_universal_sampling(self.rng, probs, rest)
+            chosen = ops.stochastic_universal_sampling(self.rng, probs, rest, self._cum)
         parents = np.concatenate([elite, chosen])
         self.rng.shuffle(parents)
         return parents
@@ -96,6 +96,7 @@ class GeneticAlgorithm(Optimizer):
         if getattr(self, "_probs", None) is None or len(self._probs) != n:
             self._probs = (ops.linear_rank_probabilities(n, p["selection_pressure"]) if p["selection"] == "linear-rank"
                            else ops.exponential_rank_probabilities(n))
+            self._cum = ops.sus_cdf(self._probs)
         return self._probs
 
     def _children(self, k: int) -> tuple[np.ndarray, np.ndarray]:

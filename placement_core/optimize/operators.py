@@ -135,12 +135,20 @@ def exponential_rank_probabilities(n: int) -> np.ndarray:
     return p / p.sum()
 
 
-def stochastic_universal_sampling(rng: np.random.Generator, probabilities: np.ndarray, k: int) -> np.ndarray:
-    """k indices with expected counts k * p, low variance (Baker's SUS)."""
+def sus_cdf(probabilities: np.ndarray) -> np.ndarray:
+    """The cumulative probabilities :func:`stochastic_universal_sampling` searches (the last exactly 1)."""
     cum = np.cumsum(probabilities)
     cum[-1] = 1.0
+    return cum
+
+
+def stochastic_universal_sampling(rng: np.random.Generator, probabilities: np.ndarray, k: int,
+                                  cum: np.ndarray | None = None) -> np.ndarray:
+    """k indices with expected counts k * p, low variance (Baker's SUS); ``cum``: :func:`sus_cdf` of the
+    probabilities when the caller keeps it."""
+    cum = sus_cdf(probabilities) if cum is None else cum
     pointers = (rng.random() + np.arange(k)) / k
-    return np.searchsorted(cum, pointers, side="left").clip(0, len(probabilities) - 1)
+    return np.minimum(np.searchsorted(cum, pointers, side="left"), len(cum) - 1)
 
 
 def choice_cdf(probabilities: np.ndarray) -> np.ndarray:
@@ -213,7 +221,7 @@ def batch_point_mutation(rng: np.random.Generator, xs: np.ndarray, rates: np.nda
     rate = np.asarray(rates, dtype=np.float32).reshape(-1, 1)
     out = np.array(xs, dtype=np.int32) if copy else xs
     if _plain(n_devices, rng) and out.size:
-        rate = np.ascontiguousarray(np.broadcast_to(rate[:, 0], len(out)))
+        rate = rate[:, 0] if len(rate) == len(out) else np.broadcast_to(rate[:, 0], len(out)).copy()
         _batch.point(rng.bit_generator.capsule, out, rate, out.shape[1], int(n_devices))
         return out
     u = _uniform(rng, xs.shape)
