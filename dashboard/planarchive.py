@@ -18,6 +18,7 @@ import streamlit as st
 from placement_core.analysis import fmt_bytes, fmt_seconds
 from placement_core.analysis.trace import gantt_rows, gantt_segments
 from placement_core.base.errors import InputError
+from placement_core.formats.clusters import Cluster
 from placement_core.optimize.plan_elites import NICHES, PlanArchive, search_plans
 from placement_core.optimize.plan_space import DIMS, LABELS
 from placement_core.optimize.plans import memory_parts
@@ -75,9 +76,11 @@ def form_row(config) -> ArchiveChoices | None:
 
 
 def run(choices, archive_choices: ArchiveChoices, config) -> PlanRun:
-    """Search, store the archive as a run and keep it with the session (the newest ``KEEP``)."""
+    """Search, store the archive as a run and keep it with the session (the newest ``KEEP``). On the devices the
+    exhaustive search plans on (:func:`.clusterview.plan_devices`): above 32 nodes a cluster whose data-parallel
+    replicas are folded into one, stored as its ``dgx-…:nodes=N`` spec and reopened as the same cluster."""
     s = state.session()
-    devices = state.builtin_device_graph(choices.devices_spec)
+    devices = clusterview.plan_devices(choices)
     bar = st.progress(0.0, text="MAP-Elites over the plans…")
 
     def progress(done: int, total: int) -> None:
@@ -188,6 +191,10 @@ def trace_section(run, elite) -> None:
     """The plan's memory per GPU and, on request, its step GPU by GPU with the trace to download."""
     with ui.guarded("the plan's trace"):
         plan, problem, parts = _details(run.key, elite.row, run.archive, elite)
+        if isinstance(run.archive.setup[1] if run.archive.setup else None, Cluster) and plan.dp > 1:
+            st.caption(f"One data-parallel replica is shown: its {problem.n_devices} simulated GPU(s), the first of "
+                       f"each tensor-parallel group in each stage; the other {plan.dp - 1:,} are folded into it, "
+                       "their gradients' all-reduce kept in each weight update.")
         st.markdown("##### Memory per GPU")
         st.plotly_chart(clusterview.memory_figure(parts, problem.devices.names, run.capacity),
                         key="plan_arch_memory", config={"displaylogo": False})

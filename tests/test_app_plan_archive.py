@@ -77,7 +77,7 @@ def test_search_the_plans_then_browse_the_archive():
     assert len(top) == 9 and list(top["step (ms)"]) == sorted(top["step (ms)"])
     # stored as it finished (run 1) and listed once in this session, as the session's own
     [listed] = at.selectbox(key="arch_run").options
-    assert archive_run.store_id == 1 and listed.startswith("plan archive 1 (run 1) · ")
+    assert archive_run.store_id == 1 and listed.startswith(f"plan archive {archive_run.id} (run 1) · ")
     fresh_session_reopens_it(archive, exhaustive, target)
 
 

@@ -1,7 +1,8 @@
 """A plan archive in Chromium: search a small GPT's plans with MAP-Elites on the Cluster plan page, follow the link
 to the Archive page, click the niche pipeline stages 2 × tensor parallel 2 on its map and see that niche's plan
 (the exhaustive search's best there, worked out by the test itself), then open its trace; reload the tab (a new
-session): the archive, stored as a run, is still listed and browsable, and the Runs page lists it."""
+session): the archive, stored as a run, is still listed and browsable, and the Runs page lists it. Then the same
+search on 128 nodes, whose replicas are folded."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from browser_util import main, multiselect, no_errors, open_page, selected, sett
 from placement_core.analysis import fmt_seconds
 from placement_core.families import gpt
 from placement_core.formats.catalog import load_devices, load_network
+from placement_core.formats.clusters import load_plan_cluster
 from placement_core.optimize.plans import PlanRequest, plan
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
@@ -22,10 +24,12 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 NET = "gpt:layers=2,hidden=64,heads=4,seq=32,vocab=100,batch=8"
 
 
-def best_per_niche():
-    """(pp, tp) -> the exhaustive search's fastest plan there (every plan of this GPT fits an A100)."""
+def best_per_niche(devices=None, batch=8):
+    """(pp, tp) -> the exhaustive search's fastest plan there (every plan of this GPT fits an A100), on one node
+    unless ``devices`` says otherwise."""
     best = {}
-    for p in plan(load_network(NET), load_devices("dgx-a100:nodes=1"), PlanRequest(global_batch=8), gpt.parse(NET)):
+    devices = devices or load_devices("dgx-a100:nodes=1")
+    for p in plan(load_network(NET), devices, PlanRequest(global_batch=batch), gpt.parse(NET)):
         if (p.pp, p.tp) not in best or p.step_time_s < best[p.pp, p.tp].step_time_s:
             best[p.pp, p.tp] = p
     return best
@@ -39,8 +43,9 @@ def cell_centre(pg, cell, shape):
     return box["x"] + (xi + 0.5) / nx * box["width"], box["y"] + (1 - (yi + 0.5) / ny) * box["height"]
 
 
-def test_search_the_plans_then_pick_a_niche_on_the_archive_map(page, tmp_path):
-    pg = page
+def search(pg, nodes: int, batch: int) -> None:
+    """Build NET's GPT, then search its plans on ``nodes`` DGX A100 nodes with MAP-Elites: the exhaustive
+    search's space (the schedule, ZeRO stage and recomputation not searched), a budget of 100 plans."""
     open_page(pg, "Network")
     pg.get_by_role("tab", name="A GPT by its shape").click()
     settle(pg)
@@ -50,14 +55,19 @@ def test_search_the_plans_then_pick_a_niche_on_the_archive_map(page, tmp_path):
     main(pg).get_by_role("button", name="Build this GPT").click()
     settle(pg)
     open_page(pg, "Cluster plan")
-    main(pg).get_by_role("spinbutton", name="Nodes (8 GPUs each)", exact=True).first.fill("1")
-    main(pg).get_by_role("spinbutton", name="Global batch (sequences)", exact=True).first.fill("8")
+    main(pg).get_by_role("spinbutton", name="Nodes (8 GPUs each)", exact=True).first.fill(str(nodes))
+    main(pg).get_by_role("spinbutton", name="Global batch (sequences)", exact=True).first.fill(str(batch))
     main(pg).get_by_role("spinbutton", name="MAP-Elites budget", exact=True).first.fill("100")
     box = multiselect(pg, "Also search")
-    for name in ("schedule", "ZeRO stage", "recomputation"):  # the exhaustive search's space: 26 plans
+    for name in ("schedule", "ZeRO stage", "recomputation"):
         box.get_by_role("button", name=f"Remove {name}").click()
     main(pg).get_by_role("button", name="Search with MAP-Elites").click()
-    wait_text(pg, "26 of 26 plans simulated, 9 of 9 niches", timeout_s=120)
+
+
+def test_search_the_plans_then_pick_a_niche_on_the_archive_map(page, tmp_path):
+    pg = page
+    search(pg, 1, 8)
+    wait_text(pg, "26 of 26 plans simulated, 9 of 9 niches", timeout_s=120)  # the exhaustive search's 26 plans
     no_errors(pg)
 
     best = best_per_niche()
@@ -134,3 +144,34 @@ def test_search_the_plans_then_pick_a_niche_on_the_archive_map(page, tmp_path):
     assert selected(pg, "Run").startswith("run 1 · Plan archive")
     wait_text(pg, "Best step")
     no_errors(pg)
+
+
+def test_an_archive_of_plans_on_128_nodes(page):
+    """Above 32 nodes the search folds the data-parallel replicas as the Plan button does: 128 nodes (1,024 GPUs),
+    the exhaustive search's 19 plans; on the Archive page the niche pipeline stages 4 × tensor parallel 2 holds the
+    exhaustive search's best plan there, one replica of it shown."""
+    pg = page
+    search(pg, 128, 128)
+    wait_text(pg, "19 of 19 plans simulated, 9 of 9 niches", timeout_s=120)
+    no_errors(pg)
+    best = best_per_niche(load_plan_cluster("dgx-a100:nodes=128"), 128)
+    ranked = sorted(best.values(), key=lambda p: p.step_time_s)
+    target = best[4, 2]
+    k = ranked.index(target) + 1
+    assert k > 1 and target.dp == 128
+    main(pg).get_by_role("link", name="Browse it on the Archive page").click()
+    pg.get_by_role("heading", name="Archive", exact=True).first.wait_for()
+    settle(pg)
+    wait_text(pg, "Elite #1")
+    no_errors(pg)
+    # columns: pipeline stages 2, 4, 8, 16; rows: tensor parallel 1, 2, 4
+    x, y = cell_centre(pg, (1, 1), (3, 4))
+    pg.mouse.click(x, y)
+    settle(pg)
+    no_errors(pg)
+    wait_text(pg, f"Elite #{k}")
+    assert selected(pg, "Elite").startswith(f"#{k} · {fmt_seconds(target.step_time_s)}")
+    text = main(pg).inner_text()
+    assert "tensor parallel 2, 4 stage(s) × 128 replica(s)" in text
+    assert "One data-parallel replica is shown: its 4 simulated GPU(s)" in text
+    shot(pg, "plan-archive-128-nodes")
