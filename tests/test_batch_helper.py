@@ -77,6 +77,9 @@ def test_every_operator_gives_the_same_children_and_draws_with_and_without_the_h
         lambda rng: variation.ga_children(rng, a, b, rates, rates[::-1], {**ga, "crossover": "uniform"}, space),
         lambda rng: variation.map_elites_children(rng, a, b, me, space),
         lambda rng: variation.map_elites_children(rng, a, b, {**me, "replace_mutation_rate": 1.0}, space),
+        # parents read where they are (rows of a and b, repeats and any order) rather than gathered first
+        lambda rng: variation.crossed(rng, a, b, 0.7, pair=True, rows=(rows[::-1], np.resize(rows[:3], len(rows)))),
+        lambda rng: variation.map_elites_children(rng, a, b, me, space, rows=(rows, rows[::-1])),
         lambda rng: variation.map_elites_children(rng, a, b, {**me, "replace_mutation_rate": 0.0,
                                                               "zone_mutation_rate": 1.0}, space),
     ]
@@ -121,6 +124,9 @@ def test_the_helper_refuses_what_would_write_out_of_bounds():
         ops._batch.copy_point(cap, kids, np.array([3]), 0.5, 0.5, 5, 3)
     with pytest.raises(ValueError):  # a rate for 2 rows, 3 rows to mutate
         ops._batch.point(cap, kids, np.ones(2, dtype=np.float32), 5, 3)
+    with pytest.raises(IndexError):  # a parent row beyond the parents
+        ops._batch.cross(cap, kids, kids, 0.5, np.zeros((2, 5), dtype=np.int32), 5, False, np.array([0, 3]),
+                         np.array([0, 1]))
     with pytest.raises(ValueError):  # no room for the complementary children
         ops._batch.cross(cap, kids, kids, 0.5, np.zeros((3, 5), dtype=np.int32), 5, True)
     with pytest.raises(ValueError):  # a gene beyond the uses table

@@ -269,34 +269,51 @@ static PyObject *tournament(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* cross(capsule, a i32[k, n], b i32[k, n], rate, out i32[k or 2k, n], n, pair): variation.crossed with one cut.
- * Pair i crosses with probability rate (Generator.random(k) < rate), then each crossed pair in order draws its
- * cut in [1, n - 1] (one Generator.integers(1, n, (c, 1))); child i is a[i] before the cut and b[i] from it
- * (a[i] whole if not crossed); with pair, rows 2i and 2i + 1 are that child and its complement. */
+/* cross(capsule, a i32[*, n], b i32[*, n], rate, out i32[k or 2k, n], n, pair[, ia i64[k], ib i64[k]]):
+ * variation.crossed with one cut. Pair i (parents a[i] and b[i], or a[ia[i]] and b[ib[i]] when the rows are
+ * given: no gather of the parents first) crosses with probability rate (Generator.random(k) < rate), then each
+ * crossed pair in order draws its cut in [1, n - 1] (one Generator.integers(1, n, (c, 1))); child i is the first
+ * parent before the cut and the second from it (the first whole if not crossed); with pair, rows 2i and 2i + 1
+ * are that child and its complement. */
 static PyObject *cross(PyObject *self, PyObject *args) {
-    PyObject *cap, *ao, *bo, *oo;
+    PyObject *cap, *ao, *bo, *oo, *iao = Py_None, *ibo = Py_None;
     Py_ssize_t n;
     double rate;
     int pair;
-    if (!PyArg_ParseTuple(args, "OOOdOnp", &cap, &ao, &bo, &rate, &oo, &n, &pair)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOOdOnp|OO", &cap, &ao, &bo, &rate, &oo, &n, &pair, &iao, &ibo)) return NULL;
     bitgen_t *g = bitgen_of(cap);
     if (!g) return NULL;
     if (n <= 0 || n > 0x7FFFFFFF) { PyErr_SetString(PyExc_ValueError, "cross: 0 < n < 2^31"); return NULL; }
-    Py_buffer v[3];
-    if (view(ao, &v[0], 4, 0, 0, "a") < 0) return NULL;
-    Py_ssize_t k = v[0].len / (4 * n);
-    if (view(bo, &v[1], 4, k * n, 0, "b") < 0) { release(v, 1); return NULL; }
-    if (view(oo, &v[2], 4, (pair ? 2 : 1) * k * n, 1, "out") < 0) { release(v, 2); return NULL; }
+    if ((iao == Py_None) != (ibo == Py_None)) { PyErr_SetString(PyExc_ValueError, "cross: both rows or neither"); return NULL; }
+    Py_buffer v[5];
+    int got = 0, rows = iao != Py_None;
+    if (view(ao, &v[got], 4, 0, 0, "a") < 0) return NULL;
+    got++;
+    Py_ssize_t ra = v[0].len / (4 * n), k = ra;
+    if (view(bo, &v[got], 4, rows ? 0 : k * n, 0, "b") < 0) goto fail;
+    got++;
+    Py_ssize_t rb = v[1].len / (4 * n);
+    if (rows) {
+        if (view(iao, &v[got], 8, 0, 0, "ia") < 0) goto fail;
+        got++;
+        k = v[2].len / 8;
+        if (view(ibo, &v[got], 8, k, 0, "ib") < 0) goto fail;
+        got++;
+        if (check_rows(v[2].buf, k, ra) < 0 || check_rows(v[3].buf, k, rb) < 0) goto fail;
+    }
+    if (view(oo, &v[got], 4, (pair ? 2 : 1) * k * n, 1, "out") < 0) goto fail;
+    got++;
     int64_t *cut = PyMem_Malloc(sizeof(int64_t) * (size_t)(k + 1));
-    if (!cut) { release(v, 3); return PyErr_NoMemory(); }
+    if (!cut) { PyErr_NoMemory(); goto fail; }
     for (Py_ssize_t i = 0; i < k; i++) cut[i] = g->next_double(g->state) < rate ? -1 : n;  /* -1: to draw */
     for (Py_ssize_t i = 0; i < k; i++)
         if (cut[i] < 0) cut[i] = n >= 2 ? 1 + (n > 2 ? lemire32(g, (uint32_t)(n - 2)) : 0) : n;
     const int32_t *a = v[0].buf, *b = v[1].buf;
-    int32_t *out = v[2].buf;
+    const int64_t *ia = rows ? v[2].buf : NULL, *ib = rows ? v[3].buf : NULL;
+    int32_t *out = v[got - 1].buf;
     for (Py_ssize_t i = 0; i < k; i++) {
         const Py_ssize_t c = (Py_ssize_t)cut[i];
-        const int32_t *x = a + i * n, *y = b + i * n;
+        const int32_t *x = a + (rows ? ia[i] : i) * n, *y = b + (rows ? ib[i] : i) * n;
         int32_t *o = out + (pair ? 2 * i : i) * n;
         memcpy(o, x, sizeof(int32_t) * (size_t)c);
         memcpy(o + c, y + c, sizeof(int32_t) * (size_t)(n - c));
@@ -306,8 +323,11 @@ static PyObject *cross(PyObject *self, PyObject *args) {
         }
     }
     PyMem_Free(cut);
-    release(v, 3);
+    release(v, got);
     Py_RETURN_NONE;
+fail:
+    release(v, got);
+    return NULL;
 }
 
 /* Draws for r rows of n genes: `nf` float32 blocks of r * n, then r * n genes in [0, d) as uint8. */
@@ -686,7 +706,7 @@ fail:
 static PyMethodDef methods[] = {
     {"describe", describe, METH_VARARGS, "describe(placements, n, uses, d, src, dst, out int64[k, 3])"},
     {"tournament", tournament, METH_VARARGS, "tournament(capsule, objectives, size, k, out int64[k])"},
-    {"cross", cross, METH_VARARGS, "cross(capsule, a, b, rate, out, n, pair)"},
+    {"cross", cross, METH_VARARGS, "cross(capsule, a, b, rate, out, n, pair[, ia, ib])"},
     {"point", point, METH_VARARGS, "point(capsule, kids, rate float32[k], d)"},
     {"copy_point", copy_point, METH_VARARGS, "copy_point(capsule, kids, rows, point_rate, copy_rate, d)"},
     {"me_head", me_head, METH_VARARGS, "me_head(capsule, kids, n, replace_rate, zone_rate, d, kinds, starts) -> z"},

@@ -66,14 +66,20 @@ class MapElites(Optimizer):
             seeds.append(self.random_placements(p["initial_size"]))
             return np.concatenate(seeds)[:limit].astype(np.int32)
         k = min(p["batch"], limit)
-        a, b = self._parent_pairs(k)
-        return variation.map_elites_children(self.rng, a, b, p, self.space)
+        xs, both = self._parent_rows(k)
+        return variation.map_elites_children(self.rng, xs, xs, p, self.space, rows=(both[:k], both[k:]))
+
+    def _parent_rows(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(the elites' placements, rows of k first parents then k second parents), each by tournament among the
+        elites: drawn in one call, the same numbers as two calls of k (bounded integers carry nothing from one
+        call to the next)."""
+        _, xs, fs = self._pool
+        return xs, ops.tournament(self.rng, fs, self.params["tournament_size"], 2 * k)
 
     def _parent_pairs(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """k first parents, then k second parents, each by tournament among the elites: drawn in one call, the
-        same numbers as two calls of k (bounded integers carry nothing from one call to the next)."""
-        _, xs, fs = self._pool
-        both = xs[ops.tournament(self.rng, fs, self.params["tournament_size"], 2 * k)]
+        """The k parent pairs of :meth:`_parent_rows`, gathered (a recipe carries them to where they are used)."""
+        xs, both = self._parent_rows(k)
+        both = xs[both]
         return both[:k], both[k:]
 
     def tell(self, placements: np.ndarray, objectives: np.ndarray) -> None:

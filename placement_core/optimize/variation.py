@@ -76,16 +76,23 @@ def apply(recipe: Recipe, space=None) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 def crossed(rng: np.random.Generator, a: np.ndarray, b: np.ndarray, rate: float, kind: str = "single-point",
-            pair: bool = False) -> np.ndarray:
+            pair: bool = False, rows: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Children of the parent pairs (a[i], b[i]), int32: a pair crosses over with probability ``rate`` (``kind`` as
     in :func:`.operators.crossover`; the segments after odd cuts come from ``b[i]``), one that does not gives
-    ``a[i]`` whole. With ``pair``, rows 2i and 2i + 1 are that child and its complement."""
-    k, n = a.shape
+    ``a[i]`` whole. With ``pair``, rows 2i and 2i + 1 are that child and its complement. ``rows`` (ia, ib): the
+    parents are a[ia[i]] and b[ib[i]] (the helper reads them where they are)."""
+    n = a.shape[1]
     if ops._drawn_here(rng) and kind in ("single-point", "1-point") and 0 < n < 1 << 31:  # one cut: all in C
+        k = len(a) if rows is None else len(rows[0])
         out = np.empty((2 * k if pair else k, n), dtype=np.int32)
         ops._batch.cross(rng.bit_generator.capsule, np.ascontiguousarray(a, dtype=np.int32),
-                         np.ascontiguousarray(b, dtype=np.int32), float(rate), out, n, pair)
+                         np.ascontiguousarray(b, dtype=np.int32), float(rate), out, n, pair,
+                         *(() if rows is None else (np.ascontiguousarray(rows[0], dtype=np.int64),
+                                                    np.ascontiguousarray(rows[1], dtype=np.int64))))
         return out
+    if rows is not None:
+        a, b = a[rows[0]], b[rows[1]]
+    k = len(a)
     cross = np.flatnonzero(rng.random(k) < rate)
     take_b = np.zeros((k, n), dtype=bool)
     if len(cross):
@@ -135,12 +142,12 @@ def ga_pair_children(rng: np.random.Generator, a, b, rates_a, rates_b, p: dict, 
     return ga_mutate(rng, kids, rates, p, space)
 
 
-def map_elites_children(rng: np.random.Generator, a, b, p: dict, space) -> np.ndarray:
+def map_elites_children(rng: np.random.Generator, a, b, p: dict, space, rows=None) -> np.ndarray:
     """MAP-Elites: child i is ``a[i]``, crossed over (single point) with ``b[i]`` with ``crossover_rate``,
     then one mutation: replace (``replace_mutation_rate``), else zone (``zone_mutation_rate``), else per
-    gene copy or point (:func:`.operators.batch_copy_point_mutation`)."""
-    k = len(a)
-    kids = crossed(rng, a, b, p["crossover_rate"])
+    gene copy or point (:func:`.operators.batch_copy_point_mutation`). ``rows``: as in :func:`crossed`."""
+    kids = crossed(rng, a, b, p["crossover_rate"], rows=rows)
+    k = len(kids)
     if ops._plain(space, rng) and kids.size:  # the same draws and changes in two C calls around numpy's geometric
         kinds, starts = np.empty(k, dtype=np.uint8), np.empty(k, dtype=np.int64)
         n = kids.shape[1]
