@@ -238,7 +238,7 @@ def test_top_elites_are_ranked():
 
 # -- device tables ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("preset", ["malvik", "malvik-4gpu", "nvlink-8gpu", "luke01"])
+@pytest.mark.parametrize("preset", ["malvik", "malvik-4gpu", "nvlink-8gpu", "luke01", "dgx-h100:nodes=2"])
 def test_device_tables_round_trip(preset):
     g = load_devices(preset)
     back = devices_from_tables(g.name, *devices_to_tables(g))
@@ -248,8 +248,10 @@ def test_device_tables_round_trip(preset):
 def test_device_tables_show_everyday_units():
     dev, chan = devices_to_tables(load_devices("malvik-4gpu"))
     assert dev[1] == {"name": "gpu0", "kind": "gpu", "model": "NVIDIA Tesla V100", "peak TFLOP/s": 14,
-                      "memory GB": 32, "memory bandwidth GB/s": 900, "clock MHz": 1312, "µs per message": 0}
-    assert chan[0]["bandwidth GB/s"] == 16 and chan[0]["latency µs"] == 10
+                      "memory GB": 32, "memory bandwidth GB/s": 900, "clock MHz": 1312, "µs per message": 0,
+                      "SMs": None, "bf16 peak TFLOP/s": None, "fp16 peak TFLOP/s": None,
+                      "fp32 measured TFLOP/s": None, "bf16 measured TFLOP/s": None, "fp16 measured TFLOP/s": None}
+    assert chan[0]["bandwidth GB/s"] == 16 and chan[0]["latency µs"] == 10 and chan[0]["measured GB/s"] is None
     assert chan[0]["routes"].startswith("cpu0→gpu0, gpu0→cpu0")
 
 
