@@ -102,25 +102,24 @@ def sidebar() -> None:
     g, d = state.graph(), state.devices()
     with st.sidebar:
         st.markdown("#### Current setup")
-        st.markdown(f"**Network** · {esc(s.network_label)}  \n"
-                    f"<small>{len(g)} ops · batch {g.batch_size}</small>", unsafe_allow_html=True)
-        st.markdown(f"**Devices** · {esc(s.devices_label)}  \n"
-                    f"<small>{len(d)} devices · {len(d.channels)} channels</small>", unsafe_allow_html=True)
+        # Small type by Streamlit's :small[] directive, not <small> with unsafe_allow_html: raw HTML makes every
+        # new session's browser load and run an HTML parser for the sidebar before the page is complete (the
+        # first load, docs/dashboard.md "Speed"); tests/test_app_network.py keeps the landing page free of it.
+        st.markdown(f"**Network** · {esc(s.network_label)}  \n:small[{len(g)} ops · batch {g.batch_size}]")
+        st.markdown(f"**Devices** · {esc(s.devices_label)}  \n:small[{len(d)} devices · {len(d.channels)} channels]")
         try:
             ev = state.simulate(state.problem(), state.current_placement())
             fits = "fits in memory" if ev.feasible else "**exceeds memory**"
             detail = f"{fmt_seconds(ev.result.batch_time)} per batch · {fits}"
         except InputError as e:
             detail = f"cannot simulate: {esc(e)}"
-        st.markdown(f"**Placement** · {esc(s.placement_label)}  \n<small>{detail}</small>",
-                    unsafe_allow_html=True)
+        st.markdown(f"**Placement** · {esc(s.placement_label)}  \n:small[{detail}]")
         if s.get("placement_note"):  # why the placement is what it is (a reset, what an upload left out)
             st.caption(s.placement_note)
         sim = s.sim
-        costs = (f"measured op times ('{sim.timings}')" if "timings" in state.cost_kw(g, sim)
+        costs = (f"measured op times ('{esc(sim.timings)}')" if "timings" in state.cost_kw(g, sim)
                  else f"{sim.profile} costs")
-        st.markdown(f"<small>Simulator: {sim.summary()}, {costs}, {sim.penalty} penalty"
-                    "</small>", unsafe_allow_html=True)
+        st.markdown(f":small[Simulator: {sim.summary()}, {costs}, {sim.penalty} penalty]")
         from . import server_runs
         active = [r for r in server_runs.runs() if r.active]
         _runs_in_progress(poll=bool(active))

@@ -5,7 +5,7 @@ import json
 import pytest
 from apptest_util import assert_clean, figures, metrics, show_tab, sidebar_text, start, text
 
-from placement_core import load_network
+from placement_core import load_devices, load_network
 from placement_core.analysis import fmt_bytes
 from placement_core.formats.network import network_to_dict
 
@@ -124,3 +124,17 @@ def test_network_figure_is_svg_and_escapes_op_names():
     hovers = [h for t in fig.data if t.hovertext for h in t.hovertext]
     assert any("&lt;img src=x&gt;" in h and "on &lt;b&gt;gpu1&lt;/b&gt;" in h for h in hovers), hovers
     assert not any("<img" in h for h in hovers)
+
+
+def test_first_load_sends_no_raw_html_and_the_sidebar_numbers_in_small_type():
+    """The landing page (Network, with the sidebar) asks for no raw HTML in any markdown: raw HTML makes every
+    new session's browser load and run an HTML parser before the page is complete (docs/dashboard.md "Speed";
+    the sidebar's <small> lines were the page's only raw HTML). Its small type is Streamlit's :small[]."""
+    at = start()
+    texts = list(at.markdown) + list(at.caption) + list(at.sidebar.markdown) + list(at.sidebar.caption)
+    assert texts and not [t.value for t in texts if t.proto.allow_html]
+    d = load_devices("malvik-4gpu")  # the default device graph: 4 GPUs and the CPU, their channels
+    sidebar = sidebar_text(at)
+    assert "**Network** · ResNet-50  \n:small[176 ops · batch 128]" in sidebar
+    assert f"**Devices** · malvik-4gpu  \n:small[{len(d)} devices · {len(d.channels)} channels]" in sidebar
+    assert ":small[Simulator: thesis scheme, 1 batch(es), 1 in flight," in sidebar
