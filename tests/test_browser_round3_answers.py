@@ -206,6 +206,8 @@ def test_runs_columns_and_group_by_configuration(page, home):
         records = {r.id: r for r in store.runs()}
         sizes = store.archive_sizes()
     pg = page
+    # the table draws only the columns in view: wide enough for all of them whatever the other runs' names
+    pg.set_viewport_size({"width": 2560, "height": 1000})
     open_page(pg, "Runs")
     table = main(pg).locator("[data-testid='stDataFrame']").first
     table.wait_for()
