@@ -348,26 +348,31 @@ def test_forms_survive_navigation_while_a_run_is_live(page):
     no_errors(pg)
 
 
-def test_a_calibrated_graph_keeps_its_measurements_through_an_edit(page, tmp_path):
-    """Upload a calibrated device file (an all-reduce curve, shared cores), change one memory size, leave
-    and come back: the measurements are still listed, still in the graph the download delivers."""
+def _upload_edit_and_return(pg, tmp_path, doc: dict, shown: str, memory_gb: float) -> dict:
+    """Upload ``doc`` on the Devices page (``shown`` appears once it is read), set the second device's memory to
+    ``memory_gb``, leave for the Network page and come back: the device graph the download delivers."""
     import json
-    pg = page
     open_page(pg, "Devices")
-    doc = calibrated_devices_doc()
-    path = tmp_path / "local.json"
+    path = tmp_path / "upload.json"
     path.write_text(json.dumps(doc))
     pg.locator("[data-testid='stFileUploaderDropzoneInput']").first.set_input_files(str(path))
-    wait_text(pg, "Shared resources (1) and measured collectives (1)")
+    wait_text(pg, shown)
     settle(pg)
-    edit_cell(pg, 0, 1, 4, 4)   # cpu1's memory 8 -> 4 GB
+    edit_cell(pg, 0, 1, 4, memory_gb)   # the second device's memory GB
     wait_text(pg, "Changes applied")
     open_page(pg, "Network")
     open_page(pg, "Devices")
     no_errors(pg)
-    wait_text(pg, "Shared resources (1) and measured collectives (1)")
-    got = json.loads(download(pg, pg.get_by_role("button", name="Download as JSON"), tmp_path / "got.json")
-                     .read_text())
+    wait_text(pg, shown)
+    return json.loads(download(pg, pg.get_by_role("button", name="Download as JSON"), tmp_path / "got.json")
+                      .read_text())
+
+
+def test_a_calibrated_graph_keeps_its_measurements_through_an_edit(page, tmp_path):
+    """Upload a calibrated device file (an all-reduce curve, shared cores), change one memory size, leave
+    and come back: the measurements are still listed, still in the graph the download delivers."""
+    doc = calibrated_devices_doc()
+    got = _upload_edit_and_return(page, tmp_path, doc, "Shared resources (1) and measured collectives (1)", 4)
     assert [d["memory_bytes"] for d in got["devices"]] == [8e9, 4e9]
     assert got["collectives"] == doc["collectives"] and got["shared"] == doc["shared"]
 
@@ -376,23 +381,9 @@ def test_a_dgx_graph_keeps_its_tensor_core_rates_through_an_edit(page, tmp_path)
     """Upload a DGX A100 node, change one GPU's memory, leave and come back: the download still carries every
     GPU's bf16 peak, SMs and measured matmul rate and every link's measured bandwidth (the tables once
     dropped them: bf16 ops at the fp32 peak, links at 25 %)."""
-    import json
     from placement_core.model.devices import devices_to_dict
-    pg = page
-    open_page(pg, "Devices")
     doc = devices_to_dict(load_devices("dgx-a100:nodes=1"))
-    path = tmp_path / "dgx.json"
-    path.write_text(json.dumps(doc))
-    pg.locator("[data-testid='stFileUploaderDropzoneInput']").first.set_input_files(str(path))
-    wait_text(pg, "dgx-a100:nodes=1")
-    settle(pg)
-    edit_cell(pg, 0, 1, 4, 40)   # n0g1's memory 80 -> 40 GB
-    wait_text(pg, "Changes applied")
-    open_page(pg, "Network")
-    open_page(pg, "Devices")
-    no_errors(pg)
-    got = json.loads(download(pg, pg.get_by_role("button", name="Download as JSON"), tmp_path / "got.json")
-                     .read_text())
+    got = _upload_edit_and_return(page, tmp_path, doc, "dgx-a100:nodes=1", 40)
     assert [d["memory_bytes"] for d in got["devices"]] == [80e9, 40e9] + [80e9] * 6
     for d, want in zip(got["devices"], doc["devices"]):
         assert (d["peak_flops_by_precision"], d["achieved_flops_by_precision"], d["sms"]) == (
