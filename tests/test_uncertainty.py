@@ -103,6 +103,22 @@ def test_indistinguishable_from_draws_by_hand():
     assert same.tolist() == [[True, False, True], [False, True, False], [True, False, True]]
 
 
+def test_an_interval_always_holds_its_point(monkeypatch):
+    """Side-by-side branches make a step a maximum, and mean-1 draws push a maximum up: the draws' central range
+    can lie wholly above the point (E5 on two CPU ranks met it, and its scatter failed on an error bar of
+    negative length). Draws 11-14 s against the point 10.75 s: the interval is [10.75, the 95 % quantile];
+    draws 8-9 s: [the 5 % quantile, 10.75]."""
+    p = problem(spread_a=0.2)
+    above = np.array([[11.0], [12.0], [13.0], [14.0]])  # linear quantiles: 11.15 and 13.85
+    monkeypatch.setattr(uncertainty, "draws", lambda *a, **k: above)
+    sp = uncertainty.spread(p, [ON_CPU0])
+    assert sp.point[0] == pytest.approx(10.75)
+    assert sp.low[0] == pytest.approx(10.75) and sp.high[0] == pytest.approx(13.85)
+    monkeypatch.setattr(uncertainty, "draws", lambda *a, **k: above - 5.0)  # 6-9 s: 6.15 and 8.85
+    sp = uncertainty.spread(p, [ON_CPU0])
+    assert sp.low[0] == pytest.approx(6.15) and sp.high[0] == pytest.approx(10.75)
+
+
 def test_spreads_are_checked_and_groups_add_them_in_quadrature():
     doc = {**TIMINGS, "ops": {**TIMINGS["ops"], "a": {d: {**v, "fwd_spread": -0.1} for d, v in times(1, 2, 0.5).items()}}}
     with pytest.raises(InputError, match="fwd_spread"):

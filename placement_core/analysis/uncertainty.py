@@ -105,11 +105,17 @@ class Spread:
 
 
 def spread(problem: Problem, placements, samples: int = SAMPLES, level: float = LEVEL, seed: int = 0) -> Spread:
-    """The draws of :func:`draws` summed up for the k placements (every view of the intervals reads this)."""
+    """The draws of :func:`draws` summed up for the k placements (every view of the intervals reads this).
+
+    An interval always holds its point: where placements run branches side by side, a step is a maximum of
+    paths, and mean-1 draws push a maximum up (Jensen), so the draws' central range can sit wholly above the
+    point simulation; the point (every factor 1) is one outcome of the draws, and an interval that excludes it
+    would draw error bars of negative length."""
     batch = problem.checked(np.atleast_2d(np.asarray(placements)))
     d = draws(problem, batch, samples, seed)
     lo, hi = np.quantile(d, [(1 - level) / 2, (1 + level) / 2], axis=0)
-    return Spread(problem.evaluate_valid(batch), lo, hi, indistinguishable(d, level))
+    point = problem.evaluate_valid(batch)
+    return Spread(point, np.minimum(lo, point), np.maximum(hi, point), indistinguishable(d, level))
 
 
 def intervals(problem: Problem, placements, samples: int = SAMPLES, level: float = LEVEL,
