@@ -2,7 +2,7 @@
 with what `placement calibrate` now derives from the same measured curves (the all-reduce's share of the CPU
 ranks' cores, docs/e5.md), against the run's measured medians. Nothing is measured again.
 
-    python benchmarks/e5_resimulate.py docs/e5/resnet18-runs torchvision:resnet18 2,3,32,32 32
+    python benchmarks/e5_resimulate.py docs/e5/resnet18-runs-2026-11-28 torchvision:resnet18 2,3,32,32 32
 """
 import csv
 import json

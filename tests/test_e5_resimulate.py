@@ -15,10 +15,10 @@ import e5_resimulate  # noqa: E402
 
 @pytest.mark.slow
 def test_the_stored_run_is_reproduced_and_the_share_moves_data_parallelism_toward_the_measurement():
-    (run,) = e5_resimulate.resimulate(ROOT / "docs/e5/resnet18-runs", "torchvision:resnet18", (2, 3, 32, 32), 32,
+    (run,) = e5_resimulate.resimulate(ROOT / "docs/e5/resnet18-runs-2026-11-28", "torchvision:resnet18", (2, 3, 32, 32), 32,
                                       runs={"run1"})
     stored, shared = run["as stored"], run["with the all-reduce's share of the cores"]
-    # docs/e5/resnet18-runs/summary.md: run 1, calibrated tau 0.464, MAPE 16.4 %, 34 placements
+    # docs/e5/resnet18-runs-2026-11-28/summary.md: run 1, calibrated tau 0.464, MAPE 16.4 %, 34 placements
     assert stored["kendall_tau"] == pytest.approx(0.464, abs=5e-4) and stored["n"] == 34
     assert stored["mape_pct"] == pytest.approx(16.4, abs=0.05)
     # the stored all-reduce curve: 67.8 ms busy against 32.5 ms alone at 32 MB, b = 2.08, c = 1 / 1.08
