@@ -4,7 +4,7 @@ import streamlit as st
 
 from dashboard import nodelink, state, ui
 from dashboard.gptview import gpt_form
-from dashboard.charts import topology
+from dashboard.charts import picture, topology
 from dashboard.netview import torch_import_form
 from placement_core.analysis import fmt_bytes, fmt_flops, network_summary, op_table
 from placement_core.analysis.graphview import COLLAPSE_ABOVE
@@ -79,22 +79,23 @@ with ui.guarded("the graph"):
     st.markdown("##### Graph")
     placement = state.current_placement()
     c1, c2 = st.columns([1, 1])
-    shown = c1.segmented_control("View", ["explorable graph", "layered chart"], default="explorable graph",
-                                 key=ui.persist("net_view"),
-                                 help="Explorable graph: click an op for its producers, consumers and card, search it "
-                                      "by name, zoom in for labels; networks over 1,000 ops open as modules. Layered "
-                                      "chart: every op at its exact depth, hover for numbers.")
+    views = ["picture", "explorable graph", "layered chart"]
+    shown = c1.segmented_control("View", views, default="picture", key=ui.persist("net_view", views),
+                                 help="Picture: the whole network at a glance, drawn at once. Explorable graph: click "
+                                      "an op for its producers, consumers and card, search it by name, zoom in for "
+                                      "labels; networks over 1,000 ops open as modules. Layered chart: every op at "
+                                      "its exact depth, hover for numbers.")
     color_by = c2.segmented_control("Colour by", ["op kind", "device"], default="op kind", key=ui.persist("net_color"),
                                     help="By device: the current placement (see the sidebar).")
+    by = "device" if color_by == "device" else "kind"
     layout = state.layout()
     if shown == "layered chart":
-        fig = topology.network_figure(g, layout, "device" if color_by == "device" else "kind", placement,
-                                    state.devices().names)
+        fig = topology.network_figure(g, layout, by, placement, state.devices().names)
         st.plotly_chart(fig, key="net_graph", config={"scrollZoom": True, "displaylogo": False})
         st.caption(f"{layout.depth} layers, at most {layout.width} ops side by side. Drag to pan, scroll to zoom, "
                    "hover an op for its numbers; edge width grows with the tensor size.")
-    else:
-        st.iframe(nodelink.current_network_html("device" if color_by == "device" else "kind"),
+    elif shown == "explorable graph":
+        st.iframe(nodelink.current_network_html(by),
                   height=nodelink.HEIGHT, alt=f"The network as an explorable graph ({len(g)} ops)")
         st.caption(f"{layout.depth} layers from left to right, arrows in the direction data flows; node area grows "
                    "with compute (forward + backward FLOPs), edge width with the tensor; red dashes: tensors between "
@@ -103,6 +104,20 @@ with ui.guarded("the graph"):
                    "its input end with the names shown; *Fit* shows all of it."
                    + (" Hexagons are modules (groups of ops found by coarsening): click one to expand it."
                       if len(g) > COLLAPSE_ABOVE else ""))
+    else:
+        svg = state.network_picture(by)
+        if svg is None:
+            st.info(f"{len(g):,} ops are too many for a picture: choose *explorable graph*, which opens the network "
+                    "as modules.")
+        else:
+            st.image(svg, caption=f"The network as a picture ({len(g)} ops)")
+            rows = picture.snake(layout).rows
+            st.caption(f"{layout.depth} layers from the input"
+                       + (f", folded into {rows} rows that snake (left to right, then right to left)" if rows > 1
+                          else ", left to right")
+                       + "; node area grows with compute, edge width with the tensor; red dashes: tensors between "
+                         "devices under the current placement. To click ops, search and zoom, choose *explorable "
+                         "graph*.")
 
 with ui.guarded("the op table"):
     st.markdown("##### Ops")

@@ -303,6 +303,20 @@ def layout():
     return _layout(session().base_graph_key, graph())
 
 
+@st.cache_resource(max_entries=12, show_spinner=False)
+def _picture(key: tuple, _graph, _layout, colour_by: str, _placement, _names) -> str | None:
+    from .charts.picture import network_svg
+    return network_svg(_graph, _layout, colour_by, _placement, _names)
+
+
+def network_picture(colour_by: str) -> str | None:
+    """The current network as a still picture under the current placement (cached per network, batch-free
+    structure, placement and colouring; None when the network is too large to picture)."""
+    placement = current_placement()
+    key = (graph_key(), devices_key(), np.asarray(placement).tobytes(), colour_by)
+    return _picture(key, graph(), layout(), colour_by, placement, devices().names)
+
+
 def adopt_run(run, placement, label: str) -> None:
     """Make a run's placement current, with the network, devices and settings it was optimized for."""
     spec = run.spec

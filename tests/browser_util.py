@@ -153,6 +153,25 @@ def open_page(pg, title: str) -> None:
     settle(pg)
 
 
+def segment(pg, label: str, option: str) -> None:
+    """Choose ``option`` of the segmented control ``label`` unless it is already chosen (a click on the chosen
+    option would clear it)."""
+    control = main(pg).locator("[data-testid='stButtonGroup']").filter(has=pg.get_by_text(label, exact=True)).first
+    button = control.get_by_role("radio", name=option)
+    button.wait_for()
+    if not button.is_checked():
+        button.click()
+        settle(pg)
+
+
+def network_graph(pg, timeout_ms: float = 30_000):
+    """The Network page's explorable graph, drawn (the page opens on the picture: choose the graph first)."""
+    segment(pg, "View", "explorable graph")
+    frame = pg.frame_locator("iframe[title^='The network as an explorable graph']")
+    frame.locator("body[data-drawn='1']").wait_for(timeout=timeout_ms)
+    return frame
+
+
 def open_list(pg, box, nth: int = 0, tries: int = 3) -> None:
     """Open a selectbox's list (``box``: its locator) until option ``nth`` shows: a click while the page still
     reruns (a fragment, a chart settling) can be lost, leaving the box focused and closed."""

@@ -1,5 +1,6 @@
 """Network page (AppTest): built-ins, uploads (good and bad), batch size, graph and op table."""
 
+import base64
 import json
 
 import pytest
@@ -19,7 +20,16 @@ def test_default_network_is_resnet50_with_summary_graph_and_table():
     assert m["Forward compute"] == "1.05 TFLOP" and m["Parameters"] == "102 MB"
     assert at.dataframe[0].value.shape[0] == len(g) == 176
     assert list(at.dataframe[0].value.columns[:3]) == ["#", "op", "kind"]
-    assert not figures(at) and at.get("iframe")  # the explorable graph by default (tests/test_app_nodelink.py)
+    # a still picture first (no script to load: the first load's budget), every op a circle in it
+    [image] = at.get("image")
+    assert not figures(at) and not at.get("iframe")
+    assert image.proto.imgs[0].caption == "The network as a picture (176 ops)"
+    head, data = image.proto.imgs[0].url.split(",", 1)
+    assert head == "data:image/svg+xml;base64"
+    svg = base64.b64decode(data).decode()
+    assert svg.count("<circle") == 176 + len({o.kind for o in g.ops})  # each op, then the legend's swatches
+    at.segmented_control(key="net_view").set_value("explorable graph").run()
+    assert not figures(at) and at.get("iframe") and not at.get("image")  # tests/test_app_nodelink.py
     at.segmented_control(key="net_view").set_value("layered chart").run()
     [fig] = figures(at)
     nodes = [t for t in fig["data"] if t["mode"] == "markers"]

@@ -20,6 +20,13 @@ from placement_core.problem import ProblemSpec
 HOSTILE = ['<img src=x onerror="window.pwned=1">', "</script><script>window.pwned=2</script>", "it's & <b>"]
 
 
+def explore(at):
+    """The Network page opens on the picture; its explorable graph is one choice away."""
+    at.segmented_control(key="net_view").set_value("explorable graph").run()
+    assert_clean(at)
+    return at
+
+
 def view(at, index=0):
     """The view's document and the data its script starts from."""
     html = at.get("iframe")[index].proto.srcdoc
@@ -32,8 +39,8 @@ def view(at, index=0):
 
 
 @pytest.mark.slow
-def test_the_network_page_opens_the_explorable_graph_of_the_current_network():
-    at = start()
+def test_the_network_page_draws_the_explorable_graph_of_the_current_network():
+    at = explore(start())
     html, meta, nodes, edges, options = view(at)
     g = load_network("resnet50")
     assert [n["name"] for n in nodes] == [o.name for o in g.ops]
@@ -58,7 +65,7 @@ def test_colour_by_device_and_cross_device_edges_drawn_dashed():
     placement = random_placement(g, d, 4)
     at.session_state["placement"] = placement
     at.segmented_control(key="net_color").set_value("device").run()
-    assert_clean(at)
+    explore(at)
     _, meta, nodes, edges, _ = view(at)
     dev_colour = dict(meta["legend"])
     for i, n in enumerate(nodes):
@@ -92,7 +99,7 @@ def test_hostile_op_names_stay_text_inside_the_generated_page():
         o["name"] = renamed[o["name"]]
         o.pop("input_bytes", None)
     upload(at, data)
-    html, meta, nodes, _, _ = view(at)
+    html, meta, nodes, _, _ = view(explore(at))
     assert [n["name"] for n in nodes][:3] == [HOSTILE[0] + "0", HOSTILE[1] + "1", HOSTILE[2] + "2"]  # round trip
     ours = html.split("</script>", 1)[1]  # after the inlined vis.js (whose own source mentions <b> tags)
     assert "<img" not in ours and "<b>" not in ours and "it's" not in ours
@@ -119,7 +126,7 @@ def chain_of_blocks(blocks: int) -> dict:
 def test_a_network_over_a_thousand_ops_opens_as_modules():
     at = start(timeout=60)
     upload(at, chain_of_blocks(300))  # 1,201 ops
-    _, meta, nodes, edges, options = view(at)
+    _, meta, nodes, edges, options = view(explore(at))
     mods = [n for n in nodes if n["role"] == "module"]
     ops = [n for n in nodes if n["role"] == "op"]
     assert len(ops) == 1201 and 50 <= len(mods) <= 120

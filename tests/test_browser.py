@@ -15,7 +15,7 @@ import re
 import time
 
 import pytest
-from browser_util import ARTIFACTS, choose, no_errors, open_list, open_page, settle, shot
+from browser_util import ARTIFACTS, choose, network_graph, no_errors, open_list, open_page, settle, shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
 
@@ -31,7 +31,8 @@ def test_whole_workflow_in_a_browser(page):
     main = pg.locator("[data-testid='stMain']")
     main.get_by_text("ResNet-50", exact=True).first.wait_for()
     assert "176" in main.locator("[data-testid='stMetricValue']").first.inner_text()
-    pg.frame_locator("iframe[title^='The network as an explorable graph']").locator("body[data-drawn='1']").wait_for()
+    main.locator("[data-testid='stImage'] img").first.wait_for()  # the picture first
+    network_graph(pg)
     no_errors(pg)
     shot(pg, "1-network")
 

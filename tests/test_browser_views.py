@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from browser_util import (ARTIFACTS, ROOT, choose, gantt, main, no_errors, on_gantt, open_page, selected, settle,
-                          wait_text)
+from browser_util import (ARTIFACTS, ROOT, choose, gantt, main, no_errors, on_gantt, open_page, segment, selected,
+                          settle, wait_text)
 
 from placement_core import load_devices, load_network
 from placement_core.analysis import fmt_bytes, fmt_flops
@@ -55,6 +55,8 @@ def doc_shot(pg, name: str, target=None, above: int = 60) -> None:
 
 
 def graph_frame(pg, title: str):
+    if title.startswith("The network"):
+        segment(pg, "View", "explorable graph")  # the page opens on the picture
     frame = pg.frame_locator(f"iframe[title^='{title}']")
     frame.locator("body[data-drawn='1']").wait_for(timeout=30_000)
     return frame
@@ -75,6 +77,31 @@ def card(frame) -> dict:
     rows = frame.locator("#card-rows tr")
     return {rows.nth(k).locator("td").nth(0).inner_text(): rows.nth(k).locator("td").nth(1).inner_text()
             for k in range(rows.count())}
+
+
+def test_the_network_opens_as_a_picture_and_the_graph_choice_is_kept(page):
+    """Issue 31 (5): a new session's Network page shows the network as a still picture (no script, no frame),
+    drawn whole; the explorable graph is one click away, and that choice stays when the user leaves the page
+    and comes back, until they change it."""
+    pg = page
+    picture = main(pg).locator("[data-testid='stImage'] img").first
+    picture.wait_for()
+    assert main(pg).locator("iframe").count() == 0
+    box = picture.bounding_box()
+    assert box["width"] > 600 and box["height"] > 100  # drawn at the page's width, ResNet-50 folded into rows
+    assert pg.evaluate("(img) => img.complete && img.naturalWidth", picture.element_handle()) == 1000
+    doc_shot(pg, "network-picture", picture)
+    graph_frame(pg, "The network as an explorable graph")
+    open_page(pg, "Devices")
+    open_page(pg, "Network")
+    view = main(pg).locator("[data-testid='stButtonGroup']").filter(has=pg.get_by_text("View", exact=True)).first
+    assert view.get_by_role("radio", name="explorable graph").is_checked()  # kept across pages, no click
+    graph_frame(pg, "The network as an explorable graph")
+    assert main(pg).locator("[data-testid='stImage'] img").count() == 0
+    segment(pg, "View", "picture")
+    main(pg).locator("[data-testid='stImage'] img").first.wait_for()
+    assert main(pg).locator("iframe").count() == 0
+    no_errors(pg)
 
 
 def test_a_long_network_opens_at_its_input_end_with_names_a_short_one_whole(page):
