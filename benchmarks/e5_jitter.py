@@ -25,15 +25,11 @@ def jitter(series: Path, source: str, shape, batch: int, spread: float = 1e-3, s
     from placement_core.cost.timings import read_timings, timing_table
     from placement_core.model.placement import placement_from_dict
     from placement_core.problem import Problem
-    from placement_core.torch.model_import import trace_model
-    from placement_core.torch.sources import load_model, parse_source
+    from e5_resimulate import run_folders, traced
 
-    src = parse_source(source)
-    graph = trace_model(load_model(src, seed=0), shape, name=src.default_name).graph.with_batch_size(batch)
+    graph = traced(source, shape, batch)
     out = []
-    for run in sorted(p for p in series.glob("run*") if p.is_dir()):
-        if runs is not None and run.name not in runs:
-            continue
+    for run in run_folders(series, runs):
         devs = load_devices(str(run / "calibration/devices.json"))
         doc = read_timings(run / "calibration/timings.json")
         rows = {r["label"]: r for r in csv.DictReader(open(run / "results.csv")) if r["status"] == "ok"}

@@ -10,6 +10,19 @@ import sys
 from pathlib import Path
 
 
+def traced(source: str, shape, batch: int):
+    """The E5 model's graph as the series simulated it (traced with seed 0, at the run's batch)."""
+    from placement_core.torch.model_import import trace_model
+    from placement_core.torch.sources import load_model, parse_source
+    src = parse_source(source)
+    return trace_model(load_model(src, seed=0), shape, name=src.default_name).graph.with_batch_size(batch)
+
+
+def run_folders(series: Path, runs=None) -> list[Path]:
+    """The series' run folders in order, only those named in ``runs`` when given."""
+    return [p for p in sorted(series.glob("run*")) if p.is_dir() and (runs is None or p.name in runs)]
+
+
 def resimulate(series: Path, source: str, shape, batch: int, runs=None) -> list[dict]:
     """Per run: Kendall tau, Pearson r and MAPE each way, the data-parallel step and the measured-best single
     device (simulated and measured seconds), and whether the simulator orders them as measured."""
@@ -20,15 +33,9 @@ def resimulate(series: Path, source: str, shape, batch: int, runs=None) -> list[
     from placement_core.model.devices import DeviceGraph, SharedResource
     from placement_core.model.placement import placement_from_dict
     from placement_core.problem import Problem
-    from placement_core.torch.model_import import trace_model
-    from placement_core.torch.sources import load_model, parse_source
-
-    src = parse_source(source)
-    graph = trace_model(load_model(src, seed=0), shape, name=src.default_name).graph.with_batch_size(batch)
+    graph = traced(source, shape, batch)
     out = []
-    for run in sorted(p for p in series.glob("run*") if p.is_dir()):
-        if runs is not None and run.name not in runs:
-            continue
+    for run in run_folders(series, runs):
         stored = load_devices(str(run / "calibration/devices.json"))
         ratio, coll = collective_share(stored.collectives)
         capacity = stored.shared[0].capacity if stored.shared else float(len(stored.devices))
