@@ -59,6 +59,22 @@ static inline __attribute__((always_inline)) void heap_push(Heap *h, Item it) {
     h->a[i] = it;
 }
 
+/* The item at index i has a new key: restore the heap order around it. */
+static void heap_fix(Heap *h, int i) {
+    Item it = h->a[i];
+    while (i > 0 && item_less(&it, &h->a[(i - 1) >> 1])) { h->a[i] = h->a[(i - 1) >> 1]; i = (i - 1) >> 1; }
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        const Item *best = &it;
+        if (l < h->n && item_less(&h->a[l], best)) { m = l; best = &h->a[l]; }
+        if (r < h->n && item_less(&h->a[r], best)) { m = r; }
+        if (m == i) break;
+        h->a[i] = h->a[m];
+        i = m;
+    }
+    h->a[i] = it;
+}
+
 static inline __attribute__((always_inline)) Item heap_pop(Heap *h) {
     Item top = h->a[0];
     Item last = h->a[--h->n];
@@ -224,7 +240,15 @@ typedef struct {
     char *is_open;
     double *busy, *mem, *peak, *ch_bytes_out, *ch_busy_out;
     double *until;                    /* per device: when its current (or last) task ends */
-    double *coll_until;               /* per device: when the measured all-reduce running over it ends */
+    /* processor sharing (contention.py's Pacer): per resource (devices, then channels) the running item's
+     * work left at full pace as of pmark, its pace, its end (channels) and its end event's id */
+    int pace_on;                      /* something is shared, or an all-reduce is measured */
+    const char *in_sr;                /* per device: in a shared resource */
+    int *coll_on;                     /* per device: measured all-reduces (that take time) running over it */
+    double *pwork, *pmark, *ppace, *pend;
+    int *pev;
+    int *pxf;                         /* per channel: its running measured all-reduce, -1: none */
+    char *pheld;                      /* per channel: that all-reduce holds a share of its members' devices */
     Heap *q, *events;                 /* PQ: a heap per resource; the events (time, creation order) */
     int *fq, *fq_head, *fq_tail;      /* without PQ: the queues' items in arrival order */
     Item *stash;
@@ -369,11 +393,11 @@ STEP int capped(const Sim *s, const int SCHED, int d, int uu, int ph, int o) {
            || (SCHED == SCHED_INTERLEAVED && il_index(&s->ilo, 1, uu, o) != s->next_f[d]);
 }
 
-/* Shared resources: a task starting on device d runs slower by demand / capacity of the most contended
- * resource d shares, counting d, the devices whose task ends after now and, at the resource's collective
- * demand, those a measured all-reduce still runs over (contention.py's ``stretch``, in the same order of
- * operations). */
-STEP double stretched(const Sim *s, int d, double len) {
+/* Shared resources: how many times slower than alone device d computes now: demand / capacity of the most
+ * contended resource d shares, counting d, the devices whose task ends after now and, at the resource's
+ * collective demand, those a measured all-reduce runs over (contention.py's ``slowdown``, in the same order
+ * of operations). */
+STEP double slowdown(const Sim *s, int d) {
     const KernelObject *k = s->k;
     double factor = 1.0;
     for (int r = 0; r < k->n_sr; r++) {
@@ -385,18 +409,84 @@ STEP double stretched(const Sim *s, int d, double len) {
         for (int j = k->sr_ptr[r]; j < k->sr_ptr[r + 1]; j++) {
             const int m = k->sr_dev[j];
             if (m == d || s->until[m] > s->now) total += k->sr_dem[j];
-            if (coll > 0.0 && s->coll_until[m] > s->now) total += coll;
+            if (coll > 0.0 && s->coll_on[m] > 0) total += coll;
         }
         if (total > k->sr_cap[r] && total / k->sr_cap[r] > factor) factor = total / k->sr_cap[r];
     }
-    return factor > 1.0 ? len * factor : len;
+    return factor;
+}
+
+/* A task of ``len`` (event id ``id``) starting on device d: its seconds at d's pace now; a device in a shared
+ * resource keeps its work and pace for repricing (Pacer.task_length, task_started). */
+STEP double paced(Sim *s, int d, double len, int id) {
+    if (!s->k->n_sr) return len;
+    const double f = slowdown(s, d);
+    if (s->in_sr[d]) { s->pev[d] = id; s->pwork[d] = len; s->pmark[d] = s->now; s->ppace[d] = f; }
+    return f > 1.0 ? len * f : len;
+}
+
+STEP int measured_ar(const KernelObject *k, const Xfer *x) {
+    return x->dir == AR && k->ring_talone && k->ring_talone[x->entry] >= 0.0;
+}
+
+/* A measured all-reduce's pace now: busy / alone while a member's device runs a task past now, else 1
+ * (contention.py's ``collective_pace``); *alone: its work, *len: its seconds at that pace (the busy or the
+ * alone curve's time), each at least the minimum transfer. */
+STEP double ar_pace(const Sim *s, const Xfer *x, double *alone, double *len) {
+    const KernelObject *k = s->k;
+    const double floor = k->min_xfer[x->src];
+    const double a = k->ring_talone[x->entry] > floor ? k->ring_talone[x->entry] : floor;
+    const double b = k->ring_tbusy[x->entry] > floor ? k->ring_tbusy[x->entry] : floor;
+    *alone = a;
+    for (int v = k->ring_first[x->entry]; v < k->ring_first[x->entry] + k->ring_count[x->entry]; v++)
+        if (s->until[s->place[v]] > s->now) { *len = b; return a > 0.0 ? b / a : 1.0; }
+    *len = a;
+    return 1.0;
+}
+
+/* Resource r's running item takes pace f from now: its work left re-timed, its end event moved; returns the
+ * new end (Pacer._move). */
+STEP double move_end(Sim *s, int r, double f) {
+    double left = s->pwork[r] - (s->now - s->pmark[r]) / s->ppace[r];
+    left = left > 0.0 ? left : 0.0;
+    s->pwork[r] = left; s->pmark[r] = s->now; s->ppace[r] = f;
+    const double end = s->now + left * f;
+    for (int i = 0; i < s->events->n; i++)
+        if (s->events->a[i].id == s->pev[r]) { s->events->a[i].key = end; heap_fix(s->events, i); break; }
+    return end;
+}
+
+/* End of an instant: every running task and measured all-reduce whose pace changed (Pacer.reprice). */
+STEP void reprice(Sim *s) {
+    const KernelObject *k = s->k;
+    if (k->n_sr)
+        for (int d = 0; d < s->nd; d++) {
+            if (!s->in_sr[d] || !s->active[d] || !(s->until[d] > s->now)) continue;
+            const double f = slowdown(s, d);
+            if (f != s->ppace[d]) {
+                const double end = move_end(s, d, f);
+                s->busy[d] += end - s->until[d];
+                s->until[d] = end;
+            }
+        }
+    for (int j = 0; j < s->nc; j++) {
+        const int r = s->nd + j;
+        if (s->pxf[j] < 0 || !(s->pend[r] > s->now)) continue;
+        double alone, len;
+        const double f = ar_pace(s, &s->xf[s->pxf[j]], &alone, &len);
+        if (f != s->ppace[r]) {
+            const double end = move_end(s, r, f);
+            s->ch_busy_out[j] += end - s->pend[r];
+            s->pend[r] = end;
+        }
+    }
 }
 
 /* Device d starts item ``chosen``, taken off its queue. */
 STEP void start_on_device(Sim *s, const int SCHED, int d, int chosen) {
     const KernelObject *k = s->k;
     if (chosen >= s->ovh_base) {
-        const double len = k->n_sr ? stretched(s, d, k->ovh[d]) : k->ovh[d];
+        const double len = paced(s, d, k->ovh[d], chosen);
         s->active[d] = 1;
         s->until[d] = s->now + len;
         s->busy[d] += len;
@@ -406,7 +496,7 @@ STEP void start_on_device(Sim *s, const int SCHED, int d, int chosen) {
     const int G = s->G;
     if (!s->cap) {  /* the duration is all it needs: at (ph << sh) | op, the id itself when u = 0 */
         double len = s->dur[s->U == 1 ? chosen : chosen - (((chosen >> s->sh) / phases(SCHED)) * phases(SCHED) << s->sh)];
-        if (k->n_sr) len = stretched(s, d, len);
+        len = paced(s, d, len, chosen);
         s->active[d] = 1;
         s->until[d] = s->now + len;
         s->busy[d] += len;
@@ -426,7 +516,7 @@ STEP void start_on_device(Sim *s, const int SCHED, int d, int chosen) {
         }
     }
     double len = duration(s, SCHED, ph, op);
-    if (k->n_sr) len = stretched(s, d, len);
+    len = paced(s, d, len, chosen);
     s->active[d] = 1;
     s->until[d] = s->now + len;
     s->busy[d] += len;
@@ -485,23 +575,24 @@ STEP int dispatch_channel(Sim *s, const int PQ, int j, int instant_only) {
     if (s->active[r] || q_len(s, PQ, r) == 0) return 0;
     const int xi = PQ ? s->q[r].a[0].id : s->fq[s->fq_head[r]];
     const Xfer *x = &s->xf[xi];
-    double len;
-    if (x->dir == AR && k->ring_talone && k->ring_talone[x->entry] >= 0.0) {
-        /* a measured all-reduce: its curve's time, the busy one if a member's device runs a task past now */
-        int busy = 0;
-        for (int v = k->ring_first[x->entry]; v < k->ring_first[x->entry] + k->ring_count[x->entry]; v++)
-            if (s->until[s->place[v]] > s->now) { busy = 1; break; }
-        len = busy ? k->ring_tbusy[x->entry] : k->ring_talone[x->entry];
+    double len, alone = 0.0, pace = 1.0;
+    const int meas = measured_ar(k, x);
+    if (meas) {  /* a measured all-reduce: its curve's time at its pace now (busy while a member's device computes) */
+        pace = ar_pace(s, x, &alone, &len);
     } else {
         len = k->cv_ptr && k->cv_ptr[j + 1] > k->cv_ptr[j] ? curve_len(k, j, x->bytes)
                                                            : k->ch_lat[j] + x->bytes * k->ch_inv[j];
+        if (len < k->min_xfer[x->src]) len = k->min_xfer[x->src];
     }
-    if (len < k->min_xfer[x->src]) len = k->min_xfer[x->src];
     if (instant_only && len > 0.0) return 0;
-    if (k->n_sr && x->dir == AR && k->ring_talone && k->ring_talone[x->entry] >= 0.0)
-        /* a measured all-reduce holds its share of the ranks' cores until it ends (contention.py) */
-        for (int v = k->ring_first[x->entry]; v < k->ring_first[x->entry] + k->ring_count[x->entry]; v++)
-            if (s->coll_until[s->place[v]] < s->now + len) s->coll_until[s->place[v]] = s->now + len;
+    if (meas) {  /* tracked for its pace; it holds a share of its members' devices while it runs (contention.py) */
+        s->pxf[j] = xi; s->pev[r] = -(xi + 1); s->pwork[r] = alone; s->pmark[r] = s->now; s->ppace[r] = pace;
+        s->pend[r] = s->now + len;
+        s->pheld[j] = len > 0.0;
+        if (k->n_sr && len > 0.0)
+            for (int v = k->ring_first[x->entry]; v < k->ring_first[x->entry] + k->ring_count[x->entry]; v++)
+                s->coll_on[s->place[v]]++;
+    }
     if (PQ) heap_pop(&s->q[r]);
     else s->fq_head[r]++;
     s->active[r] = 1;
@@ -657,6 +748,12 @@ STEP void transfer_done(Sim *s, const int SCHED, const int RINGS, const int PQ, 
     const int j = k->route[x->src * s->nd + x->dst];
     s->active[s->nd + j] = 0;
     mark(s, s->nd + j);
+    if (s->pxf[j] == xi) {  /* a measured all-reduce ends: its share of its members' devices is free */
+        s->pxf[j] = -1;
+        if (k->n_sr && s->pheld[j])
+            for (int v = k->ring_first[x->entry]; v < k->ring_first[x->entry] + k->ring_count[x->entry]; v++)
+                s->coll_on[s->place[v]]--;
+    }
     if (x->dir == FWD) {
         if (--s->act_refs[x->u * s->n + x->op] == 0) s->mem[x->src] -= k->out_bytes[x->op];
         s->recv_refs[(size_t)x->u * s->E + x->entry] = s->fd_consumers[x->entry];
@@ -704,6 +801,7 @@ STEP void run_events(Sim *s, const int SCHED, const int RINGS, const int PQ, con
         if (instant_only) {
             if (!started) { instant_only = 0; continue; }  /* settled: now the full dispatch */
         } else {
+            if (s->pace_on) reprice(s);
             if (s->events->n == 0) break;
             s->now = s->events->a[0].key;
         }
@@ -758,7 +856,8 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
     need += room(ni, UT) + room(ni, UN) + room(ni, UE);                    /* deps, activation/recv refs */
     need += room(ni, U) + room(ni, UG) + room(ni, UG) + room(1, UG);       /* units, open tracking per group */
     need += room(sizeof(Heap), 1) + room(sizeof(Item), NR + 2);           /* events */
-    need += room(nf, nd) + room(nf, nd) + room(nf, nd) + room(nf, nd) + room(nf, nd);  /* busy .. coll_until */
+    need += room(nf, nd) + room(nf, nd) + room(nf, nd) + room(nf, nd) + room(ni, nd);  /* busy .. coll_on */
+    need += 4 * room(nf, NR) + room(ni, NR) + room(ni, nc) + room(1, nc) + room(1, nd);  /* processor sharing */
     need += room(ni, nd) + room(ni, nd) + room(ni, nd) + room(ni, nd);
     need += room(ni, (size_t)RU * R * 2);                                  /* rings */
 
@@ -907,7 +1006,11 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
     Item *ev_items = TAKE(&ar, Item, NR + 2);
     double *busy = TAKE(&ar, double, nd), *mem = TAKE(&ar, double, nd), *peak = TAKE(&ar, double, nd);
     double *until = TAKE(&ar, double, nd);
-    double *coll_until = TAKE(&ar, double, nd);
+    int *coll_on = TAKE(&ar, int, nd);
+    double *pwork = TAKE(&ar, double, NR), *pmark = TAKE(&ar, double, NR), *ppace = TAKE(&ar, double, NR);
+    double *pend = TAKE(&ar, double, NR);
+    int *pev = TAKE(&ar, int, NR), *pxf = TAKE(&ar, int, nc);
+    char *pheld = TAKE(&ar, char, nc), *in_sr = TAKE(&ar, char, nd);
     int *open_count = TAKE(&ar, int, nd), *input_dev = TAKE(&ar, int, nd);
     int *cap_buf = TAKE(&ar, int, nd);
     int *ovh_msgs = TAKE(&ar, int, nd);  /* per device: send and receive tasks per unit */
@@ -1002,8 +1105,13 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
         for (j = 0; j < R; j++) { ring_left[u * R + j] = k->ring_count[j] * (k->upd_step ? U : 1);
                                   ring_pend[u * R + j] = 0; }
     for (d = 0; d < nd; d++) {
-        busy[d] = 0.0; until[d] = 0.0; coll_until[d] = 0.0; mem[d] = 0.0; open_count[d] = 0; input_dev[d] = 0;
+        busy[d] = 0.0; until[d] = 0.0; coll_on[d] = 0; mem[d] = 0.0; open_count[d] = 0; input_dev[d] = 0;
+        in_sr[d] = 0;
     }
+    for (j = 0; j < k->n_sr; j++)
+        for (i = k->sr_ptr[j]; i < k->sr_ptr[j + 1]; i++) in_sr[k->sr_dev[i]] = 1;
+    for (j = 0; j < nc; j++) { pxf[j] = -1; pheld[j] = 0; }
+    for (j = 0; j < NR; j++) { pwork[j] = pmark[j] = pend[j] = 0.0; ppace[j] = 1.0; pev[j] = 0; }
     for (i = 0; i < n; i++) mem[place[i]] += k->static_mem[i];
     for (d = 0; d < nd; d++) peak[d] = mem[d];
     for (j = 0; j < k->n_inputs; j++) input_dev[place[k->input_ops[j]]] = 1;
@@ -1044,11 +1152,13 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
         .dep = dep, .act_refs = act_refs, .recv_refs = recv_refs, .unit_left = unit_left, .done_on = done_on,
         .fdone_on = fdone_on, .open_count = open_count, .ring_left = ring_left, .ring_pend = ring_pend,
         .active = active, .is_open = is_open,
-        .busy = busy, .until = until, .coll_until = coll_until, .mem = mem, .peak = peak, .ch_bytes_out = ch_bytes_out, .ch_busy_out = ch_busy_out,
+        .busy = busy, .until = until, .mem = mem, .peak = peak, .ch_bytes_out = ch_bytes_out, .ch_busy_out = ch_busy_out,
         .q = q, .events = events_h, .fq = fq, .fq_head = fq_head, .fq_tail = fq_tail, .stash = stash,
         .dirty = dirty, .n_words = n_words, .xf = xf,
         .n_xf = 0, .admitted = 0, .units_in_flight = 0, .oldest = 0, .step_left = step_left, .qseq = 0, .seq = 0,
         .now = 0.0,
+        .pace_on = k->n_sr > 0 || k->ring_talone != NULL, .in_sr = in_sr, .coll_on = coll_on, .pwork = pwork,
+        .pmark = pmark, .ppace = ppace, .pend = pend, .pev = pev, .pxf = pxf, .pheld = pheld,
     };
     run_events(&S, SCHED, RINGS, PQ, PQ && (prio || il));
 

@@ -16,7 +16,7 @@ from .messages import messages
 from .model import (ADMIT_THESIS, ALLREDUCE, BWD, DIRECTIONS, FWD, PHASES, SCHED_INTERLEAVED, SCHED_ZB, UPD, WGT,
                     Compiled, SimResult, SimSettings, TraceEvent)
 from .pipeline_rules import Gates, chunks, interleaved_caps, interleaved_priority, stage_index
-from .contention import note_collective, shared_table, stretch, transfer_length
+from .contention import Pacer, transfer_length
 from .schedules import stage_caps
 from .shards import RingState
 
@@ -84,21 +84,15 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
         unit_left[u] = n + (n + sum(has_w) + (0 if s.update_per_step else sum(has_upd)) if training else 0)
     step_updates_left = sum(has_upd) if (training and s.update_per_step) else 0
 
-    # Resources.
-    # until: when each device's task ends; coll_until: the measured all-reduce running over it (contention.py)
-    running, until, coll_until, shared = [-1] * nd, [0.0] * nd, [0.0] * nd, shared_table(c)
+    running, until = [-1] * nd, [0.0] * nd  # until: when each device's task ends
     dev_q: list[list] = [[] for _ in range(nd)]
-    chan_busy_now = [False] * c.n_ch
-    chan_q: list[list] = [[] for _ in range(c.n_ch)]
+    chan_busy_now, chan_q = [False] * c.n_ch, [[] for _ in range(c.n_ch)]
     seq = 0
     events: list = []
     xfers: list[tuple] = []  # (unit, direction, op, src, dst, bytes)
     xprio: list[float] = []  # each message's priority (its producing task's)
 
-    # Results.
-    busy = np.zeros(nd)
-    ch_bytes = np.zeros(c.n_ch)
-    ch_busy = np.zeros(c.n_ch)
+    busy, ch_bytes, ch_busy = np.zeros(nd), np.zeros(c.n_ch), np.zeros(c.n_ch)
     mem = np.zeros(nd)
     for i in range(n):
         mem[place[i]] += c.static_mem[i]
@@ -107,6 +101,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
     recv: dict[tuple[int, int, int], list] = {}  # (u, op, dev) -> [refs, bytes]
     trace_events: list[TraceEvent] | None = [] if trace else None
     timeline: list | None = [] if trace else None
+    pacer = Pacer(c, ring, place, until, events, busy, ch_busy, trace_events)  # shared resources (contention.py)
 
     def note_memory(t: float, devs) -> None:
         for d in devs:
@@ -176,6 +171,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
         x, r = divmod(task - ovh_base, 2)
         _, _, _, src, dst, _ = xfers[x]
         running[dst if r else src] = -1
+        pacer.task_ended(dst if r else src)
         if r:
             deliver(x)
         else:
@@ -189,6 +185,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
         phase, op = divmod(rest, n)
         d = place[op]
         running[d] = -1
+        pacer.task_ended(d)
         p = task_prio(task)
         if phase == FWD:
             refs = len(local_children[op]) + len(fwd_dest[op])
@@ -260,6 +257,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
     def xfer_done(x: int, t: float) -> None:
         u, direction, op, src, dst, nbytes = xfers[x]
         chan_busy_now[int(c.route[src * nd + dst])] = False
+        pacer.transfer_ended(int(c.route[src * nd + dst]), xfers[x])
         if direction == FWD:
             k = u * n + op
             act_refs[k] -= 1
@@ -303,9 +301,6 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
         u, rest = divmod(task, n_ph * n)
         return gates.blocked(u, *divmod(rest, n), next((v for v in range(U) if unit_left[v] > 0), U))
 
-    def xfer_length(ch: int, x: int) -> float:
-        return transfer_length(c, ring, xfers[x], ch, place, until, now)
-
     def task_length(d: int, task: int) -> float:
         if task >= ovh_base:
             return ovh[d]  # a send task runs on the sender, a receive task on the receiver: d either way
@@ -318,14 +313,17 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
         nonlocal seq
         started = 0
 
-        def start_task(d: int, task: int, length: float) -> None:
+        def start_task(d: int, task: int, base: float) -> float:
             nonlocal seq, started
+            pace, length = pacer.task_length(d, base, t)
+            pacer.task_started(d, base, pace, t, (_TASK, task))  # before its trace event
             running[d] = task
             until[d] = t + length
             busy[d] += length
             heapq.heappush(events, (t + length, seq, _TASK, task))
             seq += 1
             started += 1
+            return length
 
         for d in range(nd):
             if running[d] >= 0 or not dev_q[d]:
@@ -346,8 +344,7 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
             task = chosen[2]
             if task >= ovh_base:
                 x, r = divmod(task - ovh_base, 2)
-                length = stretch(shared, d, ovh[d], until, t, coll_until)
-                start_task(d, task, length)
+                length = start_task(d, task, ovh[d])
                 if trace_events is not None:
                     u, direction, op, src, dst, nbytes = xfers[x]
                     trace_events.append(TraceEvent("recv" if r else "send", c.op_names[op], u, DIRECTIONS[direction],
@@ -357,21 +354,19 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
             u, rest = divmod(task, n_ph * n)
             phase, op = divmod(rest, n)
             gates.start(u, phase, op)
-            length = stretch(shared, d, dur(phase, op), until, t, coll_until)
-            start_task(d, task, length)
+            length = start_task(d, task, dur(phase, op))
             if trace_events is not None:
                 trace_events.append(TraceEvent("op", c.op_names[op], u, PHASES[phase], c.dev_names[d],
                                                t, t + length))
         for ch in range(c.n_ch):
             if chan_busy_now[ch] or not chan_q[ch]:
                 continue
-            if instant_only and xfer_length(ch, chan_q[ch][0][2]) > 0:
+            if instant_only and transfer_length(c, ring, xfers[chan_q[ch][0][2]], ch, place, until, t) > 0:
                 continue
             _, _, x = heapq.heappop(chan_q[ch])
             u, direction, op, src, dst, nbytes = xfers[x]
-            length = xfer_length(ch, x)
-            if shared:
-                note_collective(ring, xfers[x], place, coll_until, t + length)
+            length = transfer_length(c, ring, xfers[x], ch, place, until, t)
+            pacer.collective_started(ch, x, xfers[x], t, length, (_XFER, x))  # before its trace event
             chan_busy_now[ch] = True
             ch_busy[ch] += length
             ch_bytes[ch] += nbytes
@@ -408,11 +403,13 @@ def simulate(c: Compiled, placement: np.ndarray, s: SimSettings, trace: bool = F
     admit(now)
     settle(now)
     dispatch(now)
+    pacer.reprice(now, xfers)
     while events:
         now = events[0][0]
         handle_events(now)
         settle(now)
         dispatch(now)
+        pacer.reprice(now, xfers)
     if admitted < U or any(unit_left) or nonlocal_step[0]:
         raise RuntimeError("simulation stalled: a task never became ready (this is a bug)")
     return SimResult(makespan=now, batches=s.batches, busy=busy, peak_memory=peak, channel_bytes=ch_bytes,
