@@ -748,7 +748,7 @@ STEP void transfer_done(Sim *s, const int SCHED, const int RINGS, const int PQ, 
     const int j = k->route[x->src * s->nd + x->dst];
     s->active[s->nd + j] = 0;
     mark(s, s->nd + j);
-    if (s->pxf[j] == xi) {  /* a measured all-reduce ends: its share of its members' devices is free */
+    if (s->pace_on && s->pxf[j] == xi) {  /* a measured all-reduce ends: its share of its members' devices is free */
         s->pxf[j] = -1;
         if (k->n_sr && s->pheld[j])
             for (int v = k->ring_first[x->entry]; v < k->ring_first[x->entry] + k->ring_count[x->entry]; v++)
@@ -1106,12 +1106,15 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
                                   ring_pend[u * R + j] = 0; }
     for (d = 0; d < nd; d++) {
         busy[d] = 0.0; until[d] = 0.0; coll_on[d] = 0; mem[d] = 0.0; open_count[d] = 0; input_dev[d] = 0;
-        in_sr[d] = 0;
     }
-    for (j = 0; j < k->n_sr; j++)
-        for (i = k->sr_ptr[j]; i < k->sr_ptr[j + 1]; i++) in_sr[k->sr_dev[i]] = 1;
-    for (j = 0; j < nc; j++) { pxf[j] = -1; pheld[j] = 0; }
-    for (j = 0; j < NR; j++) { pwork[j] = pmark[j] = pend[j] = 0.0; ppace[j] = 1.0; pev[j] = 0; }
+    const int pace_on = k->n_sr > 0 || k->ring_talone != NULL;  /* else processor sharing's state is never read */
+    if (pace_on) {
+        for (d = 0; d < nd; d++) in_sr[d] = 0;
+        for (j = 0; j < k->n_sr; j++)
+            for (i = k->sr_ptr[j]; i < k->sr_ptr[j + 1]; i++) in_sr[k->sr_dev[i]] = 1;
+        for (j = 0; j < nc; j++) { pxf[j] = -1; pheld[j] = 0; }
+        for (j = 0; j < NR; j++) { pwork[j] = pmark[j] = pend[j] = 0.0; ppace[j] = 1.0; pev[j] = 0; }
+    }
     for (i = 0; i < n; i++) mem[place[i]] += k->static_mem[i];
     for (d = 0; d < nd; d++) peak[d] = mem[d];
     for (j = 0; j < k->n_inputs; j++) input_dev[place[k->input_ops[j]]] = 1;
@@ -1157,7 +1160,7 @@ static inline __attribute__((always_inline)) int simulate_kind(const KernelObjec
         .dirty = dirty, .n_words = n_words, .xf = xf,
         .n_xf = 0, .admitted = 0, .units_in_flight = 0, .oldest = 0, .step_left = step_left, .qseq = 0, .seq = 0,
         .now = 0.0,
-        .pace_on = k->n_sr > 0 || k->ring_talone != NULL, .in_sr = in_sr, .coll_on = coll_on, .pwork = pwork,
+        .pace_on = pace_on, .in_sr = in_sr, .coll_on = coll_on, .pwork = pwork,
         .pmark = pmark, .ppace = ppace, .pend = pend, .pev = pev, .pxf = pxf, .pheld = pheld,
     };
     run_events(&S, SCHED, RINGS, PQ, PQ && (prio || il));
