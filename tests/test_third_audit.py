@@ -362,7 +362,11 @@ def test_the_limits_leave_the_documented_starts_alone(tmp_path):
 @pytest.mark.timeout(60)
 def test_ctrl_c_during_seeding_is_a_clean_stop(capsys, tmp_path):
     import _thread
+    import signal
     import threading
+    # Python's own SIGINT handler, as a fresh `placement` process has it (a module earlier in the full run may
+    # leave one of its own installed, which took the interrupt and let the seeding finish: exit 0)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.5, _thread.interrupt_main)
     timer.start()
     try:
@@ -372,6 +376,7 @@ def test_ctrl_c_during_seeding_is_a_clean_stop(capsys, tmp_path):
                              "--algorithm", "ga", "--budget", 10, "--init", "random:100000", "--home", tmp_path / "h")
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert code == 130 and out == "" and err == "error: interrupted\n"
     _no_runs(tmp_path / "h")
 
