@@ -1,5 +1,5 @@
 """What devices share, as the reference simulator charges it (docs/formats.md "collectives", "shared"); the
-kernel (``_pace.h``) computes the same, in the same order.
+kernel (``_kernel.c``: ``slowdown``, ``paced``, ``ar_pace``, ``reprice``) computes the same, in the same order.
 
 Processor sharing: a task's pace is set by what runs beside it *now*, not by what it found when it started.
 A task on a device that shares a resource runs slower by demand / capacity of its most contended resource;
