@@ -241,6 +241,20 @@ def wait_text(pg, text: str, timeout_s: float = 30, scope=None) -> None:
     (scope or pg).get_by_text(text).first.wait_for(timeout=timeout_s * 1000)
 
 
+def click_until(pg, button, text: str, scope=None, tries: int = 3, timeout_s: float = 20) -> None:
+    """Click ``button`` until ``text`` shows, as a person clicks again when nothing happened: a click that lands
+    while a rerun replaces the button can be lost on a loaded machine. Only for idempotent actions."""
+    for k in range(tries):
+        settle(pg)
+        button.click()
+        try:
+            wait_text(pg, text, timeout_s=timeout_s, scope=scope)
+            return
+        except Exception:
+            if k == tries - 1:
+                raise
+
+
 def multiselect(pg, label: str):
     """The multiselect labelled ``label``."""
     return pg.locator("[data-testid='stMultiSelect']").filter(has=pg.get_by_text(label, exact=True)).first

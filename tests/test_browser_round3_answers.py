@@ -8,7 +8,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from browser_util import choose, gantt, main, no_errors, on_gantt, open_page, selected, settle, sidebar, wait_text
+from browser_util import (choose, click_until, gantt, main, no_errors, on_gantt, open_page, selected, settle, sidebar,
+                          wait_text)
 
 from placement_core import Problem, load_devices, load_network
 from placement_core.analysis.pipeline import even_stages
@@ -39,8 +40,7 @@ def test_the_critical_path_of_one_batch_at_ten_batches(page):
     open_page(pg, "Trace")
     _gantt_ready(pg)
     _trace_settings(pg, 10, 4)
-    pg.locator(".st-key-trace_use_stages button").click()
-    wait_text(pg, "4 pipeline stages", scope=sidebar(pg))
+    click_until(pg, pg.locator(".st-key-trace_use_stages button"), "4 pipeline stages", scope=sidebar(pg))
     settle(pg)
     g, d = load_network("resnet50"), load_devices("malvik-4gpu")
     placement = even_stages(g, d, 4)

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from browser_util import (ARTIFACTS, ROOT, choose, gantt, main, no_errors, on_gantt, open_page, segment, selected,
-                          settle, wait_text)
+from browser_util import (ARTIFACTS, ROOT, choose, click_until, gantt, main, no_errors, on_gantt, open_page, segment,
+                          selected, settle, wait_text)
 
 from placement_core import load_devices, load_network
 from placement_core.analysis import fmt_bytes, fmt_flops
@@ -221,8 +221,8 @@ def test_click_a_channel_in_the_device_graph(page):
     pg = page
     open_page(pg, "Trace")
     pg.get_by_text("— change").first.click()
-    pg.locator(".st-key-trace_use_stages button").click()  # four pipeline stages: tensors cross the links
-    wait_text(pg, "4 pipeline stages", scope=pg.locator("[data-testid='stSidebar']"))
+    click_until(pg, pg.locator(".st-key-trace_use_stages button"), "4 pipeline stages",
+                scope=pg.locator("[data-testid='stSidebar']"))  # four pipeline stages: tensors cross the links
     settle(pg)
     open_page(pg, "Devices")
     frame = graph_frame(pg, "The device graph as an explorable graph")
@@ -265,8 +265,8 @@ def test_follow_an_op_box_select_a_window_find_ops_and_pick_a_critical_event(pag
     pg = page
     open_page(pg, "Trace")
     pg.get_by_text("— change").first.click()
-    pg.locator(".st-key-trace_use_stages button").click()
-    wait_text(pg, "4 pipeline stages", scope=pg.locator("[data-testid='stSidebar']"))
+    click_until(pg, pg.locator(".st-key-trace_use_stages button"), "4 pipeline stages",
+                scope=pg.locator("[data-testid='stSidebar']"))
     settle(pg)
     g, d = load_network("resnet50"), load_devices("malvik-4gpu")
     from placement_core.analysis.pipeline import even_stages

@@ -32,8 +32,14 @@ def digest(path) -> str:
 
 
 def sql(path, statement, args=()):
-    with sqlite3.connect(path) as c:
-        c.execute(statement, args)
+    """Closed on return: Python 3.11's connection sits in a reference cycle (its statement cache), so left to the
+    collector its close, which checkpoints the WAL into the main file, could come after a test's digest."""
+    c = sqlite3.connect(path)
+    try:
+        with c:
+            c.execute(statement, args)
+    finally:
+        c.close()
 
 
 # -- damage in one row or one page costs only those runs --------------------------------------------------
