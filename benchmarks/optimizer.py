@@ -190,7 +190,8 @@ def scheduler_cost(client, tasks: int = 2000) -> float:
 def projection(entry: dict, dask_task_s: float, workers=(8, 64, 512)) -> dict:
     """docs/scaling.md's model. Three ceilings, each measured: W workers of w seconds per placement
     (simulation, the task's round trip and framing, children made on the worker), a driver of c CPU seconds per
-    placement, and a Dask scheduler of s seconds per task of b placements: R(W) = min(W / w, 1 / c, b / s).
+    placement, and a Dask scheduler of s seconds per task of b placements: R(W) = min(W / w, 1 / c, b / s)
+    (no scheduler ceiling when work goes over direct connections or to actors, which the scheduler never sees).
     c comes from the run's own CPU clock and s from empty tasks; w from the 2-worker run, whose cores the
     driver shared: 2 = R_2 (w + c). The efficiency is R(W) against W bare simulators, R(W) t / W."""
     out = {}
@@ -199,7 +200,7 @@ def projection(entry: dict, dask_task_s: float, workers=(8, 64, 512)) -> dict:
             run_ = entry[sync][backend]
             pace = entry["pacing"][backend.removesuffix("_async")]
             t, b, c = pace["eval_s"], run_["batch"], run_["driver_cpu_s_per_eval"]
-            s = dask_task_s if key == "dask" else 0.0
+            s = dask_task_s if key == "dask" and pace.get("via", "tasks") == "tasks" else 0.0  # direct, actors: none
             w_s = 2.0 / run_["evals_per_s"] - c
             rows = {}
             for w in workers:
@@ -263,7 +264,7 @@ def main() -> None:
         for name, problem in graphs.items():
             measure(name, problem, "dask_2", lambda: DaskEvaluator(problem, client))
             with DaskEvaluator(problem, client) as dask_ev:
-                pacing[name]["dask_2"] = dask_ev.pacing.to_dict()
+                pacing[name]["dask_2"] = {**dask_ev.pacing.to_dict(), "via": dask_ev.via}
     for name, problem in graphs.items():
         entry = {"ops": problem.n_ops, "budget": budgets[name], "pacing": pacing[name]}
         for sync, variant in ALGORITHMS.items():
@@ -300,7 +301,8 @@ def main() -> None:
         print(f"\n{name} ({entry['ops']} ops), {entry['budget']} evaluations, seed 0; "
               f"one evaluation {entry['pacing']['workers_2']['eval_s'] * 1e3:.3f} ms, "
               f"pool round trip {entry['pacing']['workers_2']['task_overhead_s'] * 1e3:.3f} ms, "
-              f"Dask round trip {entry['pacing']['dask_2']['task_overhead_s'] * 1e3:.2f} ms")
+              f"Dask round trip {entry['pacing']['dask_2']['task_overhead_s'] * 1e3:.2f} ms "
+              f"({entry['pacing']['dask_2']['via']})")
         for sync in ALGORITHMS:
             print(f"  {sync}: driver {entry[sync + '_driver_s_per_eval'][sync] * 1e6:.1f} us/eval, "
                   f"{ALGORITHMS[sync]} {entry[sync + '_driver_s_per_eval'][ALGORITHMS[sync]] * 1e6:.1f} us/eval")

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -69,12 +70,12 @@ def test_task_size_is_twenty_times_the_overhead_or_the_floor():
 
 def test_the_pool_sizes_tasks_from_its_floor_and_the_genome():
     from placement_core.parallel import ProcessPoolEvaluator
-    from placement_core.parallel.pacing import DRIVER_S_PER_OP
+    from placement_core.parallel.pacing import DRIVER_S_PER_BATCH, DRIVER_S_PER_OP
     from placement_core.parallel.pool import POOL_FLOOR_S
     problem = Problem(load_network("resnet50"), load_devices("malvik-4gpu"))
     with ProcessPoolEvaluator(problem, 2) as ev:
         assert ev.pacing.floor_s == POOL_FLOOR_S
-        assert ev.pacing.batch_cost_s == DRIVER_S_PER_OP * 176
+        assert ev.pacing.batch_cost_s == DRIVER_S_PER_BATCH + DRIVER_S_PER_OP * 176
         assert ev.pacing.task_s >= POOL_FLOOR_S
 
 
@@ -94,6 +95,31 @@ def test_the_probe_times_at_least_five_evaluations_of_a_slow_problem():
             return np.zeros(len(x))
 
     assert probe_eval_seconds(Slow()) >= 0.004 and Slow.calls == 5
+    Slow.calls = 0
+    assert probe_eval_seconds(Slow(), group=16) >= 0.004 and Slow.calls == 5  # a slow one stays one at a time
+
+
+def test_the_probe_times_a_fast_problem_in_groups_as_a_task_runs_it():
+    """10 us a call plus 1 us a placement: singles say 11 us a placement, groups of 16 say 26 / 16 = 1.6 us."""
+    import time as _time
+
+    from placement_core.parallel.pacing import probe_eval_seconds
+
+    class Fast:
+        n_devices, n_ops, sizes = 4, 10, []
+
+        def evaluate_many(self, x):
+            Fast.sizes.append(len(x))
+            end = _time.perf_counter() + 1e-5 + 1e-6 * len(x)
+            while _time.perf_counter() < end:
+                pass
+            return np.zeros(len(x))
+
+    assert probe_eval_seconds(Fast()) >= 1.1e-5 and set(Fast.sizes) == {1}
+    Fast.sizes = []
+    grouped = probe_eval_seconds(Fast(), group=16)
+    assert 1.6e-6 <= grouped < 4e-6, grouped
+    assert Fast.sizes[0] == 1 and set(Fast.sizes[1:]) == {16} and len(Fast.sizes) >= 6
 
 
 def test_the_pool_waits_for_every_worker_before_timing():
@@ -167,15 +193,56 @@ def test_asynchronous_variants_give_the_same_run_on_every_backend(resnet, cluste
     assert ref.evaluations == 700
     _, client = cluster
     for vary_on_workers in (True, False):
-        for ev in (ProcessPoolEvaluator(resnet, workers=2), DaskEvaluator(resnet, client)):
-            with ev:
+        for make in (lambda: ProcessPoolEvaluator(resnet, workers=2),
+                     *(lambda t=t: DaskEvaluator(resnet, client, transport=t) for t in ("direct", "actors", "tasks"))):
+            with make() as ev:
                 r = run(resnet, algorithm, evaluations=700, seed=3, evaluator=ev,
                         params={**params, "vary_on_workers": vary_on_workers})
                 assert ev.tasks_sent >= 700 // 40  # every batch was a task
                 # with vary_on_workers every batch after the first population was made by a worker
                 assert ev.recipes_sent == (ev.tasks_sent if vary_on_workers else 0)
-            assert np.array_equal(r.history, ref.history), (ev.name, vary_on_workers)
-            assert np.array_equal(r.best_placement, ref.best_placement), (ev.name, vary_on_workers)
+            where = (ev.name, getattr(ev, "via", ""), vary_on_workers)
+            assert np.array_equal(r.history, ref.history), where
+            assert np.array_equal(r.best_placement, ref.best_placement), where
+
+
+@pytest.mark.dask
+def test_each_dask_transport_is_what_it_says_and_auto_falls_back(resnet, cluster, monkeypatch):
+    from placement_core.base.errors import InputError
+    _, client = cluster
+    for transport in ("direct", "actors", "tasks"):
+        with DaskEvaluator(resnet, client, transport=transport) as ev:
+            assert ev.via == transport
+            assert (ev.session.direct is not None, ev.session.actors is not None) == \
+                (transport == "direct", transport == "actors")
+    import placement_core.parallel.direct as direct
+
+    monkeypatch.setattr(direct.DirectPool, "_spawn", lambda self: None)  # as if no worker could connect back
+    monkeypatch.setattr(direct, "CONNECT_S", 0.5)
+    with DaskEvaluator(resnet, client) as ev:  # workers that cannot reach this process: actors, same numbers
+        assert ev.via == "actors"
+        x = np.zeros((3, resnet.n_ops), dtype=np.int32)
+        assert ev.evaluate(x).tolist() == resnet.evaluate_many(x).tolist()
+    with pytest.raises(InputError, match="could not connect back to this process") as e:
+        DaskEvaluator(resnet, client, transport="direct")  # asked for by name: no silent fallback
+    assert "actors" in e.value.fix
+    with pytest.raises(InputError, match="transport"):
+        DaskEvaluator(resnet, client, transport="pigeons")
+
+
+@pytest.mark.dask
+def test_a_connection_without_the_key_is_refused_and_the_run_goes_on(resnet, cluster):
+    from multiprocessing import AuthenticationError
+    from multiprocessing.connection import Client
+    _, client = cluster
+    with DaskEvaluator(resnet, client, transport="direct") as ev:
+        address = ev.session.direct.address
+        assert address[0] == "127.0.0.1"  # the interface facing the scheduler, not every interface
+        with pytest.raises(AuthenticationError):
+            Client(address, authkey=b"not the session's key")
+        x = np.random.default_rng(0).integers(0, resnet.n_devices, (50, resnet.n_ops), dtype=np.int32)
+        assert ev.evaluate(x).tolist() == resnet.evaluate_many(x).tolist()
+        assert ev.session.direct.size == 2  # the stranger never became a worker
 
 
 def test_a_recipe_survives_json_and_makes_the_same_children(resnet):
@@ -350,15 +417,22 @@ def test_a_killed_pool_worker_loses_no_evaluation(resnet, algorithm, params):
 
 
 @pytest.mark.dask
-def test_a_killed_dask_worker_loses_no_evaluation(resnet, cluster):
+@pytest.mark.parametrize("transport", ["direct", "actors", "tasks"])
+def test_a_killed_dask_worker_loses_no_evaluation(resnet, cluster, transport):
     _, client = cluster
+    client.wait_for_workers(2, timeout=60)
     params = {"batch": 40, "pending": 4}
     ref = run(resnet, "map-elites-async", evaluations=1500, seed=5, params=params)
     pids = lambda: sorted(client.run(os.getpid).values())  # noqa: E731
     before = set(pids())
-    with DaskEvaluator(resnet, client) as ev:
+    with DaskEvaluator(resnet, client, transport=transport) as ev:
+        assert ev.via == transport
         progress, killed = _kill_one_after(300, pids)
         r = run(resnet, "map-elites-async", evaluations=1500, seed=5, params=params, evaluator=ev, progress=progress)
+        if transport == "direct":  # the killed worker's connection was lost, its batches sent again
+            assert ev.session.direct.restarts >= 1
+        elif transport == "actors":  # its actor's calls went to another, and an actor was made anew
+            assert ev.session.actors.replaced >= 1
     assert killed
     assert r.evaluations == 1500 and np.array_equal(r.history, ref.history)
     client.wait_for_workers(2, timeout=60)  # the nanny brings the worker back for the next test
@@ -374,6 +448,13 @@ def test_one_client_serves_a_hundred_consecutive_runs(resnet, cluster):
         r = run(small, "map-elites-async", evaluations=90, seed=0, params={"batch": 30, "pending": 2}, dask=client)
         assert np.array_equal(r.history, ref.history), i
     assert client.status == "running"  # the caller's client stays open
+    deadline = time.time() + 10  # each run's port closed, its threads ended, its workers' loops returned
+    while time.time() < deadline and any(t.name.startswith(("placement-accept", "placement-evaluator-send"))
+                                          for t in threading.enumerate()):
+        time.sleep(0.1)
+    assert not [t.name for t in threading.enumerate() if t.name.startswith(("placement-accept",
+                                                                            "placement-evaluator-send"))]
+    assert sum(client.run(lambda dask_worker: len(dask_worker.state.executing)).values()) == 0
     assert not any(name.startswith("placement-problem-") for name in
                    client.run(lambda dask_worker: list(dask_worker.plugins)).popitem()[1])  # each run cleaned up
 

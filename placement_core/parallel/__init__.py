@@ -17,7 +17,7 @@ import numpy as np
 from ..base.errors import InputError
 from ..problem import Problem
 from .cluster import DASK_FLOOR_S, ClusterSession
-from .pacing import DRIVER_S_PER_OP, Pacing, median_round_trip, probe_eval_seconds
+from .pacing import PROBE_GROUP, Pacing, driver_batch_cost, median_round_trip, probe_eval_seconds
 from .pool import POOL_FLOOR_S, WorkerError, WorkerPool
 
 
@@ -145,8 +145,8 @@ class _Shipping(SerialEvaluator):
         # the round trip first: it waits for the workers to be up, so their start (compiling the problem on
         # every core) does not slow the probe of the simulator's time down
         round_trip = median_round_trip(self._ping)
-        return Pacing(self.workers, probe_eval_seconds(self.problem), round_trip, floor_s,
-                      DRIVER_S_PER_OP * self.problem.n_ops)
+        return Pacing(self.workers, probe_eval_seconds(self.problem, group=PROBE_GROUP), round_trip, floor_s,
+                      driver_batch_cost(self.problem.n_ops))
 
 
 class ProcessPoolEvaluator(_Shipping):
@@ -180,18 +180,19 @@ class DaskEvaluator(_Shipping):
 
     name = "dask"
 
-    def __init__(self, problem: Problem, address, min_batch: int | None = None):
+    def __init__(self, problem: Problem, address, min_batch: int | None = None, transport: str = "auto"):
         super().__init__(problem, min_batch)
-        self.session = ClusterSession(problem, address)
+        self.session = ClusterSession(problem, address, transport=transport)
         self.client = self.session.client
         self.workers = self.session.workers
+        self.via = self.session.via  # "direct", "actors" or "tasks" (parallel/cluster.py)
         self._ping = self.session.ping
         self._send = self.session.submit
         self._receive = self.session.result
         self._send_recipe = self.session.submit_recipe
         self._receive_made = self.session.made
-        try:
-            self._pacing = self._measure(DASK_FLOOR_S)
+        try:  # a direct frame or an actor call costs the scheduler nothing: the pool's floor, not the scheduler's
+            self._pacing = self._measure(DASK_FLOOR_S if self.via == "tasks" else POOL_FLOOR_S)
         except BaseException:
             self.session.close()
             raise

@@ -48,16 +48,13 @@ class ProblemPlugin(_PluginBase):
 def evaluate_on_worker(plugin_name: str, packed: np.ndarray) -> np.ndarray:
     """A task: the placements' objectives under the problem this worker holds."""
     from distributed import get_worker
-    problem = get_worker().plugins[plugin_name].problem
-    return problem.evaluate_many(wire.expand(packed)) if len(packed) else np.zeros(0)
+    return wire.evaluate_packed(get_worker().plugins[plugin_name].problem, packed)
 
 
 def vary_on_worker(plugin_name: str, recipe) -> tuple:
-    """A task that makes a batch's children here and evaluates them: (children, objectives, rates)."""
+    """A task that makes a batch's children on this worker and evaluates them."""
     from distributed import get_worker
-    problem = get_worker().plugins[plugin_name].problem
-    kids, out, rates = recipe.make_and_evaluate(problem)  # the work travels with the task (optimize.variation)
-    return wire.compact(kids, problem.n_genes), out, rates
+    return wire.make_packed(get_worker().plugins[plugin_name].problem, recipe)
 
 
 START_IT = "Start one with `dask scheduler` and workers with `dask worker ADDRESS`"
@@ -133,33 +130,93 @@ def _lost_types() -> tuple:
     return (CommClosedError, CancelledError, *extra)
 
 
-class ClusterSession:
-    """One problem installed on a cluster: submit chunks, get objectives; ``close`` removes the problem."""
+TRANSPORTS = ("auto", "direct", "actors", "tasks")
 
-    def __init__(self, problem, address):
+
+class ClusterSession:
+    """One problem installed on a cluster: submit chunks, get objectives; ``close`` removes the problem.
+
+    How work reaches the workers (``via``), fastest first: ``direct``, an evaluation loop on every worker
+    connected back to this process (:mod:`.direct`; plain TCP schedulers); ``actors``, an actor per worker
+    called directly (:mod:`.actors`); ``tasks``, through the scheduler. ``transport="auto"`` takes the first
+    that works here (workers that cannot connect back, or that this process cannot reach, fall to the next)."""
+
+    def __init__(self, problem, address, transport: str = "auto"):
+        if transport not in TRANSPORTS:
+            raise InputError(f"unknown Dask transport {transport!r}", field="transport",
+                             fix="Use one of " + ", ".join(TRANSPORTS))
         self.client, self._owned = connect(address)
         self.address = address if isinstance(address, str) else getattr(self.client.scheduler, "address", "?")
         self.n_devices = problem.n_genes  # gene values: devices, then splits (one byte each while <= 256)
         self.plugin_name = f"placement-problem-{uuid.uuid4().hex}"
+        self.actors = self.direct = None
+        self.via = "tasks"
         try:
             self.client.register_plugin(ProblemPlugin(self.plugin_name, problem), name=self.plugin_name)
             self.workers = max(1, len(self.client.scheduler_info().get("workers", {})))
+            if transport in ("auto", "direct"):
+                self._start_direct(required=transport == "direct")
+            if self.direct is None and transport in ("auto", "actors"):
+                self._start_actors()
         except (*_lost_types(), OSError):
             self.close()
             raise ClusterLost(f"lost the Dask scheduler at {shown(self.address, 200)!r} while installing the "
                               "problem on its workers", field="dask", fix=START_IT) from None
-        except Exception:
+        except BaseException:
             self.close()
             raise
 
+    def _start_direct(self, required: bool) -> None:
+        from .direct import DirectPool, facing_host
+        scheduler = getattr(self.client.scheduler, "address", None) or ""
+        host = facing_host(scheduler) if scheduler else None
+        if host is None:
+            if required:
+                raise InputError(f"direct connections need a plain TCP scheduler, not {shown(scheduler, 200)!r}",
+                                 field="transport", fix="Use transport actors or tasks")
+            return
+        try:
+            pool = DirectPool(self.client, self.plugin_name, self.n_devices, host, self._lost)
+        except OSError as e:  # the workers cannot connect back to this process: the next transport
+            if self.client.status != "running":
+                raise
+            if required:
+                raise InputError(f"the Dask workers could not connect back to this process ({shown(e, 200)})",
+                                 field="transport", fix=f"Let the workers reach {host} on any port (a firewall), or "
+                                                        "use transport actors or tasks") from None
+            return
+        self.direct, self.via, self.workers = pool, "direct", pool.workers
+
+    def _start_actors(self) -> None:
+        from .actors import ActorPool
+        pool = None
+        try:
+            pool = ActorPool(self.client, self.plugin_name, self._lost)
+        except (OSError, TimeoutError):  # workers this process cannot reach directly: tasks go via the scheduler
+            if pool is not None:
+                pool.close()
+            if self.client.status != "running":
+                raise
+            return
+        if pool.workers:
+            self.actors, self.via, self.workers = pool, "actors", pool.workers
+
     def submit(self, placements: np.ndarray):
+        if self.direct is not None:
+            return self.direct.submit(placements)
         packed = wire.compact(placements, self.n_devices)
+        if self.actors is not None:
+            return self.actors.call("evaluate", packed)
         return self._submit(evaluate_on_worker, self.plugin_name, packed)
 
     def submit_recipe(self, recipe):
+        if self.direct is not None:
+            return self.direct.submit_recipe(recipe)
         from dataclasses import replace
         small = replace(recipe, a=wire.compact(recipe.a, self.n_devices),
                         b=None if recipe.b is None else wire.compact(recipe.b, self.n_devices))
+        if self.actors is not None:
+            return self.actors.call("made", small)
         return self._submit(vary_on_worker, self.plugin_name, small)
 
     def _submit(self, *task):
@@ -175,6 +232,10 @@ class ClusterSession:
     def _wait(self, future):
         """The future's result; a lost scheduler (futures cancelled, or a client that gave up reconnecting
         while a future was out) is a :class:`ClusterLost`, never a hang or a traceback."""
+        if self.direct is not None:
+            return self.direct.result(future)
+        if self.actors is not None:
+            return self.actors.result(future)
         lost = _lost_types()
         while True:
             try:
@@ -194,9 +255,13 @@ class ClusterSession:
         return wire.expand(kids), np.asarray(out, dtype=np.float64), rates
 
     def ping(self) -> None:
-        self._wait(self._submit(evaluate_on_worker, self.plugin_name, np.zeros((0, 1), dtype=np.uint8)))
+        self._wait(self.submit(np.zeros((0, 1), dtype=np.int32)))
 
     def close(self) -> None:
+        for name in ("direct", "actors"):
+            if getattr(self, name, None) is not None:
+                getattr(self, name).close()
+                setattr(self, name, None)
         try:
             if getattr(self, "plugin_name", None) and self.client.status == "running":
                 self.client.unregister_worker_plugin(self.plugin_name)

@@ -35,7 +35,11 @@ SHUTDOWN = -2
 def _serve(payload: bytes, tasks, replies) -> None:  # pragma: no cover - runs in the worker process
     import signal
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's: it stops the run, then closes the pool
-    problem = pickle.loads(payload)
+    serve(pickle.loads(payload), tasks, replies)
+
+
+def serve(problem, tasks, replies) -> None:  # pragma: no cover - runs in a worker process
+    """Answer task frames until the driver says stop or goes away (a local worker, or a Dask worker's loop)."""
     while True:
         try:
             frame = tasks.recv_bytes()
@@ -57,68 +61,59 @@ def _serve(payload: bytes, tasks, replies) -> None:  # pragma: no cover - runs i
 
 @dataclass(eq=False)
 class _Worker:
-    process: multiprocessing.process.BaseProcess
+    process: multiprocessing.process.BaseProcess | None  # None: a remote worker, known by its connection only
     tasks: object  # our end of its task pipe (written by the sender thread only)
-    replies: object  # our end of its reply pipe (read by the driver only)
+    replies: object  # our end of its reply pipe (read by the driver only); a socket's one connection does both
     outbox: queue.Queue = field(default_factory=queue.Queue)
     outstanding: list[int] = field(default_factory=list)  # task ids sent and not answered, in order
     alive: bool = True
+    name: str = ""
+    sender: threading.Thread | None = None
+
+    @property
+    def sentinel(self):
+        return None if self.process is None else self.process.sentinel
 
 
 class WorkerError(RuntimeError):
     """A worker raised, or kept dying, on a task."""
 
 
-class WorkerPool:
-    """``workers`` processes, each with the problem; ``submit`` returns a task id, ``result`` its objectives."""
+class TaskLedger:
+    """Tasks out to workers over connections, each answered once: what a worker that dies had not answered goes
+    to the others. Subclasses say where workers come from (``_replace``) and what waiting for none means."""
 
-    def __init__(self, problem, workers: int, start_method: str | None = None):
-        self.n_devices = problem.n_genes  # gene values: devices, then splits (one byte each while <= 256)
-        self._payload = pickle.dumps(problem)
-        self._ctx = _context(start_method)
+    POLL_S: float | None = None  # how long a wait for replies lasts before ``_tick`` (None: until one arrives)
+
+    def __init__(self, n_devices: int):
+        self.n_devices = n_devices  # gene values: devices, then splits (one byte each while <= 256)
         self._frames: dict[int, bytes] = {}  # unanswered tasks, kept to send again if their worker dies
         self._attempts: dict[int, int] = {}
         self._results: dict[int, np.ndarray] = {}
         self._next = 0
         self.restarts = 0
         self._workers: list[_Worker] = []
-        try:
-            for _ in range(workers):
-                self._workers.append(self._start())
-        except BaseException:
-            self.close()
-            raise
 
-    # -- starting and stopping -----------------------------------------------------------------
-    def _start(self) -> _Worker:
-        task_r, task_w = self._ctx.Pipe(duplex=False)
-        reply_r, reply_w = self._ctx.Pipe(duplex=False)
-        proc = self._ctx.Process(target=_serve, args=(self._payload, task_r, reply_w), daemon=True,
-                                 name="placement-evaluator")
-        proc.start()
-        task_r.close()  # the child holds these ends now; closing ours lets EOF reach us when it dies
-        reply_w.close()
-        w = _Worker(proc, task_w, reply_r)
-        threading.Thread(target=_send_loop, args=(w,), daemon=True, name="placement-evaluator-send").start()
+    def _add(self, w: _Worker) -> _Worker:
+        w.sender = threading.Thread(target=_send_loop, args=(w,), daemon=True, name="placement-evaluator-send")
+        w.sender.start()
+        self._workers.append(w)
         return w
 
-    def close(self) -> None:
+    def _replace(self) -> None:
+        """A worker was lost: start another."""
+
+    def _tick(self) -> None:
+        """Called on every pass of the reply loop."""
+
+    def _no_workers(self) -> None:
+        raise WorkerError("every evaluation worker has died")
+
+    def _shutdown_all(self) -> None:
         for w in self._workers:
             if w.alive:
                 w.outbox.put(wire.task_frame(SHUTDOWN, np.zeros((0, 0), dtype=np.uint8)))
                 w.outbox.put(None)
-        for w in self._workers:
-            w.process.join(timeout=2)
-            if w.process.is_alive():
-                w.process.terminate()
-                w.process.join(timeout=2)
-            for conn in (w.replies,):
-                conn.close()
-        self._workers = []
-
-    @property
-    def pids(self) -> list[int]:
-        return [w.process.pid for w in self._workers if w.alive]
 
     @property
     def size(self) -> int:
@@ -168,7 +163,8 @@ class WorkerPool:
     def _live(self) -> list[_Worker]:
         live = [w for w in self._workers if w.alive]
         if not live:
-            raise WorkerError("every evaluation worker has died")
+            self._no_workers()  # raises, or returns once a worker is there
+            live = [w for w in self._workers if w.alive]
         return live
 
     def _dispatch(self, task_id: int) -> None:
@@ -179,12 +175,14 @@ class WorkerPool:
     def _poll(self) -> None:
         live = self._live()
         by_conn = {w.replies: w for w in live}
-        by_sentinel = {w.process.sentinel: w for w in live}
-        for ready in wait(list(by_conn) + list(by_sentinel)):
+        by_sentinel = {w.sentinel: w for w in live if w.sentinel is not None}
+        ready_ones = wait(list(by_conn) + list(by_sentinel), timeout=self.POLL_S)
+        self._tick()
+        for ready in ready_ones:
             w = by_conn.get(ready) or by_sentinel[ready]
             if not w.alive:
                 continue
-            if ready is w.process.sentinel and not w.replies.poll():
+            if ready is w.sentinel and not w.replies.poll():
                 self._lost(w)
                 continue
             try:
@@ -209,14 +207,56 @@ class WorkerPool:
         w.outbox.put(None)
         lost = [t for t in w.outstanding if t != PING]
         w.outstanding.clear()
-        self._workers.append(self._start())
         self.restarts += 1
+        self._replace()
         for task_id in lost:
             self._attempts[task_id] += 1
             if self._attempts[task_id] >= MAX_ATTEMPTS:
                 raise WorkerError(f"task {task_id} ended {MAX_ATTEMPTS} evaluation workers (a crash in the "
                                   "simulator, or the machine's memory running out); the run stops here")
             self._dispatch(task_id)
+
+
+class WorkerPool(TaskLedger):
+    """``workers`` processes, each with the problem; ``submit`` returns a task id, ``result`` its objectives."""
+
+    def __init__(self, problem, workers: int, start_method: str | None = None):
+        super().__init__(problem.n_genes)
+        self._payload = pickle.dumps(problem)
+        self._ctx = _context(start_method)
+        try:
+            for _ in range(workers):
+                self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self) -> _Worker:
+        task_r, task_w = self._ctx.Pipe(duplex=False)
+        reply_r, reply_w = self._ctx.Pipe(duplex=False)
+        proc = self._ctx.Process(target=_serve, args=(self._payload, task_r, reply_w), daemon=True,
+                                 name="placement-evaluator")
+        proc.start()
+        task_r.close()  # the child holds these ends now; closing ours lets EOF reach us when it dies
+        reply_w.close()
+        return self._add(_Worker(proc, task_w, reply_r))
+
+    def _replace(self) -> None:
+        self._start()
+
+    def close(self) -> None:
+        self._shutdown_all()
+        for w in self._workers:
+            w.process.join(timeout=2)
+            if w.process.is_alive():
+                w.process.terminate()
+                w.process.join(timeout=2)
+            w.replies.close()
+        self._workers = []
+
+    @property
+    def pids(self) -> list[int]:
+        return [w.process.pid for w in self._workers if w.alive]
 
 
 def _send_loop(w: _Worker) -> None:
@@ -230,10 +270,11 @@ def _send_loop(w: _Worker) -> None:
             w.tasks.send_bytes(frame)
         except OSError:
             break  # the worker is gone; the driver notices on its reply pipe
-    try:
-        w.tasks.close()
-    except OSError:
-        pass
+    if w.tasks is not w.replies:  # one connection both ways (a socket) is closed by its pool, once
+        try:
+            w.tasks.close()
+        except OSError:
+            pass
 
 
 def _context(start_method: str | None):

@@ -81,3 +81,14 @@ def read_reply(frame: bytes):
         kids, objectives, rates = pickle.loads(frame[REPLY.size:])
         return task_id, (expand(kids), objectives, rates), None
     return task_id, np.frombuffer(frame, dtype=np.float64, offset=REPLY.size).copy(), None
+
+
+def evaluate_packed(problem, packed) -> np.ndarray:
+    """On a worker: the objectives of compact placements (none: an empty round trip, a ping)."""
+    return problem.evaluate_many(expand(packed)) if packed is not None and len(packed) else np.zeros(0)
+
+
+def make_packed(problem, recipe) -> tuple:
+    """On a worker: a batch's children made and evaluated, the children compact (children, objectives, rates)."""
+    kids, out, rates = recipe.make_and_evaluate(problem)  # the work travels with the task (optimize.variation)
+    return compact(kids, problem.n_genes), out, rates
