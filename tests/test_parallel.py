@@ -231,15 +231,23 @@ def test_each_dask_transport_is_what_it_says_and_auto_falls_back(resnet, cluster
 
 
 @pytest.mark.dask
-def test_a_connection_without_the_key_is_refused_and_the_run_goes_on(resnet, cluster):
+@pytest.mark.timeout(60)
+def test_a_connection_without_the_key_is_refused_and_the_run_goes_on(resnet, cluster, monkeypatch):
+    import socket
     from multiprocessing import AuthenticationError
     from multiprocessing.connection import Client
+
+    import placement_core.parallel.direct as direct
+    monkeypatch.setattr(direct, "HANDSHAKE_S", 0.5)
     _, client = cluster
     with DaskEvaluator(resnet, client, transport="direct") as ev:
         address = ev.session.direct.address
         assert address[0] == "127.0.0.1"  # the interface facing the scheduler, not every interface
-        with pytest.raises(AuthenticationError):
-            Client(address, authkey=b"not the session's key")
+        with socket.create_connection(address):  # connects and says nothing: dropped after the handshake's time
+            t = time.perf_counter()
+            with pytest.raises(AuthenticationError):
+                Client(address, authkey=b"not the session's key")
+            assert time.perf_counter() - t < 5  # the silent one did not hold the door
         x = np.random.default_rng(0).integers(0, resnet.n_devices, (50, resnet.n_ops), dtype=np.int32)
         assert ev.evaluate(x).tolist() == resnet.evaluate_many(x).tolist()
         assert ev.session.direct.size == 2  # the stranger never became a worker

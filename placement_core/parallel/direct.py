@@ -23,12 +23,14 @@ import socket
 import threading
 import time
 import uuid
+import struct
 from multiprocessing import AuthenticationError
-from multiprocessing.connection import Client, Listener
+from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 
 from .pool import TaskLedger, WorkerError, _Worker, serve
 
 REFRESH_S = 5.0  # how often to look for workers without an evaluation loop
+HANDSHAKE_S = 5.0  # a connection that has not proved the key and said its name by then is dropped
 CONNECT_S = 30.0  # how long the first worker gets to connect back (its thread may be busy with another task)
 ALL_S = 5.0  # how long the start waits for every worker before it goes on with those connected
 
@@ -38,7 +40,11 @@ def serve_on_worker(plugin_name: str, address, authkey: bytes) -> str:  # pragma
     from distributed import get_worker
     worker = get_worker()
     problem = worker.plugins[plugin_name].problem
-    conn = Client(tuple(address), authkey=authkey)
+    sock = socket.create_connection(tuple(address), timeout=CONNECT_S)
+    sock.settimeout(None)  # blocking again: the connection reads and writes its file descriptor directly
+    conn = Connection(sock.detach())
+    answer_challenge(conn, authkey)  # both ways, as multiprocessing's own Client does
+    deliver_challenge(conn, authkey)
     # The worker's profiler samples the stack of every running task every 10 ms; this loop's stack is always the
     # same call into the simulator, and the sampling cost the loop 8 % of its core (measured). Out of the
     # running set while it serves, back in before Dask's own bookkeeping ends the task.
@@ -57,12 +63,16 @@ def serve_on_worker(plugin_name: str, address, authkey: bytes) -> str:  # pragma
     return worker.address
 
 
-def no_delay(conn) -> None:
+def no_delay(conn, receive_timeout_s: float = 0.0) -> None:
     """Frames go out when written: with Nagle's algorithm a reply's last partial segment waited for the
-    receiver's delayed acknowledgement (tens of milliseconds on a batch of 9 ms)."""
+    receiver's delayed acknowledgement (tens of milliseconds on a batch of 9 ms). ``receive_timeout_s`` > 0
+    makes a read that waits longer fail (the handshake); 0 waits for ever (the work)."""
     s = socket.socket(fileno=os.dup(conn.fileno()))  # a second handle on the same socket (family detected)
     try:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        whole = int(receive_timeout_s)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                     struct.pack("ll", whole, int((receive_timeout_s - whole) * 1e6)))
     finally:
         s.close()
 
@@ -90,9 +100,9 @@ class DirectPool(TaskLedger):
         super().__init__(n_devices)
         self.client, self.plugin_name, self._lost_error = client, plugin_name, lost
         self._key = os.urandom(32)
-        family = "AF_INET6" if ":" in host else "AF_INET"
-        self._listener = Listener((host, 0), family=family, authkey=self._key)
-        self.address = self._listener.address
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._listener = socket.create_server((host, 0), family=family)
+        self.address = self._listener.getsockname()[:2]
         self._arrived: queue.Queue = queue.Queue()
         self._closed = False
         self._serving: dict = {}  # worker address -> its loop's Dask future
@@ -113,13 +123,19 @@ class DirectPool(TaskLedger):
     def _accept_loop(self) -> None:
         while not self._closed:
             try:
-                conn = self._listener.accept()
-                no_delay(conn)
-                name = conn.recv_bytes(1024).decode("utf-8", "replace")
-            except (AuthenticationError, EOFError, ConnectionError):
-                continue  # not one of ours (wrong key), or gone before it said who it is
+                sock, _ = self._listener.accept()
             except OSError:
                 return  # the listener was closed
+            conn = Connection(sock.detach())
+            try:  # a stranger that connects and says nothing is dropped after HANDSHAKE_S, not waited for
+                no_delay(conn, receive_timeout_s=HANDSHAKE_S)
+                deliver_challenge(conn, self._key)
+                answer_challenge(conn, self._key)
+                name = conn.recv_bytes(1024).decode("utf-8", "replace")
+                no_delay(conn)
+            except (AuthenticationError, EOFError, OSError):  # not one of ours, silent, or gone
+                conn.close()
+                continue
             self._arrived.put((name, conn))
 
     def _await_workers(self, count: int) -> None:
