@@ -230,6 +230,21 @@ def test_each_dask_transport_is_what_it_says_and_auto_falls_back(resnet, cluster
         DaskEvaluator(resnet, client, transport="pigeons")
 
 
+def test_the_driver_listens_where_it_reaches_the_scheduler_and_only_over_plain_tcp():
+    pytest.importorskip("distributed")
+    import socket
+
+    from placement_core.parallel.direct import facing_host
+    assert facing_host("tcp://127.0.0.1:8786") == "127.0.0.1"
+    assert facing_host("tls://127.0.0.1:8786") is None  # TLS: Dask's own encrypted connections (actors)
+    if socket.has_ipv6:
+        try:
+            socket.create_server(("::1", 0), family=socket.AF_INET6).close()
+        except OSError:
+            return
+        assert facing_host("tcp://[::1]:8786") == "::1"
+
+
 @pytest.mark.dask
 @pytest.mark.timeout(60)
 def test_a_connection_without_the_key_is_refused_and_the_run_goes_on(resnet, cluster, monkeypatch):
