@@ -67,18 +67,22 @@ def _gone_types() -> tuple:
 class ActorPool:
     """An actor on every worker of ``client``'s cluster, for the problem in plugin ``plugin_name``."""
 
-    def __init__(self, client, plugin_name: str, lost):
-        self.client, self.plugin_name, self._lost = client, plugin_name, lost
+    def __init__(self, client, plugin_name: str, n_devices: int, lost):
+        self.client, self.plugin_name, self.n_devices, self._lost = client, plugin_name, n_devices, lost
         self._futures: dict = {}  # worker address -> the creation task's future (holding it keeps the actor)
         self._actors: dict = {}
         self._load: dict = {}  # calls out per worker
         self.replaced = 0  # actors lost and made again (tests read it)
         self._checked = 0.0
-        self.spawn()
-        for worker in list(self._actors):  # every actor answers before the pool counts as working
-            call = Call("evaluate", None)
-            self._send(call, worker)
-            self.result(call, first=True)
+        try:
+            self.spawn()
+            for worker in list(self._actors):  # every actor answers before the pool counts as working
+                call = Call("evaluate", None)
+                self._send(call, worker)
+                self.result(call, first=True)
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def workers(self) -> int:
@@ -98,6 +102,12 @@ class ActorPool:
             except _gone_types() + (TimeoutError,):
                 continue  # that worker went away meanwhile
             self._futures[worker], self._actors[worker], self._load[worker] = future, actor, 0
+
+    def submit(self, placements) -> Call:
+        return self.call("evaluate", wire.compact(placements, self.n_devices))
+
+    def submit_recipe(self, recipe) -> Call:
+        return self.call("made", wire.compact_recipe(recipe, self.n_devices))
 
     def call(self, method: str, payload) -> Call:
         if time.monotonic() - self._checked > REFRESH_S:

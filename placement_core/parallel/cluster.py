@@ -149,14 +149,14 @@ class ClusterSession:
         self.address = address if isinstance(address, str) else getattr(self.client.scheduler, "address", "?")
         self.n_devices = problem.n_genes  # gene values: devices, then splits (one byte each while <= 256)
         self.plugin_name = f"placement-problem-{uuid.uuid4().hex}"
-        self.actors = self.direct = None
+        self.fast = None  # a DirectPool or an ActorPool (the same submit / submit_recipe / result), or tasks
         self.via = "tasks"
         try:
             self.client.register_plugin(ProblemPlugin(self.plugin_name, problem), name=self.plugin_name)
             self.workers = max(1, len(self.client.scheduler_info().get("workers", {})))
             if transport in ("auto", "direct"):
                 self._start_direct(required=transport == "direct")
-            if self.direct is None and transport in ("auto", "actors"):
+            if self.fast is None and transport in ("auto", "actors"):
                 self._start_actors()
         except (*_lost_types(), OSError):
             self.close()
@@ -185,39 +185,38 @@ class ClusterSession:
                                  field="transport", fix=f"Let the workers reach {host} on any port (a firewall), or "
                                                         "use transport actors or tasks") from None
             return
-        self.direct, self.via, self.workers = pool, "direct", pool.workers
+        self.fast, self.via, self.workers = pool, "direct", pool.workers
 
     def _start_actors(self) -> None:
         from .actors import ActorPool
-        pool = None
         try:
-            pool = ActorPool(self.client, self.plugin_name, self._lost)
+            pool = ActorPool(self.client, self.plugin_name, self.n_devices, self._lost)
         except (OSError, TimeoutError):  # workers this process cannot reach directly: tasks go via the scheduler
-            if pool is not None:
-                pool.close()
             if self.client.status != "running":
                 raise
             return
         if pool.workers:
-            self.actors, self.via, self.workers = pool, "actors", pool.workers
+            self.fast, self.via, self.workers = pool, "actors", pool.workers
+        else:
+            pool.close()
+
+    @property
+    def direct(self):
+        return self.fast if self.via == "direct" else None
+
+    @property
+    def actors(self):
+        return self.fast if self.via == "actors" else None
 
     def submit(self, placements: np.ndarray):
-        if self.direct is not None:
-            return self.direct.submit(placements)
-        packed = wire.compact(placements, self.n_devices)
-        if self.actors is not None:
-            return self.actors.call("evaluate", packed)
-        return self._submit(evaluate_on_worker, self.plugin_name, packed)
+        if self.fast is not None:
+            return self.fast.submit(placements)
+        return self._submit(evaluate_on_worker, self.plugin_name, wire.compact(placements, self.n_devices))
 
     def submit_recipe(self, recipe):
-        if self.direct is not None:
-            return self.direct.submit_recipe(recipe)
-        from dataclasses import replace
-        small = replace(recipe, a=wire.compact(recipe.a, self.n_devices),
-                        b=None if recipe.b is None else wire.compact(recipe.b, self.n_devices))
-        if self.actors is not None:
-            return self.actors.call("made", small)
-        return self._submit(vary_on_worker, self.plugin_name, small)
+        if self.fast is not None:
+            return self.fast.submit_recipe(recipe)
+        return self._submit(vary_on_worker, self.plugin_name, wire.compact_recipe(recipe, self.n_devices))
 
     def _submit(self, *task):
         try:
@@ -232,10 +231,8 @@ class ClusterSession:
     def _wait(self, future):
         """The future's result; a lost scheduler (futures cancelled, or a client that gave up reconnecting
         while a future was out) is a :class:`ClusterLost`, never a hang or a traceback."""
-        if self.direct is not None:
-            return self.direct.result(future)
-        if self.actors is not None:
-            return self.actors.result(future)
+        if self.fast is not None:
+            return self.fast.result(future)
         lost = _lost_types()
         while True:
             try:
@@ -258,10 +255,9 @@ class ClusterSession:
         self._wait(self.submit(np.zeros((0, 1), dtype=np.int32)))
 
     def close(self) -> None:
-        for name in ("direct", "actors"):
-            if getattr(self, name, None) is not None:
-                getattr(self, name).close()
-                setattr(self, name, None)
+        if getattr(self, "fast", None) is not None:
+            self.fast.close()
+            self.fast = None
         try:
             if getattr(self, "plugin_name", None) and self.client.status == "running":
                 self.client.unregister_worker_plugin(self.plugin_name)

@@ -25,9 +25,9 @@ OVERHEAD_RATIO = 20.0
 # before, 1.1e-7 s per op and nothing fixed, came from batches of one, so it counted the per-placement cost as a
 # batch's and made ResNet-50's batch cost 20 us: tasks of 119-168 placements, where 300 gave 1.76x, not 1.46x.)
 DRIVER_S_PER_BATCH = 3.3e-4
+DRIVER_S_PER_OP = 3e-8
 GROUP_BELOW_S = 1e-3  # placements faster than this are timed in groups (probe_eval_seconds)
 PROBE_GROUP = 16
-DRIVER_S_PER_OP = 3e-8
 
 
 def driver_batch_cost(n_ops: int) -> float:

@@ -51,10 +51,14 @@ def read_task(frame: bytes):
     return task_id, expand(packed)
 
 
-def recipe_frame(task_id: int, recipe) -> bytes:
+def compact_recipe(recipe, n_devices: int):
+    """The recipe with its parents compact, as it travels."""
     from dataclasses import replace
-    small = replace(recipe, a=compact(recipe.a, recipe.n_devices),
-                    b=None if recipe.b is None else compact(recipe.b, recipe.n_devices))
+    return replace(recipe, a=compact(recipe.a, n_devices), b=None if recipe.b is None else compact(recipe.b, n_devices))
+
+
+def recipe_frame(task_id: int, recipe) -> bytes:
+    small = compact_recipe(recipe, recipe.n_devices)
     return TASK.pack(task_id, 0, 0, RECIPE) + pickle.dumps(small, protocol=pickle.HIGHEST_PROTOCOL)
 
 
